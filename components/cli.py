@@ -1,0 +1,123 @@
+"""`agent-gspo` command line: every pipeline step, calling the same functions as flows and DVC.
+
+Each subcommand lives in a small ``_cmd_*`` function that parses nothing itself: the parser
+below owns the flags, :func:`load_config` owns validation. Bad input (a :class:`UserError`)
+prints one clear message and exits 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from components.config import BENCHMARKS, Config, load_config
+from components.errors import UserError
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _benchmarks(text: str) -> list[str]:
+    names = _csv(text)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown benchmark(s) {unknown} (allowed: {', '.join(BENCHMARKS)})")
+    return names
+
+
+def _cmd_prepare(cfg: Config, args: argparse.Namespace) -> int:
+    from components.data.prepare import prepare
+    from components.data.sources import resolve_mirror
+
+    names = args.benchmarks or cfg.data.benchmarks
+    out = Path(args.out or cfg.data.out_dir)
+    report = prepare(names, mirror=resolve_mirror(args.mirror, cfg.data.mirror), out_dir=out,
+                     use_hub=cfg.data.use_hub, progress=sys.stdout.isatty())
+    print(f"prepared {len(report.results)} benchmark(s) into {out} in {report.seconds:.1f} s")
+    for r in report.results:
+        rows = ", ".join(f"{split} {n}" for split, n in r.splits.items())
+        print(f"  {r.name:<11} {rows:<34} source {r.source}")
+    print(f"manifest: {report.manifest_path}")
+    if not args.no_validate:
+        return _validate(cfg, out, names)
+    return 0
+
+
+def _validate(cfg: Config, data_dir: Path, names: list[str]) -> int:
+    from components.data.expectations import validate
+
+    report_path = Path(cfg.data.report_dir) / "validation.md"
+    report = validate(data_dir, report_path, names)
+    n = len(report.results)
+    print(f"validation: {n}/{n} suites passed (great-expectations); report {report_path}")
+    return 0
+
+
+def _cmd_validate(cfg: Config, args: argparse.Namespace) -> int:
+    return _validate(cfg, Path(args.data or cfg.data.out_dir), cfg.data.benchmarks)
+
+
+def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
+    from components.data.prepare import load_split
+    from components.scoring import score_predictions_file
+
+    data_dir = Path(args.data or cfg.data.out_dir)
+    records = load_split(data_dir, args.benchmark, args.split)
+    summary = score_predictions_file(records, Path(args.predictions), Path(args.out) if args.out else None)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+COMMANDS: dict[str, tuple[str, Callable[[Config, argparse.Namespace], int]]] = {
+    "prepare": ("prepare benchmarks into normalised parquet (mirror > hub > package)", _cmd_prepare),
+    "validate": ("validate prepared data with great-expectations", _cmd_validate),
+    "score": ("score a JSON-lines predictions file against a benchmark", _cmd_score),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--params", default=None, help="params file (default params.yaml or $AGENT_GSPO_PARAMS)")
+    common.add_argument("--profile", default=None, help="profile in params.yaml (default, smoke, ...)")
+    common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one param, e.g. --set budget.target=200 (repeatable)")
+    parser = argparse.ArgumentParser(prog="agent-gspo", description="Agent-GSPO: communication-efficient "
+                                     "multi-agent LLM training with GSPO, as an MLOps pipeline.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    helps = {name: help_ for name, (help_, _) in COMMANDS.items()}
+
+    p = sub.add_parser("prepare", parents=[common], help=helps["prepare"])
+    p.add_argument("--benchmarks", type=_benchmarks, default=None, help="comma list (default: data.benchmarks)")
+    p.add_argument("--mirror", default=None, help="mirror folder (overrides $AGENT_GSPO_DATA_MIRROR, data.mirror)")
+    p.add_argument("--out", default=None, help="output folder (default data.out_dir)")
+    p.add_argument("--no-validate", action="store_true", help="skip the validation report after preparing")
+
+    p = sub.add_parser("validate", parents=[common], help=helps["validate"])
+    p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
+
+    p = sub.add_parser("score", parents=[common], help=helps["score"])
+    p.add_argument("--benchmark", required=True, choices=BENCHMARKS)
+    p.add_argument("--predictions", required=True, help='JSON lines {"id", "prediction"}')
+    p.add_argument("--split", default="test")
+    p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
+    p.add_argument("--out", default=None, help="per-item results (JSON lines)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.params, args.profile, args.overrides)
+        return COMMANDS[args.command][1](cfg, args)
+    except UserError as exc:
+        print(f"agent-gspo {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""Typed schema of ``params.yaml`` and its profiles.
+
+One config for the CLI, the Prefect flows and the DVC stages. ``params.yaml`` holds every
+section with its defaults; ``profiles.<name>`` holds partial overrides deep-merged on top.
+Every model forbids unknown keys, so a typo is an error that names the key path, never a
+silently ignored setting. Load with :func:`load_config`; errors raise :class:`ConfigError`
+(the CLI turns it into exit code 2).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from components.errors import UserError
+
+BENCHMARKS = ("mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval")
+DEFAULT_PARAMS = Path("params.yaml")
+
+
+class ConfigError(UserError):
+    """A params file or override that does not match the schema."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(_Section):
+    benchmarks: list[Literal["mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval"]] = Field(
+        default_factory=lambda: list(BENCHMARKS), description="benchmarks to prepare and validate")
+    mirror: str | None = Field("../shared/benchmarks", description="offline mirror folder (first source)")
+    use_hub: bool = Field(True, description="fall back to the Hugging Face hub when the mirror lacks a file")
+    out_dir: str = Field("data", description="folder for prepared parquet files and manifest.json")
+    report_dir: str = Field("reports", description="folder for validation reports")
+    train_sources: list[str] = Field(default_factory=lambda: ["gsm8k/train"],
+                                     description="benchmark/split pairs used as training questions")
+
+
+class ModelConfig(_Section):
+    name: str = Field("smollm2-135m-instruct",
+                      description="alias (smollm2-135m-instruct, tiny-random), HF hub id or local folder")
+    cache_dir: str = Field("~/.cache/agent-gspo/models", description="where converted models are cached")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="weights dtype; auto = bf16 on GPU, fp32 on CPU")
+    lora_rank: int = Field(0, ge=0, description="LoRA rank (0 = full fine-tuning)")
+    lora_alpha: int = Field(16, ge=1, description="LoRA alpha")
+    gradient_checkpointing: bool = Field(False, description="trade compute for activation memory")
+
+
+class MasConfig(_Section):
+    agents: int = Field(3, ge=1, le=16, description="number of agents sharing one policy")
+    rounds: int = Field(2, ge=1, le=8, description="communication rounds T")
+    topology: Literal["complete", "chain", "star", "layered", "debate", "custom"] = Field(
+        "complete", description="who hears whom")
+    adjacency: list[list[int]] | None = Field(None, description="custom adjacency matrix [sender][receiver]")
+    aggregation: Literal["majority", "decision_agent"] = Field("majority", description="how the final answer is chosen")
+    max_message_tokens: int = Field(128, ge=1, description="hard cap on tokens per message")
+    context_tokens: int = Field(1024, ge=64, description="budget of earlier messages kept in a prompt")
+    silence_marker: str = Field("<silent>", description="reserved reply that means 'stay silent'")
+    temperature: float = Field(0.8, ge=0.0, le=2.0, description="sampling temperature")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
+    static_cache: bool = Field(False, description="static KV cache + torch.compile on CUDA")
+
+    @model_validator(mode="after")
+    def _custom_needs_matrix(self) -> MasConfig:
+        if self.topology == "custom":
+            n = self.agents
+            if self.adjacency is None or len(self.adjacency) != n or any(len(r) != n for r in self.adjacency):
+                raise ValueError(f"topology 'custom' needs mas.adjacency as a {n}x{n} matrix of 0/1")
+        return self
+
+
+class RewardConfig(_Section):
+    lambda_tok: float = Field(0.1, ge=0.0, description="initial token penalty (steered by the budget controller)")
+    lambda_turn: float = Field(0.01, ge=0.0, description="penalty per non-silent message")
+    lambda_rep: float = Field(0.1, ge=0.0, description="penalty for n-gram repetition (0..1)")
+    token_measure: Literal["completion", "communicated", "total"] = Field(
+        "completion", description="which token count the penalty and budget refer to")
+    token_norm: float = Field(256.0, gt=0.0, description="B_norm: tokens are divided by this in the reward")
+    repetition_ngram: int = Field(3, ge=1, description="n for the repetition n-gram overlap")
+    per_agent_credit: bool = Field(False, description="charge each message its own cost (shaped credit)")
+
+
+class BudgetConfig(_Section):
+    enabled: bool = Field(True, description="steer lambda_tok with dual ascent")
+    target: float = Field(400.0, gt=0.0, description="B: target mean tokens per episode (token_measure)")
+    lr: float = Field(0.05, gt=0.0, description="eta: dual ascent step size")
+    lambda_min: float = Field(0.0, ge=0.0, description="lower bound of lambda_tok")
+    lambda_max: float = Field(10.0, gt=0.0, description="upper bound of lambda_tok")
+
+
+class GspoConfig(_Section):
+    steps: int = Field(200, ge=1, description="training steps (rollout batches)")
+    questions_per_step: int = Field(8, ge=1, description="questions per rollout batch")
+    group_size: int = Field(8, ge=2, description="G: episodes sampled per question")
+    minibatches: int = Field(4, ge=1, description="mu: optimizer updates per rollout batch")
+    eps_low: float = Field(3e-4, ge=0.0, description="lower clip range of the sequence ratio")
+    eps_high: float = Field(4e-4, ge=0.0, description="upper clip range of the sequence ratio")
+    level: Literal["sequence", "sequence_token", "token"] = Field(
+        "sequence", description="GSPO, GSPO-token, or GRPO-style token ratios (ablation)")
+    kl_beta: float = Field(0.0, ge=0.0, description="KL penalty to the reference policy")
+    adv_norm: Literal["group", "batch", "none"] = Field("group", description="advantage normalisation")
+    group_by_agent_round: bool = Field(False, description="normalise per (question, agent, round)")
+    adv_std_floor: float = Field(1e-6, gt=0.0, description="floor on the group std")
+    lr: float = Field(1e-6, gt=0.0, description="learning rate")
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up steps")
+    lr_schedule: Literal["constant", "cosine", "linear"] = Field("constant", description="schedule after warm-up")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
+    grad_clip: float = Field(1.0, gt=0.0, description="max gradient norm")
+    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps per mini-batch")
+    engine: Literal["deepspeed", "torch"] = Field("deepspeed", description="training engine")
+    checkpoint_every: int = Field(25, ge=1, description="checkpoint every N steps")
+    keep_checkpoints: int = Field(3, ge=1, description="keep the last K checkpoints")
+    out_dir: str = Field("runs/train", description="checkpoints and final policy")
+    seed: int = Field(0, description="global seed")
+
+
+class DeepSpeedConfig(_Section):
+    zero_stage: Literal[0, 1, 2, 3] = Field(2, description="ZeRO stage")
+    launcher: Literal["none", "deepspeed", "torchrun"] = Field("none", description="how the flow launches training")
+    num_nodes: int = Field(1, ge=1, description="nodes")
+    nproc_per_node: int = Field(1, ge=1, description="processes (GPUs) per node")
+    hostfile: str | None = Field(None, description="DeepSpeed hostfile for multi-node runs")
+    master_port: int = Field(29500, ge=1024, le=65535, description="rendezvous port")
+
+
+class SearchConfig(_Section):
+    enabled: bool = Field(False, description="run the search stage in the pipeline")
+    trials: int = Field(20, ge=1, description="max trials")
+    budget_tokens: int = Field(0, ge=0, description="stop after this many rollout tokens (0 = no limit)")
+    budget_seconds: float = Field(0.0, ge=0.0, description="stop after this wall-clock (0 = no limit)")
+    max_tokens_per_episode: float = Field(400.0, gt=0.0, description="constraint on mean tokens per episode")
+    storage: str = Field("sqlite:///optuna.db", description="Optuna storage URL")
+    study_name: str = Field("agent-gspo", description="Optuna study name")
+    trial_steps: int = Field(5, ge=1, description="training steps per trial")
+    dev_items: int = Field(20, ge=1, description="held-out dev items per trial")
+    out_params: str = Field("search/best_params.yaml", description="best parameters file read by train")
+
+
+class EvalConfig(_Section):
+    limit: int | None = Field(None, ge=1, description="items per benchmark (seeded sample); null = all")
+    benchmarks: list[str] = Field(default_factory=lambda: list(BENCHMARKS), description="benchmarks to evaluate")
+    baselines: list[Literal["single_cot", "self_consistency", "mas_untrained"]] = Field(
+        default_factory=lambda: ["single_cot", "self_consistency", "mas_untrained"], description="baselines")
+    self_consistency_k: int = Field(5, ge=1, description="samples for self-consistency")
+    batch_size: int = Field(16, ge=1, description="questions per rollout batch")
+    seed: int = Field(1234, description="seed of the item sample and sampling")
+    out_dir: str = Field("eval", description="evaluation outputs")
+    code_timeout_s: float = Field(10.0, gt=0.0, description="wall-clock limit per HumanEval program")
+
+
+class RegistryConfig(_Section):
+    model_name: str = Field("agent-gspo-policy", description="registered model name")
+    accuracy_tolerance: float = Field(0.01, ge=0.0, le=1.0, description="allowed accuracy drop vs champion")
+    max_token_ratio: float = Field(1.0, gt=0.0, description="candidate tokens may be at most this x champion's")
+    min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="absolute bar for the first champion")
+
+
+class TrackingConfig(_Section):
+    uri: str = Field("sqlite:///mlflow.db", description="MLflow tracking URI")
+    experiment: str = Field("agent-gspo", description="MLflow experiment")
+    log_model: bool = Field(True, description="log and register the final policy")
+
+
+class Config(_Section):
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    mas: MasConfig = Field(default_factory=MasConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    gspo: GspoConfig = Field(default_factory=GspoConfig)
+    deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    registry: RegistryConfig = Field(default_factory=RegistryConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    profile: str = Field("default", description="name of the applied profile")
+
+    def hash(self) -> str:
+        """sha256 of the canonical JSON of this config (the 'config hash' in tags and checkpoints)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def flat(self) -> dict[str, Any]:
+        """Flattened ``section.key`` mapping, for MLflow params."""
+        out: dict[str, Any] = {}
+        for section, values in self.model_dump(mode="json").items():
+            if isinstance(values, dict):
+                out.update({f"{section}.{k}": v for k, v in values.items()})
+            else:
+                out[section] = values
+        return out
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Return ``base`` with ``override`` merged in recursively (override wins)."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse ``section.key=value`` (value as YAML) into a key path and a value."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected section.key=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({exc})") from exc
+    return key.strip().split("."), value
+
+
+def _format_errors(exc: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "<root>"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+            section = Config.model_fields.get(str(err["loc"][0])) if err["loc"] else None
+            if section is not None and len(err["loc"]) == 2 and hasattr(section.annotation, "model_fields"):
+                msg += f" (allowed: {', '.join(section.annotation.model_fields)})"
+            elif len(err["loc"]) == 1:
+                msg += f" (allowed sections: {', '.join(k for k in Config.model_fields if k != 'profile')})"
+        lines.append(f"  {path}: {msg} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def load_config(path: str | os.PathLike[str] | None = None, profile: str | None = None,
+                overrides: list[str] | None = None) -> Config:
+    """Read ``params.yaml``, apply ``profiles[profile]`` then ``overrides``, validate.
+
+    ``profile`` defaults to ``$AGENT_GSPO_PROFILE`` or ``default``. A missing file gives the
+    schema defaults. Raises :class:`ConfigError` naming the file, key path and allowed values.
+    """
+    path = Path(path) if path is not None else Path(os.environ.get("AGENT_GSPO_PARAMS", DEFAULT_PARAMS))
+    profile = profile or os.environ.get("AGENT_GSPO_PROFILE") or "default"
+    raw: dict[str, Any] = {}
+    if path.exists():
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: top level must be a mapping of sections")
+        raw = loaded or {}
+    profiles = raw.pop("profiles", {}) or {}
+    if not isinstance(profiles, dict):
+        raise ConfigError(f"{path}: profiles must be a mapping of name -> overrides")
+    if profile != "default" or profile in profiles:
+        if profile not in profiles and profile != "default":
+            raise ConfigError(f"{path}: unknown profile {profile!r} (allowed: default, {', '.join(profiles)})")
+        raw = deep_merge(raw, profiles.get(profile) or {})
+    for text in overrides or []:
+        keys, value = parse_override(text)
+        node = raw
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {text!r}: {k} is not a section")
+        node[keys[-1]] = value
+    raw["profile"] = profile
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, f"{path} (profile {profile})")) from exc

@@ -1,0 +1,80 @@
+"""Raw file readers for the mirror formats (JSON Lines, gzip JSON Lines, JSON arrays, MMLU CSV).
+
+Each reader turns low-level failures (bad JSON, truncated gzip, bad UTF-8, wrong CSV width)
+into a :class:`DataError` naming benchmark, file and line/row, instead of letting a bare
+``EOFError`` or ``JSONDecodeError`` escape from deep inside the standard library.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from components.data.spec import DataError
+
+
+def read_jsonl(path: Path, benchmark: str, gz: bool = False) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_no, obj)`` (1-based) from JSON Lines, optionally gzip-compressed.
+
+    Blank lines are skipped. Truncated/corrupt gzip and undecodable bytes become a DataError
+    naming the last line read, instead of a bare ``EOFError`` from deep inside gzip.
+    """
+    line_no = 0
+    try:
+        fh = gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
+        with fh:
+            for line_no, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield line_no, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DataError(
+                        f"{benchmark}: {path}:{line_no}: invalid JSON ({exc.msg} at column {exc.colno})"
+                    ) from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise DataError(
+            f"{benchmark}: {path}: corrupt or truncated gzip after line {line_no} ({exc})"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{benchmark}: {path}:{line_no + 1}: not UTF-8 ({exc.reason})") from None
+
+
+def read_json_array(path: Path, benchmark: str) -> list[Any]:
+    """Load a file holding one JSON array (MultiArith, SVAMP)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(
+            f"{benchmark}: {path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{benchmark}: {path}: not UTF-8 ({exc.reason})") from None
+    if not isinstance(data, list):
+        raise DataError(f"{benchmark}: {path}: expected a JSON array, got {type(data).__name__}")
+    return data
+
+
+def read_mmlu_csv(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(row_no, row)`` from a header-less MMLU CSV (csv module: fields hold newlines)."""
+    subject = path.name.rsplit("_", 1)[0]
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        try:
+            for row_no, cells in enumerate(reader, start=1):
+                if len(cells) != 6:
+                    raise DataError(
+                        f"mmlu: {path}: row {row_no} (line {reader.line_num}) has "
+                        f"{len(cells)} columns, expected 6 (question, A, B, C, D, answer)"
+                    )
+                yield (
+                    row_no,
+                    {"question": cells[0], "choices": cells[1:5], "answer": cells[5], "subject": subject},
+                )
+        except csv.Error as exc:
+            raise DataError(f"mmlu: {path}: line {reader.line_num}: {exc}") from None

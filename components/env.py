@@ -1,0 +1,32 @@
+"""Offline-safety environment defaults (DESIGN.md §4), applied by the project itself.
+
+Imported first by ``components/__init__.py`` so every entry point (CLI, flows, DVC stages,
+tests) makes no outside connection unless the user asks for the hub. Values already set by
+the user win (``setdefault``), so ``HF_HUB_OFFLINE=0 agent-gspo prepare`` reaches the hub.
+"""
+
+from __future__ import annotations
+
+import os
+
+OFFLINE_DEFAULTS: dict[str, str] = {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DVC_NO_ANALYTICS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "HF_UPDATE_DOWNLOAD_COUNTS": "false",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def apply_offline_defaults() -> None:
+    """Set each offline default unless the variable is already set."""
+    for key, value in OFFLINE_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    # datasets and transformers give their own switches priority over HF_HUB_OFFLINE: make them
+    # follow it, so HF_HUB_OFFLINE=0 alone really reaches the hub.
+    for key in ("HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ.setdefault(key, os.environ["HF_HUB_OFFLINE"])

@@ -1,0 +1,89 @@
+"""Config schema: params.yaml validates, profiles merge, bad input names the key path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.cli import main
+from components.config import Config, ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+PARAMS = ROOT / "params.yaml"
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_committed_params_validate_for_every_profile():
+    raw = yaml.safe_load(PARAMS.read_text())
+    for profile in raw["profiles"]:
+        cfg = load_config(PARAMS, profile)
+        assert cfg.profile == profile
+    smoke = load_config(PARAMS, "smoke")
+    assert smoke.gspo.steps < load_config(PARAMS, "default").gspo.steps
+
+
+def test_committed_params_list_every_schema_key():
+    raw = yaml.safe_load(PARAMS.read_text())
+    for section, field in Config.model_fields.items():
+        if section == "profile":
+            continue
+        assert section in raw, f"params.yaml lacks section {section}"
+        missing = set(field.annotation.model_fields) - set(raw[section])
+        assert not missing, f"params.yaml section {section} lacks {missing}"
+
+
+def test_unknown_key_names_path_and_allowed(tmp_path):
+    path = _write(tmp_path, {"gspo": {"eps_lo": 0.1}})
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert "gspo.eps_lo" in msg and "unknown key" in msg and "eps_low" in msg
+
+
+def test_unknown_section(tmp_path):
+    with pytest.raises(ConfigError, match="trainer: unknown key.*allowed sections"):
+        load_config(_write(tmp_path, {"trainer": {}}))
+
+
+def test_wrong_type_and_range(tmp_path):
+    with pytest.raises(ConfigError, match="mas.agents"):
+        load_config(_write(tmp_path, {"mas": {"agents": "three"}}))
+    with pytest.raises(ConfigError, match=r"gspo.group_size.*greater than or equal to 2"):
+        load_config(_write(tmp_path, {"gspo": {"group_size": 1}}))
+    with pytest.raises(ConfigError, match=r"mas.topology.*'complete'"):
+        load_config(_write(tmp_path, {"mas": {"topology": "ring"}}))
+
+
+def test_profile_merge_and_override(tmp_path):
+    path = _write(tmp_path, {"gspo": {"steps": 10, "lr": 1e-5},
+                             "profiles": {"quick": {"gspo": {"steps": 2}}}})
+    cfg = load_config(path, "quick", ["gspo.group_size=3"])
+    assert (cfg.gspo.steps, cfg.gspo.lr, cfg.gspo.group_size) == (2, 1e-5, 3)
+    with pytest.raises(ConfigError, match="unknown profile 'nope'"):
+        load_config(path, "nope")
+
+
+def test_custom_topology_needs_matrix(tmp_path):
+    with pytest.raises(ConfigError, match="3x3 matrix"):
+        load_config(_write(tmp_path, {"mas": {"topology": "custom", "agents": 3}}))
+
+
+def test_config_hash_is_stable_and_sensitive():
+    a, b = load_config(PARAMS), load_config(PARAMS)
+    assert a.hash() == b.hash()
+    assert a.hash() != load_config(PARAMS, overrides=["budget.target=123"]).hash()
+
+
+def test_cli_bad_params_exit_2(tmp_path, capsys):
+    path = _write(tmp_path, {"reward": {"lambda_tok": -1}})
+    rc = main(["validate", "--params", str(path), "--data", str(tmp_path)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "reward.lambda_tok" in err and "greater than or equal to 0" in err

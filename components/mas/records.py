@@ -1,0 +1,112 @@
+"""Episode records returned by the rollout engine (DESIGN.md §3).
+
+Token ids end to end: every count below is computed from the ids the policy generated, never
+by re-tokenising text. ``prompt_ids`` is kept so the trainer can recompute log-probs of exactly
+the sequence the behaviour policy saw; it is left out of ``to_dict(compact=True)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Message:
+    """One agent turn: a GSPO "sequence"."""
+
+    question_id: str
+    group_index: int
+    """which of the G sampled episodes of this question"""
+    agent_id: int
+    role: str
+    round: int
+    prompt_ids: list[int]
+    """token ids of the full prompt the agent saw (chat template applied)"""
+    completion_ids: list[int]
+    """generated token ids, EOS included when generated, padding excluded"""
+    logprobs: list[float]
+    """behaviour-policy log-prob of each completion id (same length as completion_ids)"""
+    silent: bool
+    """the agent emitted the silence marker: not delivered, no communication cost"""
+    recipients: list[int]
+    """agents this message was delivered to (empty when silent)"""
+    text: str = ""
+    """decoded completion, for transcripts and answer extraction only"""
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.completion_ids)
+
+    @property
+    def communicated_tokens(self) -> int:
+        """k tokens delivered to r recipients cost k*r."""
+        return 0 if self.silent else self.completion_tokens * len(self.recipients)
+
+
+@dataclass
+class Episode:
+    """One multi-agent episode on one question (one of the G samples of a group)."""
+
+    question_id: str
+    group_index: int
+    benchmark: str
+    messages: list[Message]
+    final_answer: str
+    """the aggregated answer text (majority over extracted answers, or the decision agent's text)"""
+    correct: bool
+    extracted: str | None = None
+    score_error: str | None = None
+    repetition: float = 0.0
+    """mean n-gram overlap of messages with earlier messages of the episode, 0..1"""
+    reward: float = 0.0
+    reward_parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(m.prompt_tokens for m in self.messages)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(m.completion_tokens for m in self.messages)
+
+    @property
+    def communicated_tokens(self) -> int:
+        return sum(m.communicated_tokens for m in self.messages)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def turns(self) -> int:
+        """non-silent messages"""
+        return sum(not m.silent for m in self.messages)
+
+    @property
+    def silence_rate(self) -> float:
+        return sum(m.silent for m in self.messages) / max(1, len(self.messages))
+
+    def tokens(self, measure: str) -> int:
+        """Token count under a measure: completion | communicated | total."""
+        if measure == "completion":
+            return self.completion_tokens
+        if measure == "communicated":
+            return self.communicated_tokens
+        if measure == "total":
+            return self.total_tokens
+        raise ValueError(f"unknown token measure {measure!r} (allowed: completion, communicated, total)")
+
+    def to_dict(self, compact: bool = True) -> dict[str, Any]:
+        out = asdict(self)
+        if compact:
+            for m in out["messages"]:
+                m["prompt_tokens"] = len(m.pop("prompt_ids"))
+        out.update(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                   communicated_tokens=self.communicated_tokens, total_tokens=self.total_tokens,
+                   turns=self.turns, silence_rate=self.silence_rate)
+        return out

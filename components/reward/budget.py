@@ -1,0 +1,127 @@
+"""Dual (Lagrangian) budget controller for the token penalty λ_tok.
+
+The constrained problem  max E[r_task − …]  s.t.  E[tokens] ≤ B  has the Lagrangian
+E[r] − λ·(E[tokens]/B − 1). The policy (GSPO) ascends in θ; the controller does projected dual
+ascent in λ after every rollout batch:
+
+    λ ← clip(λ + η · (mean_tokens / B − 1), λ_min, λ_max)
+
+so λ grows while the batch is over budget and decays (to λ_min) while it is under. The
+constraint is normalised by B so that η does not depend on the size of the budget.
+
+**Which tokens B counts:** B is a mean per *episode* under ``RewardConfig.token_measure``
+(completion, communicated or total tokens, the same count the reward's token penalty uses), and
+``mean_tokens`` passed to :meth:`DualBudgetController.update` must be the batch mean of
+``episode.tokens(cfg.token_measure)``. Hand-written: it is one line of arithmetic plus
+checkpointable state; no library offers it in a form worth the dependency.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+from components.config import BudgetConfig, RewardConfig
+from components.errors import UserError
+
+STATE_VERSION = 1
+
+
+class BudgetError(UserError):
+    """Bad controller settings, a bad observation, or a checkpoint state that does not fit."""
+
+
+def _finite(name: str, value: float) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError) as exc:
+        raise BudgetError(f"{name} must be a number (got {value!r})") from exc
+    if not math.isfinite(out):
+        raise BudgetError(f"{name} must be finite (got {value!r})")
+    return out
+
+
+class DualBudgetController:
+    """Steers λ_tok so that mean tokens per episode track the budget B (``target``).
+
+    ``history`` holds one dict per :meth:`update`: ``step`` (1-based), ``mean_tokens``,
+    ``budget``, ``lambda_used`` (λ the batch was rewarded with) and ``lambda`` (λ after the
+    update, used for the next batch). With ``enabled=False`` λ stays at ``lambda_init`` but the
+    history is still recorded (the ablation "fixed λ").
+    """
+
+    def __init__(self, target: float, lr: float, lambda_init: float, lambda_min: float = 0.0,
+                 lambda_max: float = 10.0, enabled: bool = True) -> None:
+        self.target = _finite("budget.target", target)
+        self.lr = _finite("budget.lr", lr)
+        self.lambda_min = _finite("budget.lambda_min", lambda_min)
+        self.lambda_max = _finite("budget.lambda_max", lambda_max)
+        lam = _finite("reward.lambda_tok", lambda_init)
+        if self.target <= 0:
+            raise BudgetError(f"budget.target: B must be > 0 tokens (got {target!r})")
+        if self.lr <= 0:
+            raise BudgetError(f"budget.lr: the dual step size must be > 0 (got {lr!r})")
+        if not 0.0 <= self.lambda_min <= self.lambda_max:
+            raise BudgetError(f"budget.lambda_min/lambda_max: need 0 <= lambda_min <= lambda_max "
+                              f"(got {lambda_min!r}, {lambda_max!r})")
+        if not self.lambda_min <= lam <= self.lambda_max:
+            raise BudgetError(f"reward.lambda_tok: initial value {lambda_init!r} lies outside "
+                              f"[budget.lambda_min, budget.lambda_max] = [{lambda_min!r}, {lambda_max!r}]")
+        self.lambda_tok = lam
+        self.enabled = bool(enabled)
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+
+    @classmethod
+    def from_config(cls, budget: BudgetConfig, reward: RewardConfig) -> DualBudgetController:
+        """Controller from ``budget.*`` with λ starting at ``reward.lambda_tok``."""
+        return cls(target=budget.target, lr=budget.lr, lambda_init=reward.lambda_tok,
+                   lambda_min=budget.lambda_min, lambda_max=budget.lambda_max, enabled=budget.enabled)
+
+    def update(self, mean_tokens: float) -> float:
+        """One projected dual-ascent step from a batch's mean tokens per episode; returns the new λ."""
+        m = _finite("mean_tokens", mean_tokens)
+        if m < 0:
+            raise BudgetError(f"mean_tokens must be >= 0 (got {mean_tokens!r})")
+        used = self.lambda_tok
+        if self.enabled:
+            raw = used + self.lr * (m / self.target - 1.0)
+            self.lambda_tok = min(self.lambda_max, max(self.lambda_min, raw))
+        self.step += 1
+        self.history.append({"step": self.step, "mean_tokens": m, "budget": self.target,
+                             "lambda_used": used, "lambda": self.lambda_tok})
+        return self.lambda_tok
+
+    def metrics(self) -> dict[str, float]:
+        """Current values under the shared metric names (``train/lambda_tok``, ``train/budget``)."""
+        return {"train/lambda_tok": self.lambda_tok, "train/budget": self.target}
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state for checkpoints (floats round-trip exactly through JSON)."""
+        return {"version": STATE_VERSION, "target": self.target, "lr": self.lr,
+                "lambda_min": self.lambda_min, "lambda_max": self.lambda_max,
+                "lambda_tok": self.lambda_tok, "enabled": self.enabled, "step": self.step,
+                "history": copy.deepcopy(self.history)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` exactly (the checkpoint's settings win over the constructor's)."""
+        if not isinstance(state, dict):
+            raise BudgetError(f"budget controller state must be a dict (got {type(state).__name__})")
+        required = ("version", "target", "lr", "lambda_min", "lambda_max", "lambda_tok", "enabled", "step",
+                    "history")
+        missing = [k for k in required if k not in state]
+        if missing:
+            raise BudgetError(f"budget controller state: missing keys {missing}")
+        if state["version"] != STATE_VERSION:
+            raise BudgetError(f"budget controller state: version {state['version']!r} "
+                              f"(this code reads {STATE_VERSION})")
+        fresh = DualBudgetController(state["target"], state["lr"], state["lambda_tok"], state["lambda_min"],
+                                     state["lambda_max"], state["enabled"])
+        self.__dict__.update(fresh.__dict__)
+        self.step = int(state["step"])
+        self.history = copy.deepcopy(list(state["history"]))
+
+    def __repr__(self) -> str:
+        return (f"DualBudgetController(target={self.target}, lr={self.lr}, lambda_tok={self.lambda_tok}, "
+                f"bounds=[{self.lambda_min}, {self.lambda_max}], step={self.step}, enabled={self.enabled})")

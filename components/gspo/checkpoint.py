@@ -1,0 +1,285 @@
+"""Atomic, resumable training checkpoints.
+
+Layout of ``<out_dir>/checkpoints/step-000010/``::
+
+    model/              HF weights + tokenizer (``from_pretrained`` loads it); rank 0 writes
+    engine/             optimizer + scheduler + counters: ``engine_state.pt`` (torch engine) or
+                        ``deepspeed/state/*`` (DeepSpeed ``save_checkpoint``: every rank writes
+                        its ZeRO shard, the only layout that is right for every stage)
+    rng/rank-00000.pt   python / numpy / torch CPU / CUDA RNG states, one file per rank
+    extra.json          caller state (dual controller, data cursor, config hash, metrics history);
+                        ``extra.pkl`` when it is not JSON-serialisable
+    meta.json           step, engine kind, world size; written last = "this checkpoint is complete"
+
+Atomicity: everything is written into ``checkpoints/.tmp-step-000010`` (a name every rank can
+compute), fsynced, then renamed to ``step-000010`` by rank 0 in one ``os.replace``. A crash at any
+point leaves either no ``step-*`` folder or a complete one; :func:`latest_checkpoint` only accepts
+``step-NNNNNN`` folders holding ``meta.json``, so leftovers are never resumed from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from components.errors import UserError
+from components.gspo.distributed import barrier
+from components.gspo.engines import TrainEngine
+
+CHECKPOINTS = "checkpoints"
+_STEP_RE = re.compile(r"^step-(\d{6,})$")
+_TMP_PREFIX = ".tmp-step-"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(UserError):
+    """A checkpoint folder that is missing, incomplete or does not fit the engine."""
+
+
+@dataclass(frozen=True)
+class CheckpointMeta:
+    """Contents of ``meta.json``."""
+
+    step: int
+    """training step the checkpoint was taken after"""
+    engine: str
+    """engine kind that wrote it (torch | deepspeed)"""
+    world_size: int
+    """number of ranks that wrote it"""
+    extra_format: str
+    """json | pickle"""
+    created: float
+    """unix time"""
+    version: int = FORMAT_VERSION
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file, then every folder bottom-up, so the rename publishes durable data."""
+    for dirpath, _dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, numpy, torch CPU and (when present) every CUDA device's RNG state."""
+    state: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(),
+                             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _write_extra(folder: Path, extra: dict[str, Any]) -> str:
+    """JSON when it round-trips exactly (no tuples, int keys, objects), else pickle."""
+    try:
+        text = json.dumps(extra, indent=2, sort_keys=True, allow_nan=True)
+        exact = json.loads(text) == extra
+    except (TypeError, ValueError):
+        exact = False
+    if not exact:
+        with open(folder / "extra.pkl", "wb") as fh:
+            pickle.dump(extra, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        return "pickle"
+    (folder / "extra.json").write_text(text + "\n")
+    return "json"
+
+
+def save_checkpoint(out_dir: str | os.PathLike[str], step: int, engine: TrainEngine, tokenizer: Any = None,
+                    *, extra: dict[str, Any] | None = None, keep: int | None = None) -> Path:
+    """Write ``<out_dir>/checkpoints/step-NNNNNN`` atomically and return its path.
+
+    Collective: every rank must call it (DeepSpeed shards and per-rank RNG). ``keep`` prunes to
+    the last ``keep`` checkpoints afterwards. An existing folder for the same step is replaced.
+    """
+    if step < 0:
+        raise CheckpointError(f"save_checkpoint: step={step} must be >= 0")
+    info = engine.dist
+    root = Path(out_dir) / CHECKPOINTS
+    final = root / step_dir_name(step)
+    tmp = root / f"{_TMP_PREFIX}{step:06d}"
+    if info.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)  # leftover of a crashed save of the same step
+        tmp.mkdir(parents=True)
+    barrier()
+    try:
+        engine.save_checkpoint_state(tmp / "engine")
+        (tmp / "rng").mkdir(exist_ok=True)
+        torch.save(rng_state(), tmp / "rng" / f"rank-{info.rank:05d}.pt")
+        with engine.gathered_parameters():
+            if info.is_main:
+                engine.module.save_pretrained(tmp / "model")
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(tmp / "model")
+        barrier()
+        if info.is_main:
+            fmt = _write_extra(tmp, dict(extra or {}))
+            meta = CheckpointMeta(step=step, engine=engine.kind, world_size=info.world_size, extra_format=fmt,
+                                  created=time.time())
+            (tmp / "meta.json").write_text(json.dumps(meta.__dict__, indent=2) + "\n")
+            _fsync_tree(tmp)
+            if final.exists():
+                trash = root / f".trash-{final.name}-{os.getpid()}"
+                os.replace(final, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            os.replace(tmp, final)
+            _fsync_dir(root)
+            if keep is not None:
+                prune_checkpoints(out_dir, keep)
+    except BaseException:
+        if info.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    barrier()
+    return final
+
+
+def list_checkpoints(out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Complete checkpoints (``step-NNNNNN`` with ``meta.json``), oldest first."""
+    root = Path(out_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir()
+             if (m := _STEP_RE.match(p.name)) and p.is_dir() and (p / "meta.json").is_file()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(out_dir: str | os.PathLike[str]) -> Path | None:
+    """Newest complete checkpoint, or None. Temporary and incomplete folders are ignored."""
+    found = list_checkpoints(out_dir)
+    return found[-1] if found else None
+
+
+def prune_checkpoints(out_dir: str | os.PathLike[str], keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` checkpoints and stale temporary folders; return what went."""
+    if keep < 1:
+        raise CheckpointError(f"gspo.keep_checkpoints={keep} must be >= 1")
+    ckpts = list_checkpoints(out_dir)
+    removed = ckpts[:-keep]
+    root = Path(out_dir) / CHECKPOINTS
+    removed += [p for p in root.iterdir() if p.name.startswith((_TMP_PREFIX, ".trash-"))]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def read_meta(path: str | os.PathLike[str]) -> CheckpointMeta:
+    """``meta.json`` of a checkpoint; :class:`CheckpointError` if it is missing (incomplete)."""
+    meta_path = Path(path) / "meta.json"
+    if not meta_path.is_file():
+        raise CheckpointError(f"{path}: not a complete checkpoint (no meta.json); "
+                              f"use latest_checkpoint() or pass a step-NNNNNN folder")
+    raw = json.loads(meta_path.read_text())
+    return CheckpointMeta(**raw)
+
+
+def load_hf_weights(module: nn.Module, model_dir: Path) -> None:
+    """Copy weights saved by ``save_pretrained`` back into ``module`` in place (bit-exact).
+
+    In place (not ``from_pretrained``) because the engine's optimizer holds these very
+    parameter objects. Handles single-file and sharded safetensors and PEFT adapters; keys the
+    file lacks are allowed only when they are tied to a loaded tensor (e.g. ``lm_head``).
+    """
+    from safetensors.torch import load_file
+
+    adapter = model_dir / "adapter_model.safetensors"
+    if adapter.is_file():
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(module, load_file(str(adapter)))
+        if getattr(result, "unexpected_keys", None):
+            raise CheckpointError(f"{adapter}: unexpected adapter keys {result.unexpected_keys[:5]}")
+        return
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    elif (model_dir / "model.safetensors").is_file():
+        files = ["model.safetensors"]
+    else:
+        raise CheckpointError(f"{model_dir}: no model.safetensors(.index.json) or adapter_model.safetensors")
+    state: dict[str, torch.Tensor] = {}
+    for name in files:
+        state.update(load_file(str(model_dir / name)))
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    if unexpected:
+        raise CheckpointError(f"{model_dir}: weights not in the model: {unexpected[:5]}")
+    own = module.state_dict(keep_vars=True)
+    loaded_ptrs = {own[k].data_ptr() for k in state if k in own}
+    untied = [k for k in missing if own[k].data_ptr() not in loaded_ptrs]
+    if untied:
+        raise CheckpointError(f"{model_dir}: checkpoint lacks weights {untied[:5]}")
+
+
+def load_checkpoint(path: str | os.PathLike[str], engine: TrainEngine) -> dict[str, Any]:
+    """Restore weights, optimizer, scheduler, counters and this rank's RNG; return ``extra``.
+
+    Collective. The RNG file of this rank is used; if the world size changed (torch engine only)
+    ranks without their own file take rank 0's states.
+    """
+    path = Path(path)
+    meta = read_meta(path)
+    if meta.engine != engine.kind:
+        raise CheckpointError(f"{path}: written by the {meta.engine} engine, cannot load into {engine.kind} "
+                              f"(set gspo.engine: {meta.engine})")
+    if meta.engine == "deepspeed" and meta.world_size != engine.dist.world_size:
+        raise CheckpointError(f"{path}: DeepSpeed checkpoint of world size {meta.world_size}, "
+                              f"running with {engine.dist.world_size}")
+    if not engine.restores_weights:
+        load_hf_weights(engine.module, path / "model")
+    engine.load_checkpoint_state(path / "engine")
+    rng_file = path / "rng" / f"rank-{engine.dist.rank:05d}.pt"
+    if not rng_file.is_file():
+        rng_file = path / "rng" / "rank-00000.pt"
+    if not rng_file.is_file():
+        raise CheckpointError(f"{path}/rng: no RNG state file")
+    set_rng_state(torch.load(rng_file, weights_only=False))
+    if meta.extra_format == "pickle":
+        with open(path / "extra.pkl", "rb") as fh:
+            extra: dict[str, Any] = pickle.load(fh)
+    else:
+        extra = json.loads((path / "extra.json").read_text())
+    barrier()  # every rank finished reading before anyone may prune or overwrite
+    return extra
+
+
+__all__ = [
+    "CheckpointError", "CheckpointMeta", "latest_checkpoint", "list_checkpoints", "load_checkpoint",
+    "load_hf_weights", "prune_checkpoints", "read_meta", "rng_state", "save_checkpoint", "set_rng_state",
+    "step_dir_name",
+]

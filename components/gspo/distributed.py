@@ -1,0 +1,222 @@
+"""Process-group helpers shared by the trainer, the engines and checkpoints.
+
+Why these exist: the same training code runs as one plain process (tests, laptops), under
+``torchrun`` and under the ``deepspeed`` launcher. Every helper below therefore degrades to the
+obvious single-process answer when no process group exists (``all_gather_objects`` returns
+``[obj]``, ``barrier`` does nothing), so callers never branch on "am I distributed?".
+
+Decision on when a default process group is created (DESIGN §4):
+
+* ``world_size > 1``: always (nccl on CUDA, gloo otherwise).
+* ``world_size == 1`` and ``for_deepspeed=True``: yes, through
+  ``deepspeed.init_distributed(dist_backend=..., auto_mpi_discovery=False)``. DeepSpeed's engine
+  needs its communication backend even for one rank; with RANK/WORLD_SIZE/... set it never tries
+  MPI discovery. On CPU the first call JIT-builds DeepSpeed's small ``shm_comm`` C++ op (minutes
+  on 2 cores, once); :func:`ensure_torch_extensions_dir` points the build cache at
+  ``~/.cache/agent-gspo/torch_extensions`` so later runs reuse it.
+* ``world_size == 1`` otherwise: no group; plain torch needs none.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from components.errors import UserError
+
+T = TypeVar("T")
+
+DEFAULT_MASTER_PORT = 29500
+TORCH_EXTENSIONS_DEFAULT = "~/.cache/agent-gspo/torch_extensions"
+
+
+class DistributedError(UserError):
+    """Inconsistent launcher environment (RANK/WORLD_SIZE/...) or bad sharding arguments."""
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits in the job."""
+
+    rank: int
+    """global rank (0..world_size-1)"""
+    world_size: int
+    """number of processes in the job"""
+    local_rank: int
+    """rank on this node; selects the CUDA device"""
+    is_main: bool
+    """True on global rank 0 (the one that writes shared files and logs)"""
+
+    @property
+    def device(self) -> torch.device:
+        """``cuda:<local_rank>`` when CUDA is available, else ``cpu``."""
+        if torch.cuda.is_available():
+            return torch.device("cuda", self.local_rank)
+        return torch.device("cpu")
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1 (for single-process groups and tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ensure_torch_extensions_dir() -> str:
+    """Set ``TORCH_EXTENSIONS_DIR`` (unless the user did) so DeepSpeed's JIT op build is cached."""
+    path = os.path.expanduser(os.environ.get("TORCH_EXTENSIONS_DIR") or TORCH_EXTENSIONS_DEFAULT)
+    os.makedirs(path, exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = path
+    return path
+
+
+def _env_int(name: str) -> int:
+    raw = os.environ[name]
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise DistributedError(f"environment variable {name}={raw!r} is not an integer") from exc
+
+
+def _set_env_defaults() -> None:
+    """Fill RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT when a launcher did not.
+
+    With WORLD_SIZE=1 and no MASTER_PORT we pick a free port instead of 29500: a lone process
+    has no peer that must agree on the port, and parallel test runs on one machine would
+    otherwise collide on the TCP store.
+    """
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        single = os.environ["WORLD_SIZE"] == "1"
+        os.environ["MASTER_PORT"] = str(free_port() if single else DEFAULT_MASTER_PORT)
+
+
+def dist_info() -> DistInfo:
+    """This process's position, from the live process group if any, else from the environment."""
+    if dist.is_available() and dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank = int(os.environ.get("RANK", "0"))
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    return DistInfo(rank=rank, world_size=world, local_rank=local, is_main=rank == 0)
+
+
+def init_distributed(backend: str | None = None, *, for_deepspeed: bool = False,
+                     timeout_s: float = 1800.0) -> DistInfo:
+    """Set the launcher env defaults and create the default process group when needed.
+
+    Idempotent: a second call returns the current :class:`DistInfo`. ``backend`` defaults to
+    ``nccl`` on CUDA and ``gloo`` otherwise. Raises :class:`DistributedError` when RANK or
+    LOCAL_RANK do not fit WORLD_SIZE (a mis-set launcher), naming the variable.
+    """
+    _set_env_defaults()
+    rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
+    if world < 1 or not 0 <= rank < world:
+        raise DistributedError(f"RANK={rank} / WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
+    if local < 0:
+        raise DistributedError(f"LOCAL_RANK={local} must be >= 0")
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)
+    already = dist.is_available() and dist.is_initialized()
+    if for_deepspeed:
+        ensure_torch_extensions_dir()
+        import deepspeed  # local import: the torch engine path must not need DeepSpeed
+
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                                   timeout=timedelta(seconds=timeout_s), verbose=False)
+    elif world > 1 and not already:
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    return dist_info()
+
+
+def is_distributed() -> bool:
+    """True when a default process group exists."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def shutdown_distributed() -> None:
+    """Destroy the default process group (DESIGN: always at exit). Safe to call twice.
+
+    No barrier first: after a failure on one rank a barrier would hang the others. When
+    DeepSpeed's comm layer holds the group, its own ``destroy_process_group`` is used: it also
+    drops DeepSpeed's cached sub-groups, without which a later ``deepspeed.initialize`` in the
+    same process (tests, Optuna trials) would use destroyed groups.
+    """
+    if not is_distributed():
+        return
+    ds_comm = sys.modules.get("deepspeed.comm.comm")
+    if ds_comm is not None and getattr(ds_comm, "cdb", None) is not None:
+        ds_comm.destroy_process_group()
+    else:
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    """Wait for all ranks; no-op without a process group."""
+    if is_distributed():
+        dist.barrier()
+
+
+def all_gather_objects(obj: T) -> list[T]:
+    """Every rank's ``obj`` (picklable), indexed by rank. ``[obj]`` without a process group."""
+    if not is_distributed():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj: T, src: int = 0) -> T:
+    """``obj`` as held by rank ``src``, on every rank. Identity without a process group."""
+    if not is_distributed():
+        return obj
+    box: list[Any] = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def all_reduce_mean(value: float) -> float:
+    """Mean of a Python float over ranks (float64 on the collective's device)."""
+    if not is_distributed():
+        return float(value)
+    device = torch.device("cuda", torch.cuda.current_device()) \
+        if dist.get_backend() == "nccl" else torch.device("cpu")
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return float(t.item()) / dist.get_world_size()
+
+
+def shard(items: Sequence[T], rank: int, world: int,
+          strategy: Literal["contiguous", "strided"] = "contiguous") -> list[T]:
+    """This rank's share of ``items``; the shares of ranks 0..world-1 partition ``items``.
+
+    ``contiguous``: consecutive blocks whose sizes differ by at most one (earlier ranks get the
+    extra item), so a rank's questions stay in input order. ``strided``: ``items[rank::world]``.
+    Deterministic: depends only on the arguments.
+    """
+    if world < 1:
+        raise DistributedError(f"shard: world={world} must be >= 1")
+    if not 0 <= rank < world:
+        raise DistributedError(f"shard: rank={rank} outside 0..{world - 1}")
+    if strategy == "strided":
+        return list(items[rank::world])
+    if strategy != "contiguous":
+        raise DistributedError(f"shard: unknown strategy {strategy!r} (allowed: contiguous, strided)")
+    base, extra = divmod(len(items), world)
+    start = rank * base + min(rank, extra)
+    stop = start + base + (1 if rank < extra else 0)
+    return list(items[start:stop])

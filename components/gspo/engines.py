@@ -1,0 +1,384 @@
+"""Training engines: one small interface over DeepSpeed and plain torch.
+
+The GSPO trainer only ever calls ``backward(loss)`` once per micro-batch, ``step()`` after
+``grad_accum`` of them, ``zero_grad()``, and uses ``engine.module`` (the unwrapped Hugging Face
+model) for forward passes, generation and ``save_pretrained``. Both engines honour that contract:
+
+* ``backward(loss)`` takes the micro-batch loss and divides it by ``grad_accum`` (so the update
+  uses the mean over micro-batches, DeepSpeed's ``scale_wrt_gas`` semantics);
+* ``step()`` must follow exactly ``grad_accum`` ``backward`` calls (otherwise
+  :class:`EngineUsageError`); it averages gradients over ranks, clips to ``grad_clip``,
+  updates, advances the LR schedule and returns the pre-clipping global gradient norm.
+
+DeepSpeed (DESIGN §4): a torch ``AdamW`` is passed in (no JIT-compiled DeepSpeed optimizer), the
+config comes from :func:`deepspeed_config`. DeepSpeed's managed accumulation wants ``step()``
+after *every* micro-batch; :class:`DeepSpeedEngine` issues those intermediate calls inside
+``backward`` so its public ``step()`` means "one optimizer update" exactly like the torch engine.
+
+Torch: gradients are all-reduced explicitly in ``step()`` instead of through
+``DistributedDataParallel``. DDP only synchronises gradients when the forward pass goes through
+the DDP wrapper, but the trainer runs forwards through ``engine.module`` (the same object used for
+generation); an explicit averaged all-reduce is correct however the forward was called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from components.config import DeepSpeedConfig, GspoConfig
+from components.errors import UserError
+from components.gspo.distributed import DistInfo, dist_info, init_distributed, is_distributed
+from components.gspo.schedule import build_scheduler
+from components.io import write_json_atomic
+
+TORCH_STATE_FILE = "engine_state.pt"
+DS_STATE_DIR = "deepspeed"
+DS_TAG = "state"
+
+
+class EngineUsageError(UserError):
+    """The engine was driven in a way that would silently train wrongly (e.g. step() too early)."""
+
+
+class TrainEngine(ABC):
+    """What the trainer needs from a training backend (see the module docstring for semantics)."""
+
+    kind: str = "abstract"
+    """``deepspeed`` or ``torch`` (written into checkpoint metadata)"""
+    restores_weights: bool = False
+    """True when ``load_checkpoint_state`` also restores the module weights"""
+
+    def __init__(self, grad_accum: int, info: DistInfo) -> None:
+        if grad_accum < 1:
+            raise EngineUsageError(f"gspo.grad_accum={grad_accum} must be >= 1")
+        self.grad_accum = grad_accum
+        self.dist = info
+        self._micro = 0
+
+    # -- model access -------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def module(self) -> nn.Module:
+        """The unwrapped HF model: forward passes, ``generate`` and ``save_pretrained``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def train(self) -> None:
+        self.module.train()
+
+    def eval(self) -> None:
+        self.module.eval()
+
+    @contextlib.contextmanager
+    def gathered_parameters(self) -> Iterator[None]:
+        """Full parameters available inside (ZeRO-3 gathers them; a no-op otherwise)."""
+        yield
+
+    # -- optimisation -------------------------------------------------------------------------
+    @abstractmethod
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate gradients of one micro-batch's scalar ``loss`` (divided by grad_accum)."""
+
+    @abstractmethod
+    def step(self) -> float:
+        """One optimizer update after ``grad_accum`` backward calls; returns the grad norm."""
+
+    @abstractmethod
+    def zero_grad(self) -> None:
+        """Drop accumulated gradients."""
+
+    @property
+    @abstractmethod
+    def lr(self) -> float:
+        """Learning rate the next update will use."""
+
+    @property
+    @abstractmethod
+    def optimizer_steps(self) -> int:
+        """Optimizer updates applied so far (restored by checkpoints)."""
+
+    # -- checkpoint state -----------------------------------------------------------------------
+    @abstractmethod
+    def save_checkpoint_state(self, folder: Path) -> None:
+        """Write optimizer, scheduler and engine counters into ``folder``. Collective: all ranks call."""
+
+    @abstractmethod
+    def load_checkpoint_state(self, folder: Path) -> None:
+        """Restore what :meth:`save_checkpoint_state` wrote. Collective: all ranks call."""
+
+    def _check_loss(self, loss: torch.Tensor) -> None:
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise EngineUsageError(f"backward() needs a scalar loss tensor, got {type(loss).__name__} "
+                                   f"{tuple(getattr(loss, 'shape', ()))}")
+        if self._micro >= self.grad_accum:
+            raise EngineUsageError(f"backward() called {self._micro + 1} times without step(); "
+                                   f"gspo.grad_accum={self.grad_accum}")
+
+    def _check_step(self) -> None:
+        if self._micro != self.grad_accum:
+            raise EngineUsageError(f"step() after {self._micro} backward() calls; gspo.grad_accum="
+                                   f"{self.grad_accum} micro-batches are needed per update")
+
+
+def _trainable(model: nn.Module) -> list[nn.Parameter]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise EngineUsageError("model has no trainable parameters (requires_grad=False everywhere)")
+    return params
+
+
+class TorchEngine(TrainEngine):
+    """Plain torch: AdamW + LambdaLR, explicit gradient all-reduce when WORLD_SIZE > 1.
+
+    A non-finite gradient norm skips the update (weights, optimizer and schedule untouched) and
+    counts it in ``skipped_steps``: one bad batch must not turn the policy into NaNs.
+    """
+
+    kind = "torch"
+
+    def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
+                 grad_accum: int = 1, schedule: str = "constant", warmup_steps: int = 0,
+                 total_steps: int = 1, info: DistInfo | None = None) -> None:
+        info = info or (init_distributed() if not is_distributed() else dist_info())
+        super().__init__(grad_accum, info)
+        self._model = model.to(info.device)
+        self.grad_clip = grad_clip
+        self._params = _trainable(self._model)
+        if is_distributed() and dist.get_world_size() > 1:
+            # what DDP does at construction: every rank starts from rank 0's weights
+            for t in list(self._model.parameters()) + list(self._model.buffers()):
+                dist.broadcast(t.data, src=0)
+        self.optimizer = torch.optim.AdamW(self._params, lr=lr, weight_decay=weight_decay)
+        self.scheduler = build_scheduler(self.optimizer, schedule, warmup_steps, total_steps)
+        self._steps = 0
+        self.skipped_steps = 0
+
+    @property
+    def module(self) -> nn.Module:
+        return self._model
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self._check_loss(loss)
+        (loss / self.grad_accum).backward()
+        self._micro += 1
+
+    def _all_reduce_grads(self) -> None:
+        """Average gradients over ranks in one flat buffer per dtype (missing grads count as 0)."""
+        world = dist.get_world_size()
+        by_dtype: dict[torch.dtype, list[nn.Parameter]] = {}
+        for p in self._params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            by_dtype.setdefault(p.grad.dtype, []).append(p)
+        for params in by_dtype.values():
+            flat = torch.cat([p.grad.reshape(-1) for p in params])  # [sum numel]
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            flat.div_(world)
+            offset = 0
+            for p in params:
+                n = p.grad.numel()
+                p.grad.copy_(flat[offset: offset + n].view_as(p.grad))
+                offset += n
+
+    def step(self) -> float:
+        self._check_step()
+        if is_distributed() and dist.get_world_size() > 1:
+            self._all_reduce_grads()
+        norm = float(torch.nn.utils.clip_grad_norm_(self._params, self.grad_clip))
+        self._micro = 0
+        if not math.isfinite(norm):
+            self.skipped_steps += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            return norm
+        self.optimizer.step()
+        self.scheduler.step()
+        self._steps += 1
+        return norm
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self._steps
+
+    def state_dict_for_checkpoint(self) -> dict[str, Any]:
+        """Optimizer, scheduler and counters (replicated on every rank, so rank 0's copy suffices)."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "steps": self._steps, "skipped_steps": self.skipped_steps}
+
+    def load_state_dict_from_checkpoint(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self._steps = int(state["steps"])
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        self._micro = 0
+
+    def save_checkpoint_state(self, folder: Path) -> None:
+        if self.dist.is_main:
+            folder.mkdir(parents=True, exist_ok=True)
+            torch.save(self.state_dict_for_checkpoint(), folder / TORCH_STATE_FILE)
+
+    def load_checkpoint_state(self, folder: Path) -> None:
+        path = folder / TORCH_STATE_FILE
+        if not path.is_file():
+            raise EngineUsageError(f"{path}: missing torch engine state (was the checkpoint written by "
+                                   f"the deepspeed engine? set gspo.engine accordingly)")
+        self.load_state_dict_from_checkpoint(torch.load(path, map_location=self.dist.device, weights_only=True))
+
+
+def deepspeed_config(cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig, world_size: int, on_gpu: bool) -> dict[str, Any]:
+    """The DeepSpeed JSON config for our loop.
+
+    ``train_micro_batch_size_per_gpu`` is 1 because the trainer packs its own micro-batches and
+    calls ``backward`` per micro-batch; DeepSpeed only uses these numbers for bookkeeping and for
+    the ``1 / gradient_accumulation_steps`` loss scaling. bf16 on GPU (fp32 master weights in the
+    ZeRO optimizer), plain fp32 on CPU. ``zero_allow_untested_optimizer`` admits torch AdamW.
+    """
+    zero: dict[str, Any] = {"stage": int(cfg_ds.zero_stage)}
+    if cfg_ds.zero_stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": int(cfg_gspo.grad_accum),
+        "train_batch_size": int(cfg_gspo.grad_accum) * int(world_size),
+        "gradient_clipping": float(cfg_gspo.grad_clip),
+        "zero_optimization": zero,
+        "bf16": {"enabled": bool(on_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported())},
+        "fp16": {"enabled": False},
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 10**12,
+        "wall_clock_breakdown": False,
+    }
+
+
+def write_deepspeed_config(path: str | Path, cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig,
+                           world_size: int, on_gpu: bool) -> Path:
+    """Write :func:`deepspeed_config` as JSON atomically (for ``infra/`` and launcher users)."""
+    write_json_atomic(path, deepspeed_config(cfg_gspo, cfg_ds, world_size, on_gpu))
+    return Path(path)
+
+
+class DeepSpeedEngine(TrainEngine):
+    """``deepspeed.initialize`` over the HF model with a torch AdamW and our LambdaLR.
+
+    Checkpoint state goes through DeepSpeed's own ``save_checkpoint``/``load_checkpoint`` (each
+    rank writes its ZeRO optimizer shard; module weights and the LR scheduler are included), the
+    simplest option that is correct for every ZeRO stage and world size layout.
+    """
+
+    kind = "deepspeed"
+    restores_weights = True
+
+    def __init__(self, model: nn.Module, cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig, total_steps: int) -> None:
+        info = init_distributed(for_deepspeed=True)  # idempotent; DeepSpeed needs its comm backend
+        import deepspeed  # imported here: the torch path must work without DeepSpeed installed
+
+        logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+        super().__init__(cfg_gspo.grad_accum, info)
+        self.zero_stage = int(cfg_ds.zero_stage)
+        on_gpu = torch.cuda.is_available()
+        self.config = deepspeed_config(cfg_gspo, cfg_ds, info.world_size, on_gpu)
+        optimizer = torch.optim.AdamW(_trainable(model), lr=cfg_gspo.lr, weight_decay=cfg_gspo.weight_decay)
+        scheduler = build_scheduler(optimizer, cfg_gspo.lr_schedule, cfg_gspo.warmup_steps, total_steps)
+        self._ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.config)
+
+    @property
+    def module(self) -> nn.Module:
+        return self._ds.module
+
+    def train(self) -> None:
+        self._ds.train()
+
+    def eval(self) -> None:
+        self._ds.eval()
+
+    @contextlib.contextmanager
+    def gathered_parameters(self) -> Iterator[None]:
+        if self.zero_stage != 3:
+            yield
+            return
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=None):
+            yield
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self._check_loss(loss)
+        self._ds.backward(loss)  # divides by gradient_accumulation_steps
+        self._micro += 1
+        if self._micro < self.grad_accum:
+            self._ds.step()  # managed accumulation: advances DeepSpeed's micro-step, no update
+
+    def _local_grad_norm(self) -> float | None:
+        """Stage 0 fp32 path: DeepSpeed clips but does not record the norm, so measure it here."""
+        if self.zero_stage != 0 or self.config["bf16"]["enabled"]:
+            return None
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+
+    def step(self) -> float:
+        self._check_step()
+        before = self._local_grad_norm()
+        self._ds.step()
+        self._micro = 0
+        norm = self._ds.get_global_grad_norm()
+        if norm is None:
+            norm = before if before is not None else float("nan")
+        return float(norm)
+
+    def zero_grad(self) -> None:
+        self._ds.zero_grad()
+
+    @property
+    def lr(self) -> float:
+        return float(self._ds.get_lr()[0])
+
+    @property
+    def optimizer_steps(self) -> int:
+        return int(self._ds.global_steps)
+
+    def save_checkpoint_state(self, folder: Path) -> None:
+        self._ds.save_checkpoint(str(folder / DS_STATE_DIR), tag=DS_TAG, save_latest=False)
+
+    def load_checkpoint_state(self, folder: Path) -> None:
+        path = folder / DS_STATE_DIR / DS_TAG
+        if not path.is_dir():
+            raise EngineUsageError(f"{path}: missing DeepSpeed state (was the checkpoint written by the torch "
+                                   f"engine? set gspo.engine accordingly)")
+        loaded, _ = self._ds.load_checkpoint(str(folder / DS_STATE_DIR), tag=DS_TAG, load_optimizer_states=True,
+                                             load_lr_scheduler_states=True)
+        if loaded is None:
+            raise EngineUsageError(f"{path}: DeepSpeed could not load this checkpoint (world size or ZeRO "
+                                   f"stage changed since it was written?)")
+        self._micro = 0
+
+
+def build_engine(model: nn.Module, cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig, total_steps: int) -> TrainEngine:
+    """The engine named by ``gspo.engine``; ``total_steps`` = optimizer updates (steps x minibatches)."""
+    if total_steps < 1:
+        raise EngineUsageError(f"total_steps={total_steps} must be >= 1 (gspo.steps x gspo.minibatches)")
+    if cfg_gspo.engine == "deepspeed":
+        return DeepSpeedEngine(model, cfg_gspo, cfg_ds, total_steps)
+    if cfg_gspo.engine == "torch":
+        return TorchEngine(model, lr=cfg_gspo.lr, weight_decay=cfg_gspo.weight_decay, grad_clip=cfg_gspo.grad_clip,
+                           grad_accum=cfg_gspo.grad_accum, schedule=cfg_gspo.lr_schedule,
+                           warmup_steps=cfg_gspo.warmup_steps, total_steps=total_steps)
+    raise EngineUsageError(f"gspo.engine: unknown engine {cfg_gspo.engine!r} (allowed: deepspeed, torch)")

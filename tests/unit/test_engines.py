@@ -1,0 +1,216 @@
+"""Engines, LR schedules and distributed helpers (single process, CPU, tiny Llama)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import transformers
+
+from components.config import DeepSpeedConfig, GspoConfig
+from components.errors import UserError
+from components.gspo.distributed import (
+    DistributedError,
+    all_gather_objects,
+    all_reduce_mean,
+    broadcast_object,
+    dist_info,
+    shard,
+)
+from components.gspo.engines import (
+    EngineUsageError,
+    TorchEngine,
+    build_engine,
+    deepspeed_config,
+    write_deepspeed_config,
+)
+from components.gspo.schedule import LrSchedule, ScheduleError, build_scheduler
+
+VOCAB = 64
+
+
+def tiny_model(seed: int = 0) -> transformers.LlamaForCausalLM:
+    """A 1-layer Llama (~15k params) with deterministic random weights."""
+    cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def lm_loss(model: torch.nn.Module, seed: int) -> torch.Tensor:
+    ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(seed))  # [B=2, T=8]
+    return model(input_ids=ids, labels=ids).loss
+
+
+def test_torch_engine_step_changes_weights_and_returns_norm() -> None:
+    model = tiny_model()
+    before = copy.deepcopy(model.state_dict())
+    eng = TorchEngine(model, lr=1e-2, grad_clip=1.0, total_steps=10)
+    eng.train()
+    eng.backward(lm_loss(eng.module, 0))
+    norm = eng.step()
+    eng.zero_grad()
+    assert math.isfinite(norm) and norm > 0
+    changed = [k for k, v in eng.module.state_dict().items() if not torch.equal(v, before[k])]
+    assert "model.embed_tokens.weight" in changed and len(changed) >= 5
+    assert eng.optimizer_steps == 1
+    assert all(p.grad is None for p in eng.module.parameters())
+
+
+def test_grad_accum_averages_micro_batches() -> None:
+    """Two micro-batches with grad_accum=2 give the same update as their mean loss in one."""
+    a, b = tiny_model(), tiny_model()
+    ea = TorchEngine(a, lr=1e-2, grad_clip=100.0, grad_accum=2)
+    eb = TorchEngine(b, lr=1e-2, grad_clip=100.0, grad_accum=1)
+    ea.backward(lm_loss(a, 1))
+    ea.backward(lm_loss(a, 2))
+    na = ea.step()
+    eb.backward((lm_loss(b, 1) + lm_loss(b, 2)) / 2)
+    nb = eb.step()
+    assert na == pytest.approx(nb, rel=1e-5)
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-7)
+
+
+def test_step_before_enough_micro_batches_is_an_error() -> None:
+    eng = TorchEngine(tiny_model(), lr=1e-3, grad_accum=2)
+    eng.backward(lm_loss(eng.module, 0))
+    with pytest.raises(EngineUsageError, match="grad_accum=2"):
+        eng.step()
+    with pytest.raises(EngineUsageError, match="scalar"):
+        eng.backward(torch.ones(3, requires_grad=True))
+
+
+def test_clipping_bounds_the_update() -> None:
+    eng = TorchEngine(tiny_model(), lr=1e-3, grad_clip=1e-3)
+    eng.backward(lm_loss(eng.module, 0) * 1000)
+    norm = eng.step()
+    assert norm > 1e-3  # returned norm is the pre-clipping one
+
+
+def test_non_finite_gradient_skips_the_update() -> None:
+    model = tiny_model()
+    eng = TorchEngine(model, lr=1e-2)
+    before = copy.deepcopy(model.state_dict())
+    eng.backward(lm_loss(model, 0) * float("nan"))
+    assert math.isnan(eng.step())
+    assert eng.skipped_steps == 1 and eng.optimizer_steps == 0
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_lr_property_follows_warmup() -> None:
+    eng = TorchEngine(tiny_model(), lr=1.0, schedule="linear", warmup_steps=2, total_steps=6)
+    lrs = []
+    for i in range(6):
+        lrs.append(eng.lr)
+        eng.backward(lm_loss(eng.module, i))
+        eng.step()
+    assert lrs == pytest.approx([1 / 3, 2 / 3, 1.0, 0.75, 0.5, 0.25])
+
+
+@pytest.mark.parametrize("kind,expected", [
+    ("constant", [0.5, 1.0, 1.0, 1.0, 1.0]),
+    ("linear", [0.5, 1.0, 2 / 3, 1 / 3, 0.0]),
+    ("cosine", [0.5, 1.0, 0.75, 0.25, 0.0]),
+])
+def test_schedules(kind: str, expected: list[float]) -> None:
+    sched = LrSchedule(kind, warmup_steps=1, total_steps=4)
+    assert [sched(s) for s in range(5)] == pytest.approx(expected)
+
+
+def test_schedule_state_survives_state_dict_round_trip() -> None:
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    s1 = build_scheduler(opt, "cosine", 3, 20)
+    for _ in range(5):
+        opt.step()
+        s1.step()
+    opt2 = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    s2 = build_scheduler(opt2, "constant", 0, 1)
+    s2.load_state_dict(s1.state_dict())
+    assert s2.lr_lambdas[0].kind == "cosine"
+    assert s2.get_last_lr() == s1.get_last_lr()
+
+
+def test_bad_schedule_is_user_error() -> None:
+    with pytest.raises(ScheduleError, match="allowed: constant, cosine, linear"):
+        LrSchedule("step", 0, 10)
+    with pytest.raises(UserError, match="total optimizer steps"):
+        LrSchedule("constant", 0, 0)
+
+
+def test_deepspeed_config_from_cfg(tmp_path) -> None:
+    g = GspoConfig(grad_accum=4, grad_clip=0.5)
+    conf = deepspeed_config(g, DeepSpeedConfig(zero_stage=3), world_size=2, on_gpu=False)
+    assert conf["zero_optimization"]["stage"] == 3
+    assert conf["gradient_accumulation_steps"] == 4
+    assert conf["train_batch_size"] == 4 * 2 * conf["train_micro_batch_size_per_gpu"]
+    assert conf["gradient_clipping"] == 0.5 and conf["bf16"]["enabled"] is False
+    assert "optimizer" not in conf  # the torch AdamW is passed in, no DeepSpeed op
+    path = write_deepspeed_config(tmp_path / "ds.json", g, DeepSpeedConfig(zero_stage=2), 1, False)
+    assert '"stage": 2' in path.read_text()
+
+
+def test_build_engine_torch_and_total_steps_check() -> None:
+    g = GspoConfig(engine="torch", lr=1e-3, lr_schedule="cosine", warmup_steps=1)
+    eng = build_engine(tiny_model(), g, DeepSpeedConfig(), total_steps=8)
+    assert isinstance(eng, TorchEngine) and eng.lr == pytest.approx(1e-3 / 2)
+    with pytest.raises(EngineUsageError, match="total_steps"):
+        build_engine(tiny_model(), g, DeepSpeedConfig(), total_steps=0)
+
+
+@pytest.mark.parametrize("strategy", ["contiguous", "strided"])
+def test_shard_partitions(strategy: str) -> None:
+    items = list(range(11))
+    parts = [shard(items, r, 3, strategy) for r in range(3)]
+    assert sorted(x for p in parts for x in p) == items
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    if strategy == "contiguous":
+        assert parts == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10]]
+    else:
+        assert parts[1] == [1, 4, 7, 10]
+
+
+def test_shard_rejects_bad_rank() -> None:
+    with pytest.raises(DistributedError, match="rank=3"):
+        shard([1, 2], 3, 3)
+    with pytest.raises(DistributedError, match="world=0"):
+        shard([1, 2], 0, 0)
+
+
+def test_collectives_without_process_group() -> None:
+    assert all_gather_objects({"a": 1}) == [{"a": 1}]
+    assert broadcast_object([1, 2]) == [1, 2]
+    assert all_reduce_mean(2.5) == 2.5
+    info = dist_info()
+    assert info.world_size >= 1 and info.is_main == (info.rank == 0)
+
+
+def test_init_distributed_sets_env_defaults_without_group(monkeypatch) -> None:
+    from components.gspo.distributed import init_distributed, is_distributed
+
+    if is_distributed():
+        pytest.skip("a process group is already live in this test process")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    info = init_distributed()
+    assert (info.rank, info.world_size, info.local_rank, info.is_main) == (0, 1, 0, True)
+    import os
+
+    assert os.environ["MASTER_ADDR"] == "127.0.0.1" and int(os.environ["MASTER_PORT"]) > 0
+    assert not is_distributed()  # world 1 with the torch engine needs no process group
+    assert str(info.device) in ("cpu", "cuda:0")
+
+
+def test_init_distributed_rejects_inconsistent_launcher_env(monkeypatch) -> None:
+    from components.gspo.distributed import init_distributed
+
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(DistributedError, match="RANK=3 / WORLD_SIZE=2"):
+        init_distributed()
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(DistributedError, match="RANK='x'"):
+        init_distributed()

@@ -1,0 +1,186 @@
+"""Adversarial programs: each must fail with a reason while the scorer and its files survive."""
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from components.scoring import score_answer, score_many
+from components.scoring.sandbox import SandboxError, humaneval_program, run_many, run_program
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="uid isolation (file/parent protection) needs root")
+
+PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
+TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"
+META = {"prompt": PROMPT, "test": TEST, "entry_point": "add"}
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return any(line.startswith("State:") and line.split()[1] in ("Z", "X") for line in fh)
+    except FileNotFoundError:
+        return True
+
+
+def test_correct_program_passes_and_reports_output() -> None:
+    res = run_program("import math\nprint(math.factorial(5))\n", timeout_s=5)
+    assert res.passed and res.reason == "passed"
+    assert res.stdout_tail.strip() == "120"
+    assert res.duration_s < 5
+
+
+def test_humaneval_pass_and_fail() -> None:
+    assert score_answer("code", "    return a + b\n", "", META).correct
+    bad = score_answer("code", "    return a - b\n", "", META)
+    assert not bad.correct and bad.extracted.startswith("exception: AssertionError")
+    fenced = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
+    assert score_answer("code", fenced, "", META).correct
+
+
+def test_infinite_loop_times_out() -> None:
+    t0 = time.monotonic()
+    res = run_program("while True:\n    pass\n", timeout_s=1.5)
+    assert not res.passed and res.reason.startswith("timeout")
+    assert time.monotonic() - t0 < 4
+
+
+def test_cpu_limit_and_other_failures() -> None:
+    res = run_program("while True:\n    pass\n", timeout_s=5, cpu_s=1)
+    assert not res.passed and res.reason.startswith("cpu-limit"), res
+    res = run_program("def f(:\n", timeout_s=5)
+    assert not res.passed and res.reason.startswith("exception: SyntaxError"), res
+    res = run_program("def f(n):\n    return f(n + 1)\nf(0)\n", timeout_s=5)
+    assert not res.passed and res.reason.startswith("exception: RecursionError"), res
+    res = run_program("import sys\nsys.exit(3)\n", timeout_s=5)
+    assert not res.passed and res.reason.startswith("early-exit: exit status 3"), res
+
+
+def test_exit_before_check_fails() -> None:
+    for completion in ("    return a + b\nimport sys\nsys.exit(0)\n", "    return a + b\nimport os\nos._exit(0)\n"):
+        res = score_answer("code", completion, "", META)
+        assert not res.correct and res.extracted.startswith("early-exit"), res
+
+
+def test_memory_bomb_fails() -> None:
+    res = run_program("x = bytearray(8 * 1024**3)\n", timeout_s=5, memory_mb=512)
+    assert not res.passed and res.reason.startswith("memory")
+    res = run_program("x = []\nwhile True:\n    x.append(' ' * 10**6)\n", timeout_s=5, memory_mb=256)
+    assert not res.passed and res.reason.startswith("memory"), res
+
+
+@needs_root
+def test_fork_bomb_is_contained() -> None:
+    src = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    res = run_program(src, timeout_s=1.5, max_procs=16)
+    assert not res.passed and res.reason.startswith("timeout")
+    assert run_program("print('ok')", timeout_s=5).passed  # the machine still works
+
+
+@needs_root
+def test_killing_the_parent_fails() -> None:
+    res = run_program("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\n",
+                      timeout_s=5)
+    assert not res.passed and "PermissionError" in res.reason
+    res = run_program("import os, signal\nos.killpg(os.getpgid(os.getppid()), signal.SIGKILL)\n", timeout_s=5)
+    assert not res.passed and res.reason.startswith("exception")
+
+
+@needs_root
+def test_canary_file_outside_tempdir_survives(tmp_path: Path) -> None:
+    canary = tmp_path / "canary.txt"
+    canary.write_text("intact")
+    os.chmod(tmp_path, 0o755)  # readable path: the uid barrier alone must protect the file
+    os.chmod(canary, 0o644)
+    src = (f"import os\np = {str(canary)!r}\ntry:\n    os.remove(p)\nexcept OSError as e:\n    print(e)\n"
+           "open(p, 'w').write('pwned')\n")
+    res = run_program(src, timeout_s=5)
+    assert not res.passed and "PermissionError" in res.reason
+    assert canary.read_text() == "intact"
+    res = run_program("open('/root/.agent_gspo_pwned', 'w').write('x')\n", timeout_s=5)
+    assert not res.passed and not Path("/root/.agent_gspo_pwned").exists()
+
+
+def test_cwd_is_fresh_and_removed() -> None:
+    res = run_program("import os\nprint(os.getcwd())\nprint(os.listdir('.'))\nopen('f.txt','w').write('x')\n",
+                      timeout_s=5)
+    assert res.passed
+    cwd, listing = res.stdout_tail.splitlines()[:2]
+    assert listing == "[]"
+    assert not Path(cwd).exists()
+
+
+def test_parent_environment_is_invisible(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_GSPO_SECRET", "hunter2-secret")
+    src = ("import os\nprint(sorted(os.environ))\n"
+           "print(open(f'/proc/{os.getppid()}/environ', 'rb').read())\n")
+    res = run_program(src, timeout_s=5)
+    assert "hunter2-secret" not in res.stdout_tail + res.stderr_tail
+    assert "AGENT_GSPO_SECRET" not in res.stdout_tail
+    if ROOT:
+        assert not res.passed and "PermissionError" in res.reason
+    res = run_program("import os\nassert os.environ['AGENT_GSPO_SECRET']\n", timeout_s=5)
+    assert not res.passed and "KeyError" in res.reason
+
+
+def test_sockets_are_blocked() -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    try:
+        for src in (f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n",
+                    f"import _socket\ns = _socket.socket()\ns.settimeout(2)\ns.connect(('127.0.0.1', {port}))\n"):
+            res = run_program(src, timeout_s=5)
+            assert not res.passed and res.reason.startswith("exception"), res
+        with pytest.raises(TimeoutError):
+            server.accept()  # nothing got through
+    finally:
+        server.close()
+
+
+def test_file_size_and_output_flood_are_bounded() -> None:
+    res = run_program("open('big', 'wb').write(b'x' * (64 << 20))\n", timeout_s=5, max_file_mb=8)
+    assert not res.passed and "File too large" in res.reason
+    res = run_program("while True:\n    print('y' * 4096)\n", timeout_s=5, max_file_mb=4)
+    assert not res.passed and len(res.stdout_tail) <= 2000
+
+
+@needs_root
+def test_escaped_daemon_is_killed() -> None:
+    src = ("import os, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    time.sleep(60)\n    os._exit(0)\n"
+           "print(pid, flush=True)\n")
+    res = run_program(src, timeout_s=5)
+    assert res.passed  # the program itself finished; its leftover process must not survive
+    assert _gone(int(res.stdout_tail.split()[0]))
+
+
+def test_run_many_parallel_and_ordered() -> None:
+    programs = ["import time\ntime.sleep(0.5)\n", "assert False, 'boom'\n", "while True: pass\n", "print(1)\n"]
+    t0 = time.monotonic()
+    results = run_many(programs, timeout_s=1.5, workers=4)
+    assert [r.passed for r in results] == [True, False, False, True]
+    assert "boom" in results[1].reason and results[2].reason.startswith("timeout")
+    assert time.monotonic() - t0 < 1.5 * 4  # not strictly sequential worst case
+
+
+def test_score_many_code_mixed_with_other_types() -> None:
+    items = [("code", "    return a + b\n", "", META), ("numeric", "#### 5", "5", {}),
+             ("code", "    while True: pass\n", "", META), ("choice", "(B)", "B", {})]
+    results = score_many(items, timeout_s=2)
+    assert [r.correct for r in results] == [True, True, False, True]
+    assert results[2].extracted.startswith("timeout")
+
+
+def test_program_builder_and_bad_limits() -> None:
+    assert humaneval_program("P", "C", "T", "f").endswith("P" + "C" + "\nT\ncheck(f)\n")
+    with pytest.raises(SandboxError):
+        run_program("print(1)", timeout_s=0)
+    broken = run_program("print(1)", timeout_s=5, python="/nonexistent/python")
+    assert not broken.passed and broken.reason.startswith("sandbox:")
+    assert sys.executable  # the scorer is alive and well

@@ -1,0 +1,107 @@
+"""Math answers: extraction, math-verify equivalence in worker processes, grader failures."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from components.scoring import score_answer
+from components.scoring.math_grader import MathGraderPool, extract_math_answer, score_math
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = MathGraderPool(max_workers=1)
+    yield p
+    p.close()
+
+
+EQUIVALENT = [
+    ("\\boxed{0.5}", "\\frac{1}{2}"),
+    ("\\boxed{\\dfrac12}", "\\frac{1}{2}"),
+    ("The final answer is $\\frac{2}{4}$.", "\\frac{1}{2}"),
+    ("\\boxed{(1, 2]}", "(1,2]"),
+    ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "(3,\\frac{\\pi}{2})"),
+    ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}"),
+    ("\\boxed{x^2+2x+1}", "(x+1)^2"),
+    ("\\boxed{36}", "\\$36"),
+    ("\\boxed{10^\\circ}", "10"),
+    ("\\boxed{\\{1,2,3\\}}", "\\{3,2,1\\}"),
+    ("We get $x = 5$ so the answer is $5$.", "5"),
+    ("\\boxed{\\text{Evelyn}}", "\\text{Evelyn}"),
+]
+
+
+@pytest.mark.parametrize(("prediction", "gold"), EQUIVALENT)
+def test_equivalent_forms(pool: MathGraderPool, prediction: str, gold: str) -> None:
+    result = score_math(prediction, gold, pool=pool)
+    assert result.correct, result
+    assert result.error is None
+
+
+NOT_EQUIVALENT = [
+    ("\\boxed{[1,2)}", "(1,2]"),
+    ("\\boxed{(2, 3)}", "(3,2)"),
+    ("\\boxed{\\frac{1}{3}}", "0.33"),
+    ("\\boxed{x^2-1}", "(x+1)^2"),
+]
+
+
+@pytest.mark.parametrize(("prediction", "gold"), NOT_EQUIVALENT)
+def test_different_answers(pool: MathGraderPool, prediction: str, gold: str) -> None:
+    result = score_math(prediction, gold, pool=pool)
+    assert not result.correct and result.error is None, result
+
+
+def test_extraction_priority() -> None:
+    assert extract_math_answer("so $x=3$ and \\boxed{\\frac{1}{2}} then $y$") == "\\frac{1}{2}"
+    assert extract_math_answer("\\boxed{1} first, finally \\boxed{\\sqrt{2}}") == "\\sqrt{2}"
+    assert extract_math_answer("Thus the answer is 7. Done") == "7"
+    assert extract_math_answer("We find $a=2$ and then $b = 4$") == "b = 4"
+    assert extract_math_answer("nothing here") is None
+
+
+def test_unparseable_gold_is_a_grader_error(pool: MathGraderPool) -> None:
+    result = score_math("\\boxed{5}", "\\frac{", pool=pool)
+    assert not result.correct
+    assert result.error and result.error.startswith("grader:")
+
+
+def test_hung_worker_times_out_and_is_replaced(pool: MathGraderPool) -> None:
+    score_math("\\boxed{1}", "1", pool=pool)  # make sure a worker exists
+    worker = pool._idle.queue[0]
+    os.kill(worker.proc.pid, signal.SIGSTOP)  # a stuck grader
+    result = score_math("\\boxed{1}", "1", pool=pool, timeout_s=1.0)
+    assert result == type(result)(False, "1", result.error)
+    assert "grader:" in (result.error or "") and "exceeded" in result.error
+    assert worker.proc.poll() is not None  # killed
+    assert score_math("\\boxed{1}", "1", pool=pool).correct  # a fresh worker took over
+
+
+def test_crashed_worker_is_reported(pool: MathGraderPool) -> None:
+    score_math("\\boxed{1}", "1", pool=pool)
+    worker = pool._idle.queue[0]
+    os.kill(worker.proc.pid, signal.SIGKILL)
+    result = score_math("\\boxed{2}", "2", pool=pool)
+    assert not result.correct and "grader:" in (result.error or "")
+    assert score_math("\\boxed{2}", "2", pool=pool).correct
+
+
+def test_works_from_threads(pool: MathGraderPool) -> None:
+    """The failure mode this design exists for: math-verify called from non-main threads."""
+    out: list[bool] = []
+
+    def job() -> None:
+        out.append(score_math("\\boxed{\\frac{1}{2}}", "0.5", pool=pool).correct)
+
+    threads = [threading.Thread(target=job) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == [True] * 4
+
+
+def test_score_answer_dispatch_math() -> None:
+    assert score_answer("math", "\\boxed{\\dfrac{3}{6}}", "\\frac12").correct

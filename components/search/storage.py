@@ -1,0 +1,116 @@
+"""Opening the shared Optuna study: sqlite for one host, Postgres for several.
+
+* ``sqlite:///path.db`` -- the parent folder is created; a 60 s busy timeout lets several
+  worker processes on one host write without "database is locked" errors.
+* ``postgresql+psycopg://user:pass@host/db`` -- several hosts; ``pool_pre_ping`` survives
+  server-side idle disconnects.
+* ``memory`` / ``:memory:`` -- one process, nothing persisted (tests, dry runs).
+
+RDB storages get Optuna's heartbeat (60 s, grace 180 s): a worker that dies mid-trial leaves a
+RUNNING trial whose token reservation would otherwise block the budget forever; with the
+heartbeat the next worker's ``optimize`` marks it FAIL and its reservation stops growing stale.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from sqlalchemy import event
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from components.search.errors import SearchError
+
+HEARTBEAT_INTERVAL_S = 60
+HEARTBEAT_GRACE_S = 180
+_OPEN_RETRIES = 5
+_TRANSIENT = (OperationalError, IntegrityError, optuna.exceptions.StorageInternalError)
+"""Errors of workers racing to create the schema or the study, or of a database still starting."""
+
+
+def redact(url: str | optuna.storages.BaseStorage) -> str:
+    """``url`` with any password replaced by ``***`` (safe for logs, params and errors)."""
+    if not isinstance(url, str):
+        return f"<{type(url).__name__}>"
+    return re.sub(r"(//[^/:@]+):[^@/]*@", r"\1:***@", url)
+
+
+def make_storage(url: str) -> optuna.storages.BaseStorage:
+    """Build the storage for ``url``; raise :class:`SearchError` naming the (redacted) URL."""
+    if url in ("memory", ":memory:"):
+        return optuna.storages.InMemoryStorage()
+    if "://" not in url:
+        raise SearchError(f"search.storage {url!r}: expected a URL such as sqlite:///optuna.db or "
+                          f"postgresql+psycopg://user@host/db")
+    engine_kwargs: dict[str, object] = {}
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):].split("?", 1)[0]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine_kwargs["connect_args"] = {"timeout": 60}
+    else:
+        engine_kwargs["pool_pre_ping"] = True
+    try:
+        with warnings.catch_warnings():  # heartbeat_interval is "experimental" since Optuna 2.x
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
+                                                 heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                                                 grace_period=HEARTBEAT_GRACE_S)
+        if storage.engine.name == "sqlite":
+            event.listen(storage.engine, "connect", _sqlite_wal)
+            storage.engine.dispose()  # pooled connections were opened before the listener
+        return storage
+    except ImportError as exc:
+        raise SearchError(f"search.storage {redact(url)}: database driver missing ({exc}); for Postgres "
+                          f"install psycopg (`pip install 'psycopg[binary]'`)") from exc
+    except Exception as exc:  # sqlalchemy ArgumentError / OperationalError / optuna errors
+        raise SearchError(f"search.storage {redact(url)}: cannot open Optuna storage: "
+                          f"{type(exc).__name__}: {exc}") from exc
+
+
+def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
+    """WAL journal + ``synchronous=NORMAL`` for sqlite studies.
+
+    Why: Optuna commits ~30 times per trial; with the default rollback journal every commit
+    fsyncs (~20 ms each here), and readers block writers across worker processes. WAL lets
+    workers read while one writes and fsyncs only at checkpoints; the cost is that a power
+    loss may drop the last few commits, which a search tolerates. (WAL needs a local disk:
+    use Postgres for studies shared across hosts.)
+    """
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def open_study(url: str | optuna.storages.BaseStorage, name: str,
+               sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    """Create or join study ``name`` (direction maximise) in ``url`` (a URL or a storage object).
+
+    Retries a few times: workers started together race on creating the schema and the study,
+    and the loser of that race gets a transient error rather than the existing study.
+    """
+    last: Exception | None = None
+    for attempt in range(_OPEN_RETRIES):
+        try:
+            storage = make_storage(url) if isinstance(url, str) else url
+            study = optuna.create_study(storage=storage, study_name=name, sampler=sampler,
+                                        direction="maximize", load_if_exists=True)
+        except (SearchError, OperationalError, optuna.exceptions.StorageInternalError,
+                optuna.exceptions.DuplicatedStudyError) as exc:
+            if isinstance(exc, SearchError) and not isinstance(exc.__cause__, _TRANSIENT):
+                raise  # a bad URL or a missing driver: retrying cannot help
+            last = exc
+            time.sleep(0.2 * (attempt + 1))
+            continue
+        if study.direction != optuna.study.StudyDirection.MAXIMIZE:
+            raise SearchError(f"study {name!r} in {redact(url)} exists with direction {study.direction.name}; "
+                              f"a search study maximises dev accuracy: use another search.study_name")
+        return study
+    if isinstance(last, SearchError):
+        raise last
+    raise SearchError(f"search.storage {redact(url)}: cannot open study {name!r}: {last}") from last

@@ -1,0 +1,257 @@
+"""Budget-constrained hyper-parameter search: maximise dev accuracy subject to a token limit.
+
+Constraint API (Optuna 5): the objective records ``c = mean tokens per episode -
+search.max_tokens_per_episode`` with ``trial.set_constraint("tokens_per_episode", c)``.
+``TPESampler(constraints_func=...)`` is deprecated since Optuna 5.0 (FutureWarning, removal
+planned for 7.0) and tied the constraint to one sampler instance; ``Trial.set_constraint``
+stores it in the trial's system attrs (``constraints:<key>``), where ``FrozenTrial.constraints``,
+the constraint-aware samplers (TPE, GP, NSGA-II/III, CMA-ES) and ``Study.best_trial`` read it,
+whichever worker or sampler looks at the study. Feasible means ``c <= 0``.
+
+Budgets and the trial target are study-wide (see :mod:`components.search.budget` for the
+admission rule and its guarantees), so several workers -- processes or hosts sharing one
+storage -- together run ``trials`` trials and stay within ``budget_tokens``/``budget_seconds``.
+Storage: ``sqlite:///file.db`` (default, one host) or ``postgresql+psycopg://user@host/db``
+(several hosts); the study is opened with ``load_if_exists=True``, so the same command
+started on every host joins one study (``python -m components.search.worker``). A rerun of a
+finished study therefore runs no new trial: use a new ``search.study_name`` for a fresh search
+(``budget_seconds`` likewise counts from the study's first start, gaps between resumes included).
+An exception raised by ``trial_fn`` fails that trial and is re-raised (this worker stops; the
+others carry on, and the failed trial is charged its token reservation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from components.config import Config
+from components.search import budget as B
+from components.search.errors import SearchError
+from components.search.params_file import write_best_params
+from components.search.space import SearchSpace, apply_overrides
+from components.search.storage import open_study, redact
+from components.search.tracking import TrackerFactory, log_search_metrics
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What one trial (short training + dev evaluation) reports back."""
+
+    dev_accuracy: float
+    """Objective, in [0, 1]; maximised."""
+    mean_tokens_per_episode: float
+    """Constrained: must be <= search.max_tokens_per_episode."""
+    tokens_spent: int
+    """All rollout tokens the trial consumed (training + dev), charged to budget_tokens."""
+    seconds: float
+    """Wall-clock of the trial."""
+
+
+TrialFn = Callable[[Config, optuna.Trial], TrialOutcome]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Summary over the whole study (all workers), plus why this worker stopped."""
+
+    study_name: str
+    storage: str
+    """Storage URL with any password removed."""
+    best_trial: int
+    best_overrides: list[str]
+    best_dev_accuracy: float
+    best_mean_tokens_per_episode: float
+    best_constraint: float
+    best_feasible: bool
+    """False: no trial met the token limit; the best is the least-violating one."""
+    n_complete: int
+    n_failed: int
+    tokens_spent: int
+    seconds_elapsed: float
+    stopped_by: str
+    """``trials``, ``budget_tokens`` or ``budget_seconds``."""
+    params_path: str
+    trials_this_worker: list[int] = field(default_factory=list)
+
+
+class _Refused(Exception):
+    """Raised inside the objective when the budget was used up between the check and ``ask``."""
+
+
+def _check_outcome(outcome: Any, number: int) -> TrialOutcome:
+    where = f"trial {number}: trial_fn returned"
+    if not isinstance(outcome, TrialOutcome):
+        raise SearchError(f"{where} {type(outcome).__name__}, expected TrialOutcome")
+    if not (math.isfinite(outcome.dev_accuracy) and 0.0 <= outcome.dev_accuracy <= 1.0):
+        raise SearchError(f"{where} dev_accuracy={outcome.dev_accuracy!r}, expected a number in [0, 1]")
+    if not (math.isfinite(outcome.mean_tokens_per_episode) and outcome.mean_tokens_per_episode >= 0):
+        raise SearchError(f"{where} mean_tokens_per_episode={outcome.mean_tokens_per_episode!r}, expected >= 0")
+    if outcome.tokens_spent < 0 or not (math.isfinite(outcome.seconds) and outcome.seconds >= 0):
+        raise SearchError(f"{where} tokens_spent={outcome.tokens_spent!r}, seconds={outcome.seconds!r}; "
+                          f"both must be >= 0")
+    return outcome
+
+
+def select_best(trials: list[FrozenTrial]) -> FrozenTrial | None:
+    """Highest accuracy among feasible COMPLETE trials (ties: fewer tokens, then earlier trial);
+    if none is feasible, the least-violating one (ties: higher accuracy)."""
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+    if not done:
+        return None
+
+    def violation(t: FrozenTrial) -> float:
+        return sum(max(0.0, v) for v in t.constraints.values())
+
+    def tokens(t: FrozenTrial) -> float:
+        return float(t.user_attrs.get(B.ATTR_MEAN_TOKENS, math.inf))
+
+    feasible = [t for t in done if violation(t) == 0.0]
+    if feasible:
+        return min(feasible, key=lambda t: (-float(t.value), tokens(t), t.number))  # type: ignore[arg-type]
+    return min(done, key=lambda t: (violation(t), -float(t.value), t.number))  # type: ignore[arg-type]
+
+
+def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, budget_tokens: int | None = None,
+               budget_seconds: float | None = None, storage: str | optuna.storages.BaseStorage | None = None,
+               study_name: str | None = None, tracker_factory: TrackerFactory | None = None,
+               space: SearchSpace | None = None, sampler: optuna.samplers.BaseSampler | None = None,
+               reserve_tokens: int = 0, out_params: str | None = None) -> SearchResult:
+    """Run (or join) the study and write the best feasible parameters to ``cfg.search.out_params``.
+
+    ``trials``/``budget_tokens``/``budget_seconds``/``storage``/``study_name``/``out_params``
+    default to ``cfg.search``; a budget of 0 means no limit. ``trial_fn(trial_cfg, trial)`` gets
+    ``cfg`` with the trial's overrides applied. ``tracker_factory()`` opens this worker's
+    parent MLflow run; each trial becomes a nested run with its overrides as params.
+    ``storage`` may also be an Optuna storage object (tests pass an ``InMemoryStorage``).
+    ``sampler`` defaults to ``TPESampler(seed=cfg.gspo.seed, constant_liar=True)`` (the liar keeps
+    parallel workers from proposing the same point). ``reserve_tokens`` is the per-trial token
+    reservation used before any trial has finished (see :mod:`components.search.budget`).
+    """
+    s = cfg.search
+    n_trials = s.trials if trials is None else trials
+    tok = s.budget_tokens if budget_tokens is None else budget_tokens
+    sec = s.budget_seconds if budget_seconds is None else budget_seconds
+    if n_trials < 1 or tok < 0 or sec < 0 or reserve_tokens < 0:
+        raise SearchError(f"search: trials must be >= 1 and budgets >= 0 (got trials={n_trials}, "
+                          f"budget_tokens={tok}, budget_seconds={sec}, reserve_tokens={reserve_tokens})")
+    limits = B.Budget(trials=n_trials, tokens=tok or None, seconds=sec or None)
+    url = storage if storage is not None else s.storage
+    name = study_name or s.study_name
+    space = space or SearchSpace()
+    limit = s.max_tokens_per_episode
+    sampler = sampler or optuna.samplers.TPESampler(seed=cfg.gspo.seed, constant_liar=True)
+    study = open_study(url, name, sampler)
+    started_at = B.study_started_at(study)
+    stopped_by: list[str] = []
+    mine: list[int] = []
+
+    def used(before: int | None = None) -> B.Ledger:
+        return B.ledger(study.get_trials(deepcopy=False), started_at=started_at,
+                        reserve_tokens=reserve_tokens, before_number=before)
+
+    def objective(trial: optuna.Trial, parent: Any) -> float:
+        reason = B.exhausted(used(before=trial.number), limits)
+        if reason is not None:
+            trial.set_user_attr(B.ATTR_ADMITTED, False)
+            trial.set_user_attr(B.ATTR_REFUSED, reason)
+            stopped_by.append(reason)
+            study.stop()
+            raise _Refused(f"budget used up ({reason}) before trial {trial.number} could start")
+        trial.set_user_attr(B.ATTR_RESERVED, B.reservation(study.get_trials(deepcopy=False), reserve_tokens))
+        trial.set_user_attr(B.ATTR_ADMITTED, True)
+        mine.append(trial.number)
+        overrides = space.suggest(trial)
+        trial.set_user_attr(B.ATTR_OVERRIDES, overrides)
+        trial_cfg = apply_overrides(cfg, overrides)
+        run_ctx = (parent.child(f"trial-{trial.number}", {"study": name, "trial": trial.number})
+                   if parent is not None else contextlib.nullcontext())
+        with run_ctx as run:
+            if run is not None:
+                run.log_params({o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides})
+            t0 = time.perf_counter()
+            outcome = _check_outcome(trial_fn(trial_cfg, trial), trial.number)
+            wall = time.perf_counter() - t0
+            c = float(outcome.mean_tokens_per_episode) - limit
+            trial.set_user_attr(B.ATTR_TOKENS, int(outcome.tokens_spent))
+            trial.set_user_attr(B.ATTR_SECONDS, float(outcome.seconds or wall))
+            trial.set_user_attr(B.ATTR_MEAN_TOKENS, float(outcome.mean_tokens_per_episode))
+            trial.set_user_attr(B.ATTR_ACCURACY, float(outcome.dev_accuracy))
+            trial.set_constraint(B.CONSTRAINT_KEY, c)
+            if run is not None:
+                log_search_metrics(run, {
+                    "search/dev_accuracy": outcome.dev_accuracy,
+                    "search/mean_tokens_per_episode": outcome.mean_tokens_per_episode,
+                    "search/constraint": c, "search/tokens_spent": outcome.tokens_spent,
+                    "search/seconds": outcome.seconds})
+                run.set_tags({"feasible": c <= 0})
+        return float(outcome.dev_accuracy)
+
+    def after_trial(study_: optuna.Study, _trial: FrozenTrial) -> None:
+        reason = B.exhausted(used(), limits)
+        if reason is not None:
+            stopped_by.append(reason)
+            study_.stop()
+
+    parent_ctx = tracker_factory() if tracker_factory is not None else contextlib.nullcontext()
+    with parent_ctx as parent:
+        if parent is not None:
+            parent.log_params({"search.trials": n_trials, "search.budget_tokens": tok,
+                               "search.budget_seconds": sec, "search.study_name": name,
+                               "search.max_tokens_per_episode": limit, "search.storage": redact(url)})
+        reason = B.exhausted(used(), limits)
+        if reason is None:
+            study.optimize(lambda t: objective(t, parent), n_trials=None, callbacks=[after_trial],
+                           catch=(_Refused,))
+        else:
+            stopped_by.append(reason)
+        result = _finish(study, cfg, url, name, used(), stopped_by, mine, out_params or s.out_params)
+        if parent is not None:
+            _log_result(parent, result)
+    return result
+
+
+def _finish(study: optuna.Study, cfg: Config, url: str | optuna.storages.BaseStorage, name: str,
+            usage: B.Ledger, stopped_by: list[str], mine: list[int], out_params: str) -> SearchResult:
+    all_trials = study.get_trials(deepcopy=False)
+    best = select_best(all_trials)
+    if best is None:
+        raise SearchError(f"search: study {name!r} in {redact(url)} has no completed trial "
+                          f"(stopped by {stopped_by[0] if stopped_by else 'unknown'}); raise search.trials "
+                          f"or the budgets, or check the failed trials' errors above")
+    overrides = list(best.user_attrs.get(B.ATTR_OVERRIDES, []))
+    constraint = float(best.constraints.get(B.CONSTRAINT_KEY, math.nan))
+    feasible = all(v <= 0 for v in best.constraints.values())
+    mean_tokens = float(best.user_attrs.get(B.ATTR_MEAN_TOKENS, math.nan))
+    write_best_params(out_params, overrides, {
+        "study": name, "trial": best.number, "dev_accuracy": float(best.value or 0.0),
+        "mean_tokens_per_episode": mean_tokens, "max_tokens_per_episode": cfg.search.max_tokens_per_episode,
+        "constraint": constraint, "feasible": feasible})
+    return SearchResult(
+        study_name=name, storage=redact(url), best_trial=best.number, best_overrides=overrides,
+        best_dev_accuracy=float(best.value or 0.0), best_mean_tokens_per_episode=mean_tokens,
+        best_constraint=constraint, best_feasible=feasible,
+        n_complete=sum(t.state == TrialState.COMPLETE for t in all_trials),
+        n_failed=sum(t.state == TrialState.FAIL and not B.is_refused(t) for t in all_trials),
+        tokens_spent=usage.tokens_spent, seconds_elapsed=usage.seconds_elapsed,
+        stopped_by=stopped_by[0] if stopped_by else "trials", params_path=str(out_params),
+        trials_this_worker=mine)
+
+
+def _log_result(parent: Any, result: SearchResult) -> None:
+    parent.log_params({f"best.{o.split('=', 1)[0]}": o.split("=", 1)[1] for o in result.best_overrides})
+    parent.set_tags({"best_trial": result.best_trial, "best_feasible": result.best_feasible,
+                     "stopped_by": result.stopped_by})
+    log_search_metrics(parent, {
+        "search/best_dev_accuracy": result.best_dev_accuracy,
+        "search/best_mean_tokens_per_episode": result.best_mean_tokens_per_episode,
+        "search/best_constraint": result.best_constraint, "search/tokens_spent_total": result.tokens_spent,
+        "search/trials_complete": result.n_complete})
+    parent.log_artifact(result.params_path, "search")

@@ -1,0 +1,168 @@
+"""run_search with synthetic trial functions: feasible best, budgets, params file, ledger rules."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState, create_trial
+
+from components.config import Config, load_config
+from components.search import (
+    SearchError,
+    TrialOutcome,
+    load_best_params,
+    run_search,
+)
+from components.search import budget as B
+from components.search.synthetic import SyntheticTrial, synthetic_outcome
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _cfg(tmp_path: Path, **search: object) -> Config:
+    cfg = Config()
+    cfg.search = cfg.search.model_copy(update={"out_params": str(tmp_path / "best.yaml"), **search})
+    return cfg
+
+
+def _study(storage: optuna.storages.BaseStorage) -> optuna.Study:
+    return optuna.load_study(study_name="agent-gspo", storage=storage)
+
+
+def test_search_picks_the_most_accurate_feasible_trial(tmp_path: Path) -> None:
+    storage = optuna.storages.InMemoryStorage()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # no deprecated constraints_func anywhere
+        result = run_search(_cfg(tmp_path), SyntheticTrial(), trials=25, storage=storage)
+    trials = [t for t in _study(storage).trials if t.state == TrialState.COMPLETE]
+    assert result.n_complete == len(trials) == 25 and result.stopped_by == "trials"
+    for t in trials:  # constraint recorded with the Optuna 5 API: c = mean tokens - limit
+        assert t.constraints == {"tokens_per_episode": pytest.approx(t.user_attrs[B.ATTR_MEAN_TOKENS] - 400.0)}
+    feasible = [t for t in trials if t.constraints["tokens_per_episode"] <= 0]
+    infeasible = [t for t in trials if t.constraints["tokens_per_episode"] > 0]
+    assert feasible and infeasible
+    assert max(t.value for t in infeasible) > max(t.value for t in feasible)  # the limit really binds
+    assert result.best_feasible and result.best_mean_tokens_per_episode <= 400.0
+    assert result.best_dev_accuracy == max(t.value for t in feasible)
+    assert result.best_trial == _study(storage).best_trial.number  # Optuna's own feasible-best agrees
+    assert Path(result.params_path).is_file()
+
+
+def test_no_feasible_trial_gives_the_least_violating_one_flagged(tmp_path: Path) -> None:
+    storage = optuna.storages.InMemoryStorage()
+    result = run_search(_cfg(tmp_path, max_tokens_per_episode=5.0), SyntheticTrial(), trials=8, storage=storage)
+    trials = [t for t in _study(storage).trials if t.state == TrialState.COMPLETE]
+    assert not result.best_feasible and result.best_constraint > 0
+    assert result.best_mean_tokens_per_episode == min(t.user_attrs[B.ATTR_MEAN_TOKENS] for t in trials)
+    assert "feasible: false" in Path(result.params_path).read_text()
+
+
+def test_token_budget_stops_the_study_within_one_trial(tmp_path: Path) -> None:
+    storage = optuna.storages.InMemoryStorage()
+    budget = 1_000_000
+    result = run_search(_cfg(tmp_path), SyntheticTrial(), trials=200, budget_tokens=budget, storage=storage)
+    trials = sorted(_study(storage).trials, key=lambda t: t.number)
+    spent = [t.user_attrs[B.ATTR_TOKENS] for t in trials]
+    assert result.stopped_by == "budget_tokens" and len(trials) < 200
+    assert result.tokens_spent == sum(spent)
+    assert sum(spent[:-1]) < budget <= sum(spent)  # each trial started with budget left; the last crossed it
+    assert sum(spent) <= budget + spent[-1]
+
+
+def test_seconds_budget_starts_no_trial_after_the_deadline(tmp_path: Path) -> None:
+    storage = optuna.storages.InMemoryStorage()
+    result = run_search(_cfg(tmp_path), SyntheticTrial(sleep_s=0.12), trials=200, budget_seconds=0.5,
+                        storage=storage)
+    study = _study(storage)
+    started = study.user_attrs[B.STUDY_STARTED_AT]
+    trials = study.trials
+    assert result.stopped_by == "budget_seconds" and 1 <= len(trials) < 200
+    assert all(t.datetime_start.timestamp() - started < 0.5 for t in trials)
+    longest = max(t.user_attrs[B.ATTR_SECONDS] for t in trials)
+    assert result.seconds_elapsed <= 0.5 + longest + 1.0  # +1 s: storage and sampler overhead
+
+
+def test_params_file_round_trips_through_load_config(tmp_path: Path) -> None:
+    result = run_search(_cfg(tmp_path), SyntheticTrial(), trials=6, storage=optuna.storages.InMemoryStorage())
+    overrides = load_best_params(result.params_path)
+    assert sorted(overrides) == sorted(result.best_overrides)
+    cfg = load_config(tmp_path / "none.yaml", overrides=overrides)
+    trial_cfg = load_config(tmp_path / "none.yaml", overrides=result.best_overrides)
+    assert cfg == trial_cfg
+    assert synthetic_outcome(cfg).dev_accuracy == pytest.approx(result.best_dev_accuracy)
+
+
+def test_load_best_params_names_the_bad_file(tmp_path: Path) -> None:
+    with pytest.raises(SearchError, match="not found"):
+        load_best_params(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("params: [1, 2]\n")
+    with pytest.raises(SearchError, match=r"bad.yaml: expected a mapping with a 'params'"):
+        load_best_params(bad)
+    bad.write_text("params: {mas: 3}\n")
+    with pytest.raises(SearchError, match=r"params.mas must be a mapping"):
+        load_best_params(bad)
+
+
+def test_rejoining_a_finished_study_runs_nothing_and_running_trials_count(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    first = run_search(_cfg(tmp_path), SyntheticTrial(), trials=3, storage=url)
+    again = run_search(_cfg(tmp_path), SyntheticTrial(), trials=3, storage=url)
+    assert again.trials_this_worker == [] and again.best_trial == first.best_trial
+    foreign = optuna.load_study(study_name="agent-gspo", storage=url).ask()  # another worker's running trial
+    more = run_search(_cfg(tmp_path), SyntheticTrial(), trials=6, storage=url)
+    assert len(more.trials_this_worker) == 2 and foreign.number not in more.trials_this_worker
+
+
+def test_bad_trial_outcome_and_bad_storage_are_user_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("components.search.storage._OPEN_RETRIES", 1)  # connection refused is retried 5x
+    def broken(cfg: Config, trial: optuna.Trial) -> TrialOutcome:
+        return TrialOutcome(dev_accuracy=1.5, mean_tokens_per_episode=10, tokens_spent=1, seconds=0.0)
+
+    with pytest.raises(SearchError, match=r"trial 0: trial_fn returned dev_accuracy=1.5"):
+        run_search(_cfg(tmp_path), broken, trials=2, storage=optuna.storages.InMemoryStorage())
+    with pytest.raises(SearchError, match=r"search.storage 'optuna.db'"):
+        run_search(_cfg(tmp_path), SyntheticTrial(), trials=1, storage="optuna.db")
+    with pytest.raises(SearchError, match=r"postgresql\+psycopg://u:\*\*\*@127.0.0.1:1/x"):
+        run_search(_cfg(tmp_path), SyntheticTrial(), trials=1, storage="postgresql+psycopg://u:secret@127.0.0.1:1/x")
+
+
+def _trial(number: int, state: TrialState, **attrs: object) -> optuna.trial.FrozenTrial:
+    t = create_trial(state=state, value=0.5 if state == TrialState.COMPLETE else None, user_attrs=attrs)
+    t.number = number
+    return t
+
+
+def test_ledger_charges_actuals_reservations_and_skips_refused() -> None:
+    trials = [
+        _trial(0, TrialState.COMPLETE, **{B.ATTR_TOKENS: 100, B.ATTR_RESERVED: 0, B.ATTR_ADMITTED: True}),
+        _trial(1, TrialState.RUNNING, **{B.ATTR_RESERVED: 300, B.ATTR_ADMITTED: True}),
+        _trial(2, TrialState.RUNNING),  # undecided: charged the current reservation max(50, 100)
+        _trial(3, TrialState.FAIL, **{B.ATTR_ADMITTED: False, B.ATTR_REFUSED: "budget_tokens"}),
+        _trial(4, TrialState.FAIL, **{B.ATTR_RESERVED: 70, B.ATTR_ADMITTED: True}),  # crashed: reservation
+    ]
+    used = B.ledger(trials, started_at=0.0, reserve_tokens=50, now=10.0)
+    assert (used.admitted, used.tokens_charged, used.tokens_spent) == (4, 100 + 300 + 100 + 70, 170)
+    assert used.seconds_elapsed == 10.0
+    before2 = B.ledger(trials, started_at=0.0, before_number=2, now=1.0)
+    assert (before2.admitted, before2.tokens_charged) == (2, 400)
+    assert B.exhausted(before2, B.Budget(trials=2)) == "trials"
+    assert B.exhausted(before2, B.Budget(trials=9, tokens=400)) == "budget_tokens"
+    assert B.exhausted(before2, B.Budget(trials=9, tokens=401, seconds=1.0)) == "budget_seconds"
+    assert B.exhausted(before2, B.Budget(trials=9, tokens=401, seconds=1.5)) is None
+
+
+def test_worker_entry_runs_synthetic_search_and_exits_2_on_bad_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from components.search import worker
+
+    args = ["--synthetic", "--params", str(tmp_path / "none.yaml"), "--storage", "memory", "--trials", "3",
+            "--out-params", str(tmp_path / "best.yaml"), "--seed", "1"]
+    assert worker.main(args) == 0
+    out = capsys.readouterr().out.strip().splitlines()[-1]
+    assert '"n_complete": 3' in out and (tmp_path / "best.yaml").is_file()
+    assert worker.main(["--trial-fn", "no_such_module:fn", *args[1:]]) == 2
+    assert "cannot import" in capsys.readouterr().err

@@ -1,0 +1,228 @@
+"""The training job: config in, checkpoints + final policy + metrics + MLflow run out.
+
+Runs identically as one CPU process, under ``torchrun`` / the ``deepspeed`` launcher on CPU
+(gloo) or on GPU nodes: every rank calls :func:`train`; rank 0 alone writes the final model,
+metrics, plots and talks to MLflow. With ``resume=True`` the newest complete checkpoint under
+``out_dir`` is restored (weights, optimizer, scheduler, RNG, dual state, data cursor, history)
+and, because rollouts are seeded per step, the run continues exactly as if never interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from components.config import Config
+from components.errors import UserError
+
+StepCallback = Callable[[int, dict[str, float]], None]
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    final_model: Path | None
+    steps: int
+    history: list[dict[str, float]] = field(default_factory=list)
+    run_id: str | None = None
+    model_version: str | None = None
+    plots: list[Path] = field(default_factory=list)
+
+
+def load_train_items(cfg: Config, data_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Training questions from the prepared parquet of ``data.train_sources`` ("bench/split")."""
+    from components.data.prepare import load_split
+
+    data_dir = Path(data_dir or cfg.data.out_dir)
+    items: list[dict[str, Any]] = []
+    for source in cfg.data.train_sources:
+        if "/" not in source:
+            raise UserError(f"data.train_sources: {source!r} must be 'benchmark/split' (e.g. gsm8k/train)")
+        bench, split = source.split("/", 1)
+        path = data_dir / bench / f"{split}.parquet"
+        if not path.exists():
+            raise UserError(f"data.train_sources: {path} not found; run `agent-gspo prepare` first")
+        items.extend(load_split(data_dir, bench, split))
+    return items
+
+
+def _device() -> str:
+    if torch.cuda.is_available():
+        import os
+
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return "cpu"
+
+
+@contextlib.contextmanager
+def _maybe_tracker(cfg: Config, enabled: bool, run_name: str, run_id: str | None) -> Iterator[Any]:
+    if not enabled:
+        yield None
+        return
+    from components.tracking import Tracker
+
+    with Tracker.from_config(cfg, run_name, {"stage": "train"}, run_id=run_id) as tracker:
+        yield tracker
+
+
+def _log_step(tracker: Any, step: int, metrics: dict[str, float]) -> None:
+    if tracker is not None:
+        tracker.log_metrics(metrics, step=step)
+
+
+def _progress_line(step: int, total: int, m: dict[str, float]) -> str:
+    return (f"step {step}/{total}  reward {m.get('train/reward', 0):+.3f}  acc {m.get('train/accuracy', 0):.2f}  "
+            f"tokens {m.get('train/budget_tokens', 0):.0f}/{m.get('train/budget', 0):.0f}  "
+            f"λ {m.get('train/lambda_tok', 0):.3f}  silence {m.get('train/silence_rate', 0):.2f}  "
+            f"clip {m.get('gspo/clip_frac_low', 0) + m.get('gspo/clip_frac_high', 0):.3f}  "
+            f"{m.get('perf/rollout_tokens_per_s', 0):.0f} tok/s  {m.get('perf/step_s', 0):.1f} s/step")
+
+
+def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, out_dir: str | Path | None = None,
+          data_dir: Path | None = None, track: bool = True, on_step: StepCallback | None = None,
+          items: list[dict[str, Any]] | None = None) -> TrainResult:
+    """Run (or resume) GSPO training as configured; see the module docstring."""
+    from components.gspo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from components.gspo.distributed import init_distributed, shutdown_distributed
+    from components.gspo.engines import build_engine
+    from components.gspo.trainer import GSPOTrainer, seed_everything
+    from components.mas.engine import RolloutEngine
+    from components.models import load_policy
+
+    out = Path(out_dir or cfg.gspo.out_dir)
+    total = max_steps if max_steps is not None else cfg.gspo.steps
+    if total < 1:
+        raise UserError(f"--max-steps must be >= 1, got {total}")
+    info = init_distributed(for_deepspeed=cfg.gspo.engine == "deepspeed")
+    try:
+        seed_everything(cfg.gspo.seed + info.rank)
+        train_items = items if items is not None else load_train_items(cfg, data_dir)
+        device = _device()
+        model, tokenizer = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
+                                       device=device, lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
+                                       seed=cfg.gspo.seed)
+        if cfg.model.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=cfg.gspo.steps)
+        rollout = RolloutEngine(engine.module, tokenizer, cfg.mas, device=device)
+        trainer = GSPOTrainer(cfg, engine, rollout, train_items, info, pad_id=int(tokenizer.pad_token_id))
+        run_id = None
+        ckpt = latest_checkpoint(out) if resume else None
+        if ckpt is not None:
+            extra = load_checkpoint(ckpt, engine)
+            trainer.load_state(extra)
+            run_id = extra.get("mlflow_run_id")
+            if info.is_main:
+                print(f"resumed from {ckpt} at step {trainer.step_idx}", file=sys.stderr)
+        elif not resume and info.is_main and (out / "checkpoints").exists():
+            shutil.rmtree(out / "checkpoints")
+        use_tracker = track and info.is_main
+        with _maybe_tracker(cfg, use_tracker, f"train-{cfg.profile}", run_id) as tracker:
+            if tracker is not None and run_id is None:
+                tracker.log_params(cfg.flat())
+            while trainer.step_idx < total:
+                res = trainer.train_step()
+                if info.is_main:
+                    print(_progress_line(res.step, total, res.metrics), flush=True)
+                    _log_step(tracker, res.step, res.metrics)
+                if on_step is not None:
+                    on_step(res.step, res.metrics)
+                if res.step % cfg.gspo.checkpoint_every == 0 or res.step == total:
+                    extra = trainer.state() | {"mlflow_run_id": getattr(tracker, "run_id", run_id)}
+                    save_checkpoint(out, res.step, engine, tokenizer, extra=extra, keep=cfg.gspo.keep_checkpoints)
+            result = TrainResult(out, None, trainer.step_idx, trainer.history, getattr(tracker, "run_id", None))
+            if info.is_main:
+                _finalise(cfg, out, engine, tokenizer, trainer, tracker, result)
+        return result
+    finally:
+        shutdown_distributed()
+
+
+def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any, tracker: Any,
+              result: TrainResult) -> None:
+    """Final policy folder, metrics.json (DVC), plots, MLflow model + registry version."""
+    from components.gspo.plots import write_training_plots
+    from components.io import atomic_dir, write_json_atomic
+
+    final = out / "final"
+    with engine.gathered_parameters(), atomic_dir(final) as tmp:
+        module = engine.module
+        if cfg.model.lora_rank and hasattr(module, "merge_and_unload"):
+            module = module.merge_and_unload()  # a plain HF folder: evaluation needs no peft
+        module.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    result.final_model = final
+    last = trainer.history[-1] if trainer.history else {}
+    first = trainer.history[0] if trainer.history else {}
+    summary = {"steps": trainer.step_idx, "config_hash": cfg.hash(),
+               "final": {k: v for k, v in last.items() if "/" in k and not k.startswith("silence/")},
+               "first": {k: v for k, v in first.items() if "/" in k and not k.startswith("silence/")}}
+    write_json_atomic(out / "metrics.json", summary)
+    write_json_atomic(out / "history.json", trainer.history)
+    result.plots = write_training_plots(trainer.history, out / "plots")
+    if tracker is None:
+        return
+    for path in result.plots:
+        tracker.log_artifact(path, "plots")
+    tracker.log_artifact(out / "history.json")
+    if cfg.tracking.log_model:
+        from components.tracking import git_commit
+
+        tags = {"config.sha256": cfg.hash(), "git.commit": git_commit() or "unknown",
+                "data.manifest_sha256": _manifest_hash(Path(cfg.data.out_dir)), "config.profile": cfg.profile,
+                "train.run_id": tracker.run_id, "train.steps": str(trainer.step_idx)}
+        version = tracker.log_policy_model(final, registered_name=cfg.registry.model_name, tags=tags)
+        result.model_version = str(getattr(version, "version", version))
+        print(f"registered {cfg.registry.model_name} version {result.model_version}", file=sys.stderr)
+
+
+def _manifest_hash(data_dir: Path) -> str:
+    import hashlib
+
+    path = data_dir / "manifest.json"
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "missing"
+
+
+def history_table(history: list[dict[str, float]], keys: list[str]) -> str:
+    """A small markdown table of selected metrics per step (for Prefect artifacts / logs)."""
+    head = "| step | " + " | ".join(keys) + " |\n|---|" + "---|" * len(keys) + "\n"
+    rows = "".join(f"| {int(h['step'])} | " + " | ".join(f"{h.get(k, float('nan')):.4g}" for k in keys) + " |\n"
+                   for h in history)
+    return head + rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m components.gspo.job`` is what launchers run on every rank (see train_main)."""
+    import argparse
+
+    from components.config import load_config
+
+    p = argparse.ArgumentParser(prog="agent-gspo-train", description="GSPO training (one rank)")
+    p.add_argument("--params", default=None)
+    p.add_argument("--profile", default=None)
+    p.add_argument("--set", dest="overrides", action="append", default=[])
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--out", default=None)
+    p.add_argument("--no-track", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.params, args.profile, args.overrides)
+        t0 = time.perf_counter()
+        res = train(cfg, resume=args.resume, max_steps=args.max_steps, out_dir=args.out, track=not args.no_track)
+        if res.final_model is not None:
+            print(json.dumps({"final_model": str(res.final_model), "steps": res.steps, "run_id": res.run_id,
+                              "model_version": res.model_version, "seconds": round(time.perf_counter() - t0, 1)}))
+        return 0
+    except UserError as exc:
+        print(f"agent-gspo train: error: {exc}", file=sys.stderr)
+        return exc.exit_code

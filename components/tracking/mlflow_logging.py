@@ -1,0 +1,215 @@
+"""MLflow 3 run logging: a :class:`Tracker` context manager, provenance helpers, model logging.
+
+Design choices:
+
+* Runs are started with the fluent API (``mlflow.start_run``) so ``nested=True`` and plain
+  ``mlflow.log_*`` calls inside the ``with`` block work, but every Tracker write goes through an
+  explicit ``MlflowClient(uri)`` with the run id, so logging from Prefect worker threads (which
+  do not see the fluent, thread-local active run) still lands in the right run.
+* Every metric name is checked against :mod:`components.tracking.metric_names` before any
+  network call: unknown names raise ``ValueError``.
+* Transient HTTP failures are retried by MLflow's own session (urllib3 ``Retry``), configured
+  through environment variables that MLflow reads on every request:
+  ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` (MLflow default 7), ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR``
+  (default 2, sleeps factor*2^n, capped at 120 s) and ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (default
+  120 s per request). With those defaults a dead server blocks a run for minutes, so
+  :func:`configure_http_retries` sets bounded defaults (:data:`HTTP_RETRY_DEFAULTS`: 3 retries,
+  backoff 1 s -> 1+2+4 s, 30 s timeout) unless the user already set the variables.
+* Any backend failure becomes :class:`TrackingError` naming the URI and the operation; an
+  ``http(s)://`` URI is probed at ``/health`` before the run starts so a wrong URI fails in
+  seconds with a fix-it message instead of after the retry budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import mlflow
+import requests
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+
+from components.tracking.backend import (
+    HTTP_RETRY_DEFAULTS,
+    check_reachable,
+    configure_http_retries,
+    git_commit,
+    guarded,
+)
+from components.tracking.errors import ModelUriError, PromotionError, TrackingError
+from components.tracking.metric_names import (
+    EVAL_METRIC_RE,
+    METRIC_NAMES,
+    flatten_params,
+    is_metric_name,
+    validate_metrics,
+)
+from components.tracking.policy_model import log_policy_model, resolve_model_uri
+
+try:  # MLflow's own limits; the fallbacks are the values of MLflow 3.17.
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH, MAX_TAG_VAL_LENGTH
+except ImportError:  # pragma: no cover
+    MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH, MAX_TAG_VAL_LENGTH = 6000, 100, 8000
+
+__all__ = [
+    "EVAL_METRIC_RE", "HTTP_RETRY_DEFAULTS", "METRIC_NAMES", "ModelUriError", "PromotionError", "Tracker",
+    "TrackingError", "check_reachable", "configure_http_retries", "flatten_params", "git_commit",
+    "is_metric_name", "log_policy_model", "resolve_model_uri", "validate_metrics",
+]
+METRICS_PER_BATCH = 1000  # MLflow's MAX_METRICS_PER_BATCH
+T = TypeVar("T")
+
+
+def _str_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
+    return {str(k): str(v)[:MAX_TAG_VAL_LENGTH] for k, v in (tags or {}).items()}
+
+
+class Tracker:
+    """One MLflow run as a context manager.
+
+    ``with Tracker("sqlite:///mlflow.db", "agent-gspo", "train", {"stage": "train"}) as t:``
+    creates the experiment if needed, starts the run (``nested=True`` puts it under the active
+    fluent run), and ends it FINISHED, or FAILED / KILLED when the block raises. The tracking
+    URI is also set as MLflow's global URI (fluent calls inside the block use it).
+    """
+
+    def __init__(self, uri: str, experiment: str, run_name: str | None = None,
+                 tags: Mapping[str, Any] | None = None, nested: bool = False, run_id: str | None = None) -> None:
+        self.uri = uri
+        self.experiment = experiment
+        self.run_name = run_name
+        self.tags = _str_tags(tags)
+        self.nested = nested
+        self.client: MlflowClient | None = None
+        self.run_id: str | None = run_id
+        """given: continue that run (a resumed training job); else a new run is started"""
+        self.experiment_id: str | None = None
+
+    @classmethod
+    def from_config(cls, config: Any, run_name: str | None = None, tags: Mapping[str, Any] | None = None,
+                    nested: bool = False, run_id: str | None = None) -> Tracker:
+        """A Tracker at ``config.tracking.uri`` / ``config.tracking.experiment``, tagged with the
+        config hash and profile (``config`` is :class:`components.config.Config`)."""
+        base = {"config.sha256": config.hash(), "config.profile": config.profile}
+        if sha := git_commit():
+            base["git.commit"] = sha
+        return cls(config.tracking.uri, config.tracking.experiment, run_name, {**base, **(tags or {})}, nested,
+                   run_id=run_id)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> Tracker:
+        configure_http_retries()
+        check_reachable(self.uri)
+        mlflow.set_tracking_uri(self.uri)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.experiment_id = self._guard("get or create experiment", self._experiment_id)
+        resume = self.run_id
+        run = self._guard("start run", lambda: mlflow.start_run(
+            run_id=resume, experiment_id=None if resume else self.experiment_id,
+            run_name=None if resume else self.run_name, tags=self.tags or None, nested=self.nested))
+        self.run_id = run.info.run_id
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            status = "FINISHED"
+        elif issubclass(exc_type, KeyboardInterrupt):
+            status = "KILLED"
+        else:
+            status = "FAILED"
+        active = mlflow.active_run()
+        with contextlib.suppress(MlflowException, requests.RequestException, OSError):
+            if active is not None and active.info.run_id == self.run_id:
+                mlflow.end_run(status=status)
+            elif self.client is not None and self.run_id is not None:  # left in another thread
+                self.client.set_terminated(self.run_id, status=status)
+
+    def _experiment_id(self) -> str:
+        assert self.client is not None
+        found = self.client.get_experiment_by_name(self.experiment)
+        if found is not None:
+            return found.experiment_id
+        try:
+            return self.client.create_experiment(self.experiment)
+        except MlflowException:  # another process created it between the two calls
+            found = self.client.get_experiment_by_name(self.experiment)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def _guard(self, operation: str, fn: Callable[[], T]) -> T:
+        return guarded(self.uri, operation, fn)
+
+    def _require(self) -> tuple[MlflowClient, str]:
+        if self.client is None or self.run_id is None:
+            raise RuntimeError("Tracker used outside its `with` block")
+        return self.client, self.run_id
+
+    # -- logging -----------------------------------------------------------------------------
+    def log_params(self, params: Mapping[str, Any] | Any) -> dict[str, str]:
+        """Flatten (``a.b``), stringify, truncate to MLflow's 6000 chars; log in chunks of 100."""
+        client, run_id = self._require()
+        flat = flatten_params(params, max_value_len=MAX_PARAM_VAL_LENGTH)
+        items = [Param(k, v) for k, v in flat.items()]
+        for i in range(0, len(items), MAX_PARAMS_TAGS_PER_BATCH):
+            chunk = items[i:i + MAX_PARAMS_TAGS_PER_BATCH]
+            self._guard("log params", lambda chunk=chunk: client.log_batch(run_id, params=chunk))
+        return flat
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Validate names (``ValueError`` on unknown ones) and log all values at ``step``."""
+        client, run_id = self._require()
+        values = validate_metrics(metrics)
+        now = int(time.time() * 1000)
+        items = [Metric(k, v, now, step or 0) for k, v in values.items()]
+        for i in range(0, len(items), METRICS_PER_BATCH):
+            chunk = items[i:i + METRICS_PER_BATCH]
+            self._guard("log metrics", lambda chunk=chunk: client.log_batch(run_id, metrics=chunk))
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Set run tags (values stringified, truncated to MLflow's limit)."""
+        client, run_id = self._require()
+        items = [RunTag(k, v) for k, v in _str_tags(tags).items()]
+        for i in range(0, len(items), MAX_PARAMS_TAGS_PER_BATCH):
+            chunk = items[i:i + MAX_PARAMS_TAGS_PER_BATCH]
+            self._guard("set tags", lambda chunk=chunk: client.log_batch(run_id, tags=chunk))
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        """Upload a file, or a folder's contents, under ``artifact_path`` of the run."""
+        client, run_id = self._require()
+        local = Path(path)
+        if not local.exists():
+            raise TrackingError(f"log_artifact: {local} does not exist")
+        if local.is_dir():
+            self._guard(f"log artifacts {local}",
+                        lambda: client.log_artifacts(run_id, str(local), artifact_path))
+        else:
+            self._guard(f"log artifact {local}",
+                        lambda: client.log_artifact(run_id, str(local), artifact_path))
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        """Save a matplotlib / plotly figure as ``artifact_file`` (e.g. ``plots/tokens.png``)."""
+        client, run_id = self._require()
+        self._guard(f"log figure {artifact_file}", lambda: client.log_figure(run_id, figure, artifact_file))
+
+    def log_policy_model(self, model_dir: str | os.PathLike[str], *, registered_name: str,
+                         tags: Mapping[str, Any]) -> Any:
+        """:func:`log_policy_model` into this run."""
+        self._require()
+        return log_policy_model(Path(model_dir), registered_name=registered_name, tags=tags,
+                                tracking_uri=self.uri)
+
+    @contextlib.contextmanager
+    def child(self, run_name: str, tags: Mapping[str, Any] | None = None) -> Iterator[Tracker]:
+        """A nested run under this one (same URI and experiment)."""
+        with Tracker(self.uri, self.experiment, run_name, tags, nested=True) as sub:
+            yield sub
+

@@ -1,0 +1,217 @@
+"""Model-registry helpers: evaluation tags on versions, aliases, and the promotion lock.
+
+Evaluation writes its headline numbers as version tags (:data:`ACCURACY_TAG`,
+:data:`TOKENS_TAG`) with :func:`write_eval_tags`; promotion reads them back with
+:func:`version_metrics`, so the registry alone is enough to re-run a promotion.
+
+Locking (:func:`promotion_lock`): MLflow has no conditional write, so two promotions at once
+could both read the same champion and both move ``@champion``. Two mechanisms:
+
+* ``file`` (automatic for ``sqlite:///`` registries): an OS file lock (``filelock``) beside the
+  database file. Guarantee: mutual exclusion between all threads and processes on hosts that
+  share that file system (flock; not reliable on some NFS setups).
+* ``tag`` (automatic for HTTP / Postgres backends, where clients share nothing but the
+  registry): a lease stored as the registered-model tag :data:`LOCK_TAG` =
+  ``<token> <expiry-epoch>``. Acquire = read the tag; if absent/expired write our token; wait
+  :data:`SETTLE_S`; re-read and own the lock only if the tag still holds our token (the last
+  writer wins, everyone else sees a foreign token and backs off). Guarantee: mutual exclusion
+  as long as each client's read->write gap is shorter than ``SETTLE_S`` (one REST round trip vs
+  0.5 s). The holder re-checks the lease right before writing (:meth:`LockHandle.verify`)
+  and aborts without writing if it expired (default ``ttl_s`` 300 s, so a slow
+  ``champion_metrics_fn`` cannot silently outlive it); a crashed holder blocks others for at
+  most ``ttl_s``. This is a lease, not consensus: a client paused for
+  longer than ``SETTLE_S`` between its read and write can break it. For strict guarantees use
+  a database advisory lock in front of the registry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from filelock import FileLock, Timeout
+from mlflow import MlflowClient
+from mlflow.entities.model_registry import ModelVersion
+from mlflow.exceptions import MlflowException
+
+from components.tracking.errors import PromotionError
+
+ACCURACY_TAG = "eval.accuracy"
+TOKENS_TAG = "eval.tokens_total"
+LOCK_TAG = "promotion.lock"
+SETTLE_S = 0.5
+LockKind = Literal["auto", "file", "tag", "none"]
+
+
+def write_eval_tags(client: MlflowClient, name: str, version: str | int, *, accuracy: float,
+                    tokens_total: float, extra: dict[str, object] | None = None) -> None:
+    """Record evaluation results on a model version (what :func:`version_metrics` reads)."""
+    tags = {ACCURACY_TAG: accuracy, TOKENS_TAG: tokens_total, **(extra or {})}
+    for key, value in tags.items():
+        client.set_model_version_tag(name, str(version), key, str(value))
+
+
+def _as_float(value: object, what: str) -> float:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise PromotionError(f"{what}: {value!r} is not a number") from exc
+    if not math.isfinite(number):
+        raise PromotionError(f"{what}: {value!r} is not finite")
+    return number
+
+
+def normalise_metrics(metrics: dict[str, object], where: str) -> dict[str, float]:
+    """``{accuracy, tokens_total}`` from keys with or without the ``eval.`` prefix."""
+    out: dict[str, float] = {}
+    for key in ("accuracy", "tokens_total"):
+        value = metrics.get(key, metrics.get(f"eval.{key}"))
+        if value is None:
+            raise PromotionError(f"{where}: missing {key!r} (set the version tag eval.{key} with "
+                                 f"write_eval_tags, or pass it in)")
+        out[key] = _as_float(value, f"{where} {key}")
+    if not 0.0 <= out["accuracy"] <= 1.0:
+        raise PromotionError(f"{where}: accuracy {out['accuracy']} is outside [0, 1]")
+    if out["tokens_total"] < 0:
+        raise PromotionError(f"{where}: tokens_total {out['tokens_total']} is negative")
+    return out
+
+
+def get_version(client: MlflowClient, name: str, version: str | int) -> ModelVersion:
+    """The model version, or :class:`PromotionError` naming it when it does not exist."""
+    try:
+        return client.get_model_version(name, str(version))
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            raise PromotionError(f"model {name!r} version {version} does not exist: {exc.message}") from exc
+        raise
+
+
+def version_metrics(client: MlflowClient, name: str, version: str | int) -> dict[str, float]:
+    """Accuracy and tokens of a version, read from its ``eval.*`` tags."""
+    mv = get_version(client, name, version)
+    return normalise_metrics(dict(mv.tags), f"model {name!r} version {version} tags")
+
+
+def alias_version(client: MlflowClient, name: str, alias: str) -> ModelVersion | None:
+    """The version behind ``name@alias``, or None when the alias is not set."""
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+            return None
+        raise
+
+
+def _registry_uri(client: MlflowClient) -> str:
+    return str(getattr(client, "_registry_uri", None) or client.tracking_uri)
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, timeout_s: float) -> Iterator[None]:
+    lock = FileLock(str(path), timeout=timeout_s, thread_local=False)
+    try:
+        lock.acquire()
+    except Timeout as exc:
+        raise PromotionError(f"promotion lock {path} still held after {timeout_s:.0f} s "
+                             f"(another promotion running?)") from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _read_lease(client: MlflowClient, name: str) -> tuple[str | None, float]:
+    raw = client.get_registered_model(name).tags.get(LOCK_TAG)
+    if not raw:
+        return None, 0.0
+    token, _, expiry = raw.partition(" ")
+    try:
+        return token, float(expiry)
+    except ValueError:
+        return None, 0.0
+
+
+@dataclass
+class LockHandle:
+    """What :func:`promotion_lock` yields; call :meth:`verify` right before writing."""
+
+    kind: LockKind
+    verify: Callable[[], None] = field(default=lambda: None)
+    """Raise :class:`PromotionError` if the lock was lost (tag lease expired and taken over)."""
+
+
+@contextlib.contextmanager
+def _tag_lease(client: MlflowClient, name: str, timeout_s: float, ttl_s: float) -> Iterator[LockHandle]:
+    token = uuid.uuid4().hex
+    deadline = time.monotonic() + timeout_s
+    while True:
+        holder, expiry = _read_lease(client, name)
+        if holder is None or expiry < time.time():
+            try:
+                client.set_registered_model_tag(name, LOCK_TAG, f"{token} {time.time() + ttl_s:.3f}")
+            except MlflowException:  # a concurrent insert of the same tag key collided: contention
+                pass
+            else:
+                time.sleep(SETTLE_S)
+                if _read_lease(client, name)[0] == token:
+                    break
+        if time.monotonic() > deadline:
+            raise PromotionError(f"registry lock tag {LOCK_TAG!r} on model {name!r} still held after "
+                                 f"{timeout_s:.0f} s (held by {holder}); it expires at {expiry:.0f}")
+        time.sleep(0.1 + random.random() * 0.3)
+
+    def verify() -> None:
+        holder, expiry = _read_lease(client, name)
+        if holder != token or expiry < time.time():
+            raise PromotionError(f"registry lock on model {name!r} was lost (lease of {ttl_s:.0f} s expired "
+                                 f"or taken over); nothing was written, re-run the promotion")
+
+    try:
+        yield LockHandle("tag", verify)
+    finally:
+        with contextlib.suppress(MlflowException):
+            if _read_lease(client, name)[0] == token:
+                client.delete_registered_model_tag(name, LOCK_TAG)
+
+
+def lock_kind_for(client: MlflowClient, kind: LockKind = "auto") -> LockKind:
+    """Resolve ``auto``: a file lock for a file-based sqlite registry, the tag lease otherwise."""
+    if kind != "auto":
+        return kind
+    return "file" if _sqlite_path(_registry_uri(client)) is not None else "tag"
+
+
+@contextlib.contextmanager
+def promotion_lock(client: MlflowClient, name: str, *, kind: LockKind = "auto", timeout_s: float = 60.0,
+                   ttl_s: float = 300.0) -> Iterator[LockHandle]:
+    """Serialise promotions of ``name`` (see the module docstring for guarantees)."""
+    resolved = lock_kind_for(client, kind)
+    if resolved == "file":
+        db = _sqlite_path(_registry_uri(client))
+        if db is None:
+            raise PromotionError(f"file lock needs a sqlite:/// registry, got {_registry_uri(client)}")
+        db.parent.mkdir(parents=True, exist_ok=True)
+        safe = re.sub(r"[^\w.\-]", "_", name)
+        with _file_lock(db.with_name(f"{db.name}.{safe}.promotion.lock"), timeout_s):
+            yield LockHandle("file")
+    elif resolved == "tag":
+        with _tag_lease(client, name, timeout_s, ttl_s) as handle:
+            yield handle
+    else:
+        yield LockHandle("none")

@@ -1,0 +1,143 @@
+"""Real ``mlflow server`` on 127.0.0.1: log, register, promote, resolve; then a dead server.
+
+The server runs with a sqlite backend and proxied artifact storage (``--serve-artifacts
+--artifacts-destination``), so the client reaches artifacts only over HTTP, like a production
+client talking to a remote server. MLflow 3.17 flags used: ``--backend-store-uri``,
+``--artifacts-destination``, ``--serve-artifacts``, ``--host``, ``--port``, ``--workers``; the
+default ``--allowed-hosts`` (localhost + private IPs) already admits 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from mlflow import MlflowClient
+
+from components.tracking import Tracker, TrackingError, promote, resolve_model_uri, write_eval_tags
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+RULE = {"accuracy_tolerance": 0.01, "max_token_ratio": 1.0, "min_accuracy": 0.1}
+_spec = importlib.util.spec_from_file_location(
+    "test_tracking_helpers", Path(__file__).parents[1] / "unit" / "test_tracking_helpers.py")
+helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(helpers)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the server's process group (uvicorn workers included) that this test started."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(15)
+
+
+@pytest.fixture()
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, subprocess.Popen]]:
+    db = tmp_path / "server.db"  # copy a migrated DB: saves the 5-10 s schema migration
+    shutil.copy(helpers.template_db(Path(request.config.cache.mkdir("agent-gspo-mlflow"))), db)
+    port = _free_port()
+    log = (tmp_path / "server.log").open("w")
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}",
+           "--artifacts-destination", str(tmp_path / "artifacts"), "--serve-artifacts",
+           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1"}
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+                            start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"mlflow server exited {proc.returncode}: {(tmp_path / 'server.log').read_text()}")
+            try:
+                if requests.get(f"{uri}/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"mlflow server not healthy after 120 s: {(tmp_path / 'server.log').read_text()}")
+            time.sleep(0.25)
+        yield uri, proc
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def test_log_register_promote_resolve_then_dead_server(server, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import AutoModelForCausalLM
+
+    uri, proc = server
+    for key, value in {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                       "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}.items():
+        monkeypatch.setenv(key, value)
+    model_dir = helpers.build_tiny_hf_model(tmp_path / "tiny")
+    with Tracker(uri, "agent-gspo", "train", {"stage": "train"}) as tracker:
+        tracker.log_params({"gspo": {"lr": 1e-6, "steps": 2}})
+        tracker.log_metrics({"train/reward": 0.5, "train/tokens_total": 321}, step=1)
+        v1 = tracker.log_policy_model(model_dir, registered_name="policy", tags={"config.sha256": "c1"})
+        v2 = tracker.log_policy_model(model_dir, registered_name="policy", tags={"config.sha256": "c2"})
+        v3 = tracker.log_policy_model(model_dir, registered_name="policy", tags={"config.sha256": "c3"})
+        run_id = tracker.run_id
+    client = MlflowClient(uri)
+    v1, v2, v3 = str(v1.version), str(v2.version), str(v3.version)
+    for version, acc, tokens in ((v1, 0.5, 1000), (v2, 0.6, 900), (v3, 0.6, 800)):
+        write_eval_tags(client, "policy", version, accuracy=acc, tokens_total=tokens)
+
+    assert promote(client, "policy", v1, **RULE).decision == "champion"
+    results: list = []
+    def worker(version: str) -> None:  # auto lock over HTTP = the registered-model tag lease
+        results.append(promote(MlflowClient(uri), "policy", version, **RULE))
+
+    threads = [threading.Thread(target=worker, args=(v,)) for v in (v2, v3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 2
+    first, second = sorted(results, key=lambda d: d.compared_to != v1)
+    assert first.compared_to == v1 and second.compared_to == first.version  # serialised
+
+    run = client.get_run(run_id)
+    assert run.data.metrics["train/tokens_total"] == 321 and run.data.params["gspo.lr"] == "1e-06"
+    model = client.get_registered_model("policy")
+    assert str(model.aliases["champion"]) == v3 and "promotion.lock" not in model.tags
+    assert client.get_model_version("policy", v3).tags["config.sha256"] == "c3"
+
+    folder = resolve_model_uri("models:/policy@champion", dst_dir=tmp_path / "cache", tracking_uri=uri)
+    assert f"/policy/{v3}/" in str(folder)
+    AutoModelForCausalLM.from_pretrained(folder)
+
+    open_run = Tracker(uri, "agent-gspo", "after").__enter__()
+    _stop(proc)
+    start = time.monotonic()
+    with pytest.raises(TrackingError, match=uri.replace(".", r"\.")):
+        open_run.log_metrics({"train/reward": 1.0}, step=2)
+    assert time.monotonic() - start < 30
+    open_run.__exit__(None, None, None)  # must not raise or hang on a dead server
+    start = time.monotonic()
+    with pytest.raises(TrackingError, match="unreachable"):
+        with Tracker(uri, "agent-gspo", "never"):
+            pass
+    assert time.monotonic() - start < 10

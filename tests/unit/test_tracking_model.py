@@ -1,0 +1,94 @@
+"""Policy model logging, registration, provenance tags and models:/ resolution (sqlite:///)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import test_tracking_helpers
+from mlflow import MlflowClient
+
+from components.tracking import ModelUriError, Tracker, log_policy_model, resolve_model_uri
+
+mlflow_uri = test_tracking_helpers.mlflow_uri  # shared pytest fixture
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = test_tracking_helpers.build_tiny_hf_model(tmp_path_factory.mktemp("tiny") / "policy")
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    assert size < 1_000_000, size
+    return folder
+
+
+def test_log_register_tag_and_resolve_round_trip(mlflow_uri: str, tiny_model: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    monkeypatch.setenv("AGENT_GSPO_GIT_COMMIT", "c0ffee")
+    tags = {"data.manifest_sha256": "d" * 64, "config.sha256": "c" * 64}
+    start = time.perf_counter()
+    with Tracker(mlflow_uri, "exp", "train") as tracker:
+        mv = tracker.log_policy_model(tiny_model, registered_name="policy", tags=tags)
+        run_id = tracker.run_id
+    log_s = time.perf_counter() - start
+    client = MlflowClient(mlflow_uri)
+    stored = client.get_model_version("policy", mv.version)
+    assert stored.status == "READY" and str(mv.version) == "1"
+    assert stored.tags == {**tags, "git.commit": "c0ffee"}
+    assert stored.run_id == run_id
+    client.set_registered_model_alias("policy", "champion", mv.version)
+
+    start = time.perf_counter()
+    folder = resolve_model_uri("models:/policy@champion", dst_dir=tmp_path / "cache", tracking_uri=mlflow_uri)
+    resolve_s = time.perf_counter() - start
+    assert isinstance(folder, Path) and (folder / "config.json").exists()
+    print(f"log+register {log_s:.2f}s, resolve {resolve_s:.2f}s")
+    assert resolve_model_uri("models:/policy/1", dst_dir=tmp_path / "cache", tracking_uri=mlflow_uri) == folder
+
+    original = AutoModelForCausalLM.from_pretrained(tiny_model)
+    loaded = AutoModelForCausalLM.from_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    ids = tok("the answer is 42", return_tensors="pt")["input_ids"]  # (1, seq)
+    assert ids.shape[1] > 1
+    with torch.no_grad():
+        assert torch.equal(original(ids).logits, loaded(ids).logits)
+
+
+def test_second_version_and_alias_move_resolve_to_new_folder(mlflow_uri: str, tiny_model: Path,
+                                                             tmp_path: Path) -> None:
+    v1 = log_policy_model(tiny_model, registered_name="p2", tags={"k": "1"}, tracking_uri=mlflow_uri)
+    v2 = log_policy_model(tiny_model, registered_name="p2", tags={"k": "2"}, tracking_uri=mlflow_uri)
+    assert (str(v1.version), str(v2.version)) == ("1", "2")
+    client = MlflowClient(mlflow_uri)
+    client.set_registered_model_alias("p2", "champion", "1")
+    first = resolve_model_uri("models:/p2@champion", dst_dir=tmp_path, tracking_uri=mlflow_uri)
+    client.set_registered_model_alias("p2", "champion", "2")
+    second = resolve_model_uri("models:/p2@champion", dst_dir=tmp_path, tracking_uri=mlflow_uri)
+    assert first != second and "/p2/1/" in str(first) and "/p2/2/" in str(second)
+
+    import mlflow
+    import pandas as pd
+
+    served = mlflow.pyfunc.load_model("models:/p2@champion")  # the pyfunc wrapper is usable too
+    out = served.predict(["the answer is", "2 + 2 ="], params={"max_new_tokens": 3})
+    assert len(out) == 2 and all(isinstance(text, str) for text in out)
+    assert len(served.predict(pd.DataFrame({"prompt": ["silence"]}))) == 1
+
+
+def test_resolve_local_folder_hub_id_and_errors(mlflow_uri: str, tiny_model: Path, tmp_path: Path) -> None:
+    assert resolve_model_uri(tiny_model) == tiny_model
+    assert resolve_model_uri(str(tiny_model)) == tiny_model
+    assert resolve_model_uri("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    with pytest.raises(ModelUriError, match="no config.json"):
+        resolve_model_uri(tmp_path)
+    with pytest.raises(ModelUriError, match="no such folder"):
+        resolve_model_uri("./missing/folder")
+    with pytest.raises(ModelUriError, match="stages are not used"):
+        resolve_model_uri("models:/policy/Production", tracking_uri=mlflow_uri)
+    with pytest.raises(ModelUriError, match="not found"):
+        resolve_model_uri("models:/nope@champion", dst_dir=tmp_path, tracking_uri=mlflow_uri)
+    with pytest.raises(ModelUriError, match="no config.json"):
+        log_policy_model(tmp_path, registered_name="x", tags={}, tracking_uri=mlflow_uri)

@@ -21,6 +21,16 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
 def _benchmarks(text: str) -> list[str]:
     names = _csv(text)
     unknown = [n for n in names if n not in BENCHMARKS]
@@ -72,9 +82,45 @@ def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
+    from components.data.prepare import load_split
+    from components.mas.engine import RolloutEngine
+    from components.mas.transcript import episodes_summary, format_transcript
+    from components.models import load_policy
+    from components.reward.reward import apply_rewards
+
+    mas = cfg.mas.model_copy(update={k: v for k, v in (("agents", args.agents), ("rounds", args.rounds),
+                                                        ("topology", args.topology)) if v is not None})
+    cfg = cfg.model_copy(update={"mas": type(cfg.mas).model_validate(mas.model_dump())})
+    items = load_split(Path(args.data or cfg.data.out_dir), args.benchmark, args.split)[: args.limit]
+    model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype)
+    engine = RolloutEngine(model, tok, cfg.mas)
+    episodes = engine.rollout(items, args.group_size, seed=args.seed, greedy=args.greedy)
+    apply_rewards(episodes, cfg.reward, cfg.reward.lambda_tok)
+    for ep in episodes:
+        print(format_transcript(ep, tok))
+        print()
+    summary = episodes_summary(episodes) | {"generated_tokens_per_s": engine.last_stats.tokens_per_s}
+    print(json.dumps(summary, indent=2))
+    if args.json:
+        from components.io import write_text_atomic
+
+        write_text_atomic(args.json, "".join(json.dumps(ep.to_dict()) + "\n" for ep in episodes))
+        print(f"episode records: {args.json}")
+    return 0
+
+
+def _cmd_train(cfg: Config, args: argparse.Namespace) -> int:
+    from components.gspo.launch import launch_training
+
+    return launch_training(cfg, args, resume=args.resume, max_steps=args.max_steps, out_dir=args.out)
+
+
 COMMANDS: dict[str, tuple[str, Callable[[Config, argparse.Namespace], int]]] = {
     "prepare": ("prepare benchmarks into normalised parquet (mirror > hub > package)", _cmd_prepare),
     "validate": ("validate prepared data with great-expectations", _cmd_validate),
+    "rollout": ("run multi-agent episodes and print transcripts", _cmd_rollout),
+    "train": ("GSPO training (in-process, or under torchrun / deepspeed per deepspeed.launcher)", _cmd_train),
     "score": ("score a JSON-lines predictions file against a benchmark", _cmd_score),
 }
 
@@ -98,6 +144,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", parents=[common], help=helps["validate"])
     p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
+
+    p = sub.add_parser("rollout", parents=[common], help=helps["rollout"])
+    p.add_argument("--benchmark", required=True, choices=BENCHMARKS)
+    p.add_argument("--split", default="test")
+    p.add_argument("--limit", type=_positive, default=8, help="questions (first N of the split)")
+    p.add_argument("--agents", type=_positive, default=None)
+    p.add_argument("--rounds", type=_positive, default=None)
+    p.add_argument("--topology", default=None, choices=["complete", "chain", "star", "layered", "debate"])
+    p.add_argument("--group-size", type=_positive, default=1, help="episodes per question")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--greedy", action="store_true")
+    p.add_argument("--data", default=None)
+    p.add_argument("--json", default=None, help="write episode records (JSON lines) here")
+
+    p = sub.add_parser("train", parents=[common], help=helps["train"])
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    p.add_argument("--max-steps", type=_positive, default=None, help="stop after N steps (default gspo.steps)")
+    p.add_argument("--out", default=None, help="run folder (default gspo.out_dir)")
+    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
 
     p = sub.add_parser("score", parents=[common], help=helps["score"])
     p.add_argument("--benchmark", required=True, choices=BENCHMARKS)

@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from components.data.adapters import Record
-from components.data.expectations import SuiteResult, render_report, validate_frame
 from components.data.sources import load_benchmark, resolve_mirror
 from components.data.spec import DataError, DataValidationError, get_spec
 from components.io import atomic_dir, write_json_atomic
@@ -99,7 +98,9 @@ def prepare_benchmark(
     if unknown:
         raise DataError(f"{name}: source {loaded.source} produced unexpected split(s) {unknown}")
     tables = {split: records_to_table(loaded.splits.get(split, [])) for split in spec.expected}
-    results: list[SuiteResult] = [validate_frame(name, split, t.to_pandas()) for split, t in tables.items()]
+    from components.data.expectations import render_report, validate_frame  # GX import is slow: only here
+
+    results = [validate_frame(name, split, t.to_pandas()) for split, t in tables.items()]
     if not all(r.success for r in results):
         report = render_report(results)
         raise DataValidationError(

@@ -62,18 +62,33 @@ def _new_cache(model, batch: int, max_len: int, static: bool):
     return DynamicCache(config=model.config)
 
 
+def _is_stop_reply(toks: torch.Tensor, lengths: torch.Tensor, replies: list[list[int]]) -> torch.Tensor:
+    """[B] bool: the row's completion so far is exactly one of ``replies`` (only checked while
+    completions are no longer than the longest reply, so it costs a few early steps)."""
+    hit = torch.zeros(toks.shape[0], dtype=torch.bool, device=toks.device)
+    for reply in replies:
+        n = len(reply)
+        if n == toks.shape[1]:
+            ref = torch.tensor(reply, dtype=toks.dtype, device=toks.device)
+            hit |= (toks == ref).all(-1) & (lengths == n)
+    return hit
+
+
 @torch.no_grad()
 def generate_batch(model, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int, pad_id: int,
                    temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
                    generator: torch.Generator | None = None, min_new_tokens: int = 0,
                    logits_processor: LogitsProcessor | None = None, device: str | torch.device = "cpu",
-                   static_cache: bool = False, step_fn: Callable | None = None) -> Generation:
+                   static_cache: bool = False, step_fn: Callable | None = None,
+                   stop_replies: list[list[int]] | None = None) -> Generation:
     """Sample completions for every prompt in one batched decode.
 
     prompts: B id lists (any lengths, left-padded here). Rows stop at ``eos_id`` or after
     ``max_new_tokens``; EOS is masked for the first ``min_new_tokens`` steps (benchmarks use this
     for fixed-length messages). ``static_cache`` (CUDA only, checked by the caller) swaps the
     DynamicCache for a StaticCache so that a compiled ``step_fn`` sees fixed shapes.
+    ``stop_replies``: complete replies (the silence marker's id variants): a row whose whole
+    completion so far equals one of them stops there, so silence costs only the marker's tokens.
     """
     b = len(prompts)
     if b == 0:
@@ -119,6 +134,8 @@ def generate_batch(model, prompts: list[list[int]], *, max_new_tokens: int, eos_
         lps[:, t] = logp_all.gather(-1, nxt[:, None]).squeeze(-1)
         lengths += (~done).long()
         done = done | (nxt == eos_id)
+        if stop_replies and t < max(len(v) for v in stop_replies):
+            done = done | _is_stop_reply(toks[:, : t + 1], lengths, stop_replies)
         steps = t + 1
         if t == max_new_tokens - 1 or bool(done.all()):
             break

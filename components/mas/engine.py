@@ -109,6 +109,24 @@ def _normalise_items(items: list[dict]) -> list[dict]:
     return out
 
 
+def length_buckets(lengths: list[int], *, max_ratio: float = 1.5, min_rows: int = 8) -> list[list[int]]:
+    """Group row indices by prompt length so a batched call pads little.
+
+    Rows are sorted by length; a bucket closes when the next prompt is more than ``max_ratio``
+    times its shortest one and it already has ``min_rows`` rows. Left-padding every row to the
+    longest prompt of a call made prompt-heavy batches (MMLU: 1,237 vs 560 tokens on average)
+    slower than one row at a time; a handful of buckets keeps the batching win. Deterministic.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    buckets: list[list[int]] = []
+    for i in order:
+        if buckets and (lengths[i] <= max_ratio * max(1, lengths[buckets[-1][0]]) or len(buckets[-1]) < min_rows):
+            buckets[-1].append(i)
+        else:
+            buckets.append([i])
+    return buckets
+
+
 class RolloutEngine:
     """Generates multi-agent episodes with one shared policy (see module docstring).
 
@@ -164,8 +182,12 @@ class RolloutEngine:
         return variants
 
     def is_silent(self, completion_ids: list[int]) -> bool:
-        """True when the completion starts with the silence marker's ids (leading whitespace ignored)."""
-        rest = self._strip_ws(completion_ids)
+        """True when the completion starts with the silence marker's ids (leading whitespace ignored),
+        or says nothing at all (only whitespace before EOS): an empty reply is not worth delivering."""
+        ids = completion_ids[:-1] if completion_ids and completion_ids[-1] == self.eos else completion_ids
+        rest = self._strip_ws(ids)
+        if not rest:
+            return True
         return any(rest[:len(v)] == v for v in self.marker_variants)
 
     # -- one batched call ------------------------------------------------------------------------
@@ -183,11 +205,21 @@ class RolloutEngine:
         return ids
 
     def _generate(self, prompts: list[list[int]], generator: torch.Generator, greedy: bool) -> Generation:
-        return generate_batch(
-            self.model, prompts, max_new_tokens=self.cfg.max_message_tokens, eos_id=self.eos, pad_id=self.pad,
-            temperature=self.cfg.temperature, top_p=self.cfg.top_p, greedy=greedy, generator=generator,
-            min_new_tokens=self.min_new_tokens, logits_processor=self.logits_processor, device=self.device,
-            static_cache=self.static, step_fn=self._step_fn)
+        """One batched decode per prompt-length bucket (see :func:`length_buckets`), results in input order."""
+        ids: list[list[int]] = [[] for _ in prompts]
+        lps: list[list[float]] = [[] for _ in prompts]
+        steps = 0
+        for bucket in length_buckets([len(p) for p in prompts]):
+            gen = generate_batch(
+                self.model, [prompts[i] for i in bucket], max_new_tokens=self.cfg.max_message_tokens, eos_id=self.eos,
+                pad_id=self.pad, temperature=self.cfg.temperature, top_p=self.cfg.top_p, greedy=greedy,
+                generator=generator, min_new_tokens=self.min_new_tokens, logits_processor=self.logits_processor,
+                device=self.device, static_cache=self.static, step_fn=self._step_fn,
+                stop_replies=None if self.solo else self.marker_variants)
+            for i, row_ids, row_lps in zip(bucket, gen.ids, gen.logprobs, strict=True):
+                ids[i], lps[i] = row_ids, row_lps
+            steps += gen.steps
+        return Generation(ids, lps, steps)
 
     def _run_call(self, rows: list[tuple[_EpisodeState, int, str, list[int]]], call: int, round_idx: int,
                   generator: torch.Generator, greedy: bool, stats: RolloutStats) -> None:

@@ -59,6 +59,8 @@ class Episode:
     final_answer: str
     """the aggregated answer text (majority over extracted answers, or the decision agent's text)"""
     correct: bool
+    task_score: float | None = None
+    """partial credit in [0, 1] when the task defines one (else r_task = correct)"""
     extracted: str | None = None
     score_error: str | None = None
     repetition: float = 0.0

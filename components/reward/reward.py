@@ -2,7 +2,7 @@
 
     R = r_task − λ_tok · tokens / B_norm − λ_turn · turns − λ_rep · repetition
 
-``r_task`` ∈ {0, 1} is ``episode.correct``; ``tokens`` is ``episode.tokens(cfg.token_measure)``
+``r_task`` ∈ [0, 1] is ``episode.task_score`` when the scorer gave partial credit, else ``episode.correct``; ``tokens`` is ``episode.tokens(cfg.token_measure)``
 (completion, communicated or total tokens of the whole episode); ``B_norm`` (``cfg.token_norm``)
 puts the token term on the scale of r_task; ``turns`` counts non-silent messages; ``repetition``
 is the mean n-gram overlap of non-silent messages with earlier ones (0..1). ``λ_tok`` is passed
@@ -80,10 +80,17 @@ def _repetition_inputs(episode: Episode) -> tuple[list[bool], list[list[int]]]:
     return [m.silent for m in episode.messages], [m.completion_ids for m in episode.messages]
 
 
+def task_reward(episode: Episode) -> float:
+    """r_task ∈ [0, 1]: the scorer's partial credit when it gave one, else 1/0 for correct."""
+    if episode.task_score is not None:
+        return float(min(1.0, max(0.0, episode.task_score)))
+    return 1.0 if episode.correct else 0.0
+
+
 def compute_reward(episode: Episode, cfg: RewardConfig, lambda_tok: float) -> RewardBreakdown:
     """Reward of one episode; repetition is recomputed from the token ids (n = cfg.repetition_ngram)."""
     lam = _check_lambda(lambda_tok)
-    task = 1.0 if episode.correct else 0.0
+    task = task_reward(episode)
     tokens = episode.tokens(cfg.token_measure)
     turns = episode.turns
     repetition = episode_repetition(*_repetition_inputs(episode), n=cfg.repetition_ngram)
@@ -131,5 +138,5 @@ def message_rewards(episode: Episode, cfg: RewardConfig, lambda_tok: float) -> l
     Used when ``cfg.per_agent_credit``: a verbose agent is charged for its own tokens instead of
     sharing the whole episode's bill with agents that stayed silent.
     """
-    task = 1.0 if episode.correct else 0.0
+    task = task_reward(episode)
     return [task - sum(c.values()) for c in message_costs(episode, cfg, lambda_tok)]

@@ -95,7 +95,7 @@ def test_forced_silence(tiny):
     for ep in eps:
         assert all(m.silent and m.recipients == [] for m in ep.messages)
         assert ep.communicated_tokens == 0 and ep.turns == 0 and ep.silence_rate == 1.0
-        assert ep.completion_tokens == 2 * len(ep.messages)  # marker + EOS still count
+        assert ep.completion_tokens == len(ep.messages)  # the marker still counts; the reply stops there
         r0 = {m.agent_id: m.prompt_ids for m in ep.messages if m.round == 0}
         assert all(m.prompt_ids == r0[m.agent_id] for m in ep.messages)  # nothing was delivered
         assert ep.final_answer == "" and not ep.correct
@@ -109,7 +109,10 @@ def test_silence_detection_ignores_leading_whitespace(tiny):
     assert eng.is_silent(ws + [marker, tok.eos_token_id])
     assert eng.is_silent([marker] + tok.encode(" ok", add_special_tokens=False))
     assert not eng.is_silent(tok.encode("I say", add_special_tokens=False) + [marker])
-    assert not eng.is_silent([tok.eos_token_id])
+    # an empty reply (only EOS / whitespace) says nothing: treated as silence, never delivered
+    assert eng.is_silent([tok.eos_token_id])
+    assert eng.is_silent(ws + [tok.eos_token_id])
+    assert not eng.is_silent(tok.encode("ok", add_special_tokens=False) + [tok.eos_token_id])
 
 
 def test_batched_equals_one_at_a_time_greedy(tiny):

@@ -1,0 +1,32 @@
+"""Evaluation: seven benchmarks x {trained MAS, baselines}, accuracy and token cost, report and plots.
+
+Entry point :func:`evaluate` (runner.py); pure helpers in sampling.py (seeded item sample),
+metrics.py (EvalRow, standard error, Pareto front), report.py (JSON / markdown), plots.py (PNG).
+"""
+
+from components.evaluation.metrics import (
+           EvalRow,
+           SilenceGrid,
+           aggregate,
+           pareto_front,
+           silence_grid,
+           standard_error,
+           summarise,
+)
+from components.evaluation.report import benchmark_metrics, fmt_tokens, render_markdown, write_reports
+from components.evaluation.runner import (
+           MAIN_SYSTEM,
+           EvalInputError,
+           EvalReport,
+           System,
+           build_systems,
+           eval_metrics,
+           evaluate,
+           run_system,
+)
+from components.evaluation.sampling import SamplingError, derived_seed, sample_items
+
+__all__ = ["MAIN_SYSTEM", "EvalInputError", "EvalReport", "EvalRow", "SamplingError", "SilenceGrid", "System",
+           "aggregate", "benchmark_metrics", "build_systems", "derived_seed", "eval_metrics", "evaluate",
+           "fmt_tokens", "pareto_front", "render_markdown", "run_system", "sample_items", "silence_grid",
+           "standard_error", "summarise", "write_reports"]

@@ -1,0 +1,318 @@
+"""Seven-benchmark evaluation: the trained MAS and its baselines on a seeded sample of TEST items.
+
+Systems (all run by the same batched :class:`components.mas.engine.RolloutEngine`, so token
+accounting is identical across them):
+
+* ``agent_gspo``      - the evaluated policy with the configured topology / agents / rounds;
+* ``single_cot``      - the evaluated policy, one agent, one round;
+* ``self_consistency``- the evaluated policy, ``eval.self_consistency_k`` lone samples, majority vote;
+* ``mas_untrained``   - the BASE model (``model.name``) as a free-for-all MAS (complete topology).
+  When the evaluated model is the base model it is the same weights, only the topology differs.
+
+Decoding: ``agent_gspo``, ``single_cot`` and ``mas_untrained`` decode greedily (the deterministic
+answer of each system; sampling noise would blur the comparison at small n); self-consistency
+must sample to be anything but k copies of CoT, so it samples at ``mas.temperature`` / ``mas.top_p``
+with a seed derived from ``eval.seed``, benchmark, system and batch index. Same inputs -> same numbers.
+
+Grading is deferred: the engine is given a no-op ``score_fn`` and every episode of a benchmark
+(all systems) is graded in ONE call to :func:`components.scoring.score_many`, so HumanEval
+programs run in parallel sandboxes and math-verify runs in its bounded worker pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.config import BENCHMARKS, Config
+from components.errors import UserError
+from components.evaluation.metrics import (
+    EpisodeLike,
+    EpisodeStats,
+    EvalRow,
+    SilenceGrid,
+    aggregate,
+    silence_grid,
+    summarise,
+)
+from components.evaluation.report import render_markdown, write_reports
+from components.evaluation.sampling import derived_seed, sample_items
+
+log = logging.getLogger(__name__)
+
+MAIN_SYSTEM = "agent_gspo"
+BASELINE_NAMES = ("single_cot", "self_consistency", "mas_untrained")
+SPLIT = "test"
+
+
+class EvalInputError(UserError):
+    """Bad evaluation input: unknown benchmark or baseline, missing data, empty system list."""
+
+
+@dataclass
+class System:
+    """A named system to evaluate: an engine plus how to decode with it."""
+
+    name: str
+    engine: Any
+    """a RolloutEngine (anything with ``rollout(items, group_size, seed=, greedy=) -> list[Episode]``)"""
+    greedy: bool = True
+
+
+@dataclass
+class EvalReport:
+    """What :func:`evaluate` returns (and wrote to ``paths``)."""
+
+    table: list[EvalRow]
+    """one row per (system, benchmark), systems in run order"""
+    markdown: str
+    paths: dict[str, Path]
+    summary: dict[str, dict[str, Any]]
+    """per system: accuracy (macro over benchmarks), tokens_total (sum), ... see metrics.summarise"""
+    meta: dict[str, Any]
+    silence: SilenceGrid | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    """seconds per system (rollouts) and for grading; not part of the reproducible numbers"""
+
+
+def _no_score(item: dict, prediction: str) -> tuple[bool, str | None, str | None]:
+    """Placeholder grader: real grading happens once per benchmark in :func:`grade`."""
+    return False, None, None
+
+
+def file_sha256(path: Path) -> str | None:
+    """sha256 of a file's bytes, None when it does not exist."""
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def _grading_meta(item: dict) -> dict:
+    """``meta`` plus the record's ``choices`` (the choice grader matches option texts, as ``agent-gspo score`` does)."""
+    meta = dict(item.get("meta") or {})
+    if item.get("choices") is not None and "choices" not in meta:
+        meta["choices"] = list(item["choices"])
+    return meta
+
+
+def grade(pairs: Sequence[tuple[dict, EpisodeLike]], timeout_s: float) -> None:
+    """Score ``(item, episode)`` pairs in one parallel batch; sets correct / extracted / score_error."""
+    from components.scoring import score_many  # lazy: heavy imports (math-verify, sandbox)
+
+    if not pairs:
+        return
+    requests = [(item["answer_type"], ep.final_answer, str(item["answer"]), _grading_meta(item)) for item, ep in pairs]
+    results = score_many(requests, timeout_s=timeout_s)
+    for (_, ep), res in zip(pairs, results, strict=True):
+        ep.correct, ep.extracted, ep.score_error = bool(res.correct), res.extracted, res.error
+
+
+def _length_key(item: dict) -> int:
+    """Prompt-length proxy (characters of question and options)."""
+    return len(str(item.get("question") or "")) + sum(len(str(c)) for c in item.get("choices") or [])
+
+
+def run_system(system: System, items: Sequence[dict], *, batch_size: int, seed: int, benchmark: str,
+               compact: bool = False) -> list[EpisodeLike]:
+    """One episode per item (returned in ``items`` order), ``batch_size`` questions per engine call.
+    ``compact`` turns each batch's episodes into :class:`EpisodeStats` at once (bounded memory).
+
+    Items are batched in order of question length (stable sort), so one long question does not
+    pad a whole batch: on CPU the prefill is compute-bound and attention over padding is wasted
+    (MMLU questions range from ~50 to ~4000 characters). Greedy results do not depend on batch
+    composition; sampled ones depend on it deterministically (seed derived per batch index).
+    """
+    if batch_size < 1:
+        raise EvalInputError(f"eval.batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(items)), key=lambda k: _length_key(items[k]))
+    episodes: list[EpisodeLike | None] = [None] * len(items)
+    for b, start in enumerate(range(0, len(order), batch_size)):
+        idx = order[start:start + batch_size]
+        out = system.engine.rollout([items[k] for k in idx], 1, seed=derived_seed(seed, benchmark, system.name, b),
+                                    greedy=system.greedy)
+        if len(out) != len(idx):
+            raise EvalInputError(f"system {system.name!r}: engine returned {len(out)} episodes for {len(idx)} items")
+        for k, ep in zip(idx, out, strict=True):
+            episodes[k] = EpisodeStats.from_episode(ep) if compact else ep
+    return [ep for ep in episodes if ep is not None]
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load(name: str | Path, cfg: Config, device: str):
+    from components.models import load_policy
+
+    return load_policy(str(name), cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
+                       seed=cfg.gspo.seed)
+
+
+def resolve_model(cfg: Config, model: str | None) -> tuple[str, str | Path]:
+    """``(uri as given, what load_policy gets)``: aliases pass through, URIs/folders are resolved."""
+    from components.models import ALIASES
+
+    uri = model or cfg.model.name
+    if uri in ALIASES:
+        return uri, uri
+    from components.tracking import resolve_model_uri
+
+    return uri, resolve_model_uri(uri, tracking_uri=cfg.tracking.uri)
+
+
+def build_systems(cfg: Config, policy: tuple[Any, Any], baselines: Sequence[str], *,
+                  base: tuple[Any, Any] | None = None, device: str = "cpu", **engine_kw: Any) -> list[System]:
+    """Engines for ``agent_gspo`` and each baseline. ``base`` = (model, tokenizer) of the untrained
+    model for ``mas_untrained`` (defaults to ``policy``); ``engine_kw`` goes to every RolloutEngine."""
+    from components.mas.baselines import baseline_engine
+    from components.mas.engine import RolloutEngine
+
+    kw = {"device": device, "score_fn": _no_score, **engine_kw}
+    systems = [System(MAIN_SYSTEM, RolloutEngine(*policy, cfg.mas, **kw), greedy=True)]
+    for name in baselines:
+        weights = (base or policy) if name == "mas_untrained" else policy
+        engine = baseline_engine(name, *weights, cfg.mas, k=cfg.eval.self_consistency_k, **kw)
+        systems.append(System(name, engine, greedy=name != "self_consistency"))
+    return systems
+
+
+def _check_names(benchmarks: Sequence[str], baselines: Sequence[str]) -> None:
+    bad = [b for b in benchmarks if b not in BENCHMARKS]
+    if bad:
+        raise EvalInputError(f"eval.benchmarks: unknown benchmark(s) {bad} (allowed: {', '.join(BENCHMARKS)})")
+    bad = [b for b in baselines if b not in BASELINE_NAMES]
+    if bad:
+        raise EvalInputError(f"eval.baselines / --baselines: unknown baseline(s) {bad} "
+                             f"(allowed: {', '.join(BASELINE_NAMES)})")
+    if not benchmarks:
+        raise EvalInputError("eval.benchmarks: empty; nothing to evaluate")
+
+
+def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None, baselines: list[str] | None = None,
+             out_dir: Path | None = None, data_dir: Path | None = None, tracker=None,
+             systems: Sequence[System] | None = None) -> EvalReport:
+    """Evaluate ``model`` (default ``cfg.model.name``) and the baselines on ``cfg.eval.benchmarks``.
+
+    ``limit`` (default ``eval.limit``) items per benchmark from the TEST split, a seeded sample
+    (:func:`sample_items` with ``eval.seed``). ``systems`` injects prebuilt systems (an in-memory
+    policy, fixed-length engines in benchmarks) instead of loading models; ``baselines`` is then ignored.
+    ``tracker`` (a :class:`components.tracking.Tracker` inside its ``with``) gets the main system's
+    ``eval/<benchmark>/*`` metrics, one nested run per other system with the same names, and the
+    outputs as artifacts. Writes to ``out_dir`` (default ``eval.out_dir``); see report.py for files.
+    """
+    from components.data.prepare import load_split
+
+    t_start = time.perf_counter()
+    ev = cfg.eval
+    limit = ev.limit if limit is None else limit
+    baselines = list(ev.baselines if baselines is None else baselines)
+    benchmarks = list(ev.benchmarks)
+    _check_names(benchmarks, baselines if systems is None else [])
+    data_dir = Path(data_dir if data_dir is not None else cfg.data.out_dir)
+    out_dir = Path(out_dir if out_dir is not None else ev.out_dir)
+
+    items = {b: sample_items(load_split(data_dir, b, SPLIT), limit, ev.seed, where=f"{data_dir}/{b}/{SPLIT}")
+             for b in benchmarks}
+    meta: dict[str, Any] = {
+        "data_dir": str(data_dir), "data_manifest_sha256": file_sha256(data_dir / "manifest.json"),
+        "config_hash": cfg.hash(), "seed": ev.seed, "limit": limit, "batch_size": ev.batch_size,
+        "self_consistency_k": ev.self_consistency_k, "split": SPLIT, "base_model": cfg.model.name,
+        "item_ids": {b: [str(i["id"]) for i in its] for b, its in items.items()},
+    }
+    if systems is None:
+        device = _device()
+        uri, source = resolve_model(cfg, model)
+        policy = _load(source, cfg, device)
+        base = None
+        if "mas_untrained" in baselines and uri != cfg.model.name:  # a trained model: load the base too
+            base = _load(resolve_model(cfg, None)[1], cfg, device)
+        systems = build_systems(cfg, policy, baselines, base=base, device=device)
+        meta.update(model=uri, model_uri=uri, model_path=str(source), device=device)
+    else:
+        meta.update(model=model or "injected systems", model_uri=model, device="injected")
+    systems = list(systems)
+    names = [s.name for s in systems]
+    if not systems or len(set(names)) != len(names):
+        raise EvalInputError(f"evaluate: systems must be a non-empty list with unique names, got {names}")
+    meta["systems"] = [s.name for s in systems]
+    meta["decoding"] = ", ".join(f"{s.name}={'greedy' if s.greedy else 'sampled'}" for s in systems)
+
+    main = MAIN_SYSTEM if MAIN_SYSTEM in names else names[0]
+    mcfg = getattr(systems[names.index(main)].engine, "cfg", cfg.mas)
+    timings: dict[str, float] = {name: 0.0 for name in names}
+    timings["grading"] = 0.0
+    main_episodes: list[EpisodeLike] = []
+    rows: list[EvalRow] = []
+    for b in benchmarks:
+        pairs: list[tuple[dict, EpisodeLike]] = []
+        per_system: dict[str, list[EpisodeLike]] = {}
+        by_id = {str(i["id"]): i for i in items[b]}
+        for s in systems:
+            t0 = time.perf_counter()
+            eps = run_system(s, items[b], batch_size=ev.batch_size, seed=ev.seed, benchmark=b, compact=True)
+            timings[s.name] += time.perf_counter() - t0
+            per_system[s.name] = eps
+            pairs += [(by_id[e.question_id], e) for e in eps]
+        t0 = time.perf_counter()
+        grade(pairs, ev.code_timeout_s)  # all systems of a benchmark at once: most parallel sandboxes
+        timings["grading"] += time.perf_counter() - t0
+        rows += [aggregate(b, name, per_system[name]) for name in names]
+        main_episodes += per_system[main]
+        log.info("eval %s: %s", b, ", ".join(f"{r.system}={r.accuracy:.3f}" for r in rows[-len(names):]))
+    rows.sort(key=lambda r: (names.index(r.system), benchmarks.index(r.benchmark)))
+
+    grid = silence_grid(main, main_episodes, mcfg.agents, mcfg.rounds)
+    summary = summarise(rows)
+    meta["main_system"] = main
+    markdown = render_markdown(rows, summary, meta)
+    paths = write_reports(out_dir, rows, summary, meta, markdown)
+    from components.evaluation.plots import plot_accuracy_vs_tokens, plot_silence_heatmap
+
+    paths["accuracy_vs_tokens"] = plot_accuracy_vs_tokens(rows, out_dir / "accuracy_vs_tokens.png")
+    paths["silence_by_agent_round"] = plot_silence_heatmap(grid, out_dir / "silence_by_agent_round.png")
+    timings["total"] = time.perf_counter() - t_start
+    report = EvalReport(rows, markdown, paths, summary, meta, grid, timings)
+    if tracker is not None:
+        log_to_tracker(tracker, report, main)
+    return report
+
+
+def eval_metrics(rows: Sequence[EvalRow], system: str) -> dict[str, float]:
+    """``eval/<benchmark>/{accuracy,tokens_total,tokens_per_correct,silence_rate}`` of one system
+    (tokens_per_correct left out where nothing was correct: undefined, and NaN would poison a gate)."""
+    out: dict[str, float] = {}
+    for r in rows:
+        if r.system != system:
+            continue
+        out[f"eval/{r.benchmark}/accuracy"] = r.accuracy
+        out[f"eval/{r.benchmark}/tokens_total"] = float(r.tokens_total)
+        out[f"eval/{r.benchmark}/silence_rate"] = r.silence_rate
+        if r.tokens_per_correct is not None:
+            out[f"eval/{r.benchmark}/tokens_per_correct"] = r.tokens_per_correct
+    return out
+
+
+def log_to_tracker(tracker, report: EvalReport, main: str) -> None:
+    """Main system's metrics on the tracker's run; each other system in a nested run tagged
+    ``eval.system=<name>`` with the same contract names (the metric validator allows only those)."""
+    meta = report.meta
+    tags = {"eval.system": main, "eval.model_uri": meta.get("model_uri"), "eval.config_hash": meta["config_hash"],
+            "eval.data_manifest_sha256": meta["data_manifest_sha256"], "eval.seed": meta["seed"],
+            "eval.limit": meta["limit"], "eval.accuracy": report.summary[main]["accuracy"],
+            "eval.tokens_total": report.summary[main]["tokens_total"]}
+    tracker.set_tags(tags)
+    tracker.log_metrics(eval_metrics(report.table, main))
+    for name in report.summary:
+        if name == main:
+            continue
+        with tracker.child(f"eval-{name}", tags={**tags, "eval.system": name,
+                                                 "eval.accuracy": report.summary[name]["accuracy"],
+                                                 "eval.tokens_total": report.summary[name]["tokens_total"]}) as sub:
+            sub.log_metrics(eval_metrics(report.table, name))
+    for path in report.paths.values():
+        tracker.log_artifact(path, "eval")

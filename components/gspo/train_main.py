@@ -1,0 +1,16 @@
+"""Launcher entry point for one training rank.
+
+    torchrun --nproc_per_node 2 -m components.gspo.train_main --profile smoke
+    deepspeed --num_gpus 8 --hostfile infra/deepspeed/hostfile --module components.gspo.train_main
+
+Equivalent to ``agent-gspo train`` inside one process; the launcher sets RANK / WORLD_SIZE /
+LOCAL_RANK / MASTER_ADDR / MASTER_PORT.
+"""
+
+import sys
+
+import components  # noqa: F401  (offline defaults first)
+from components.gspo.job import main
+
+if __name__ == "__main__":
+    sys.exit(main())

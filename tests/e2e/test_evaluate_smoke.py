@@ -1,0 +1,62 @@
+"""End-to-end: tiny-random policy, all seven benchmarks, all baselines, two items each, run twice.
+
+Needs prepared data (``agent-gspo prepare``) in ``$AGENT_GSPO_DATA_DIR`` or ``./data``.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from components.config import BENCHMARKS, Config
+from components.evaluation import evaluate
+
+pytestmark = pytest.mark.e2e
+DATA = Path(os.environ.get("AGENT_GSPO_DATA_DIR", "data"))
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _cfg() -> Config:
+    return Config.model_validate({
+        "model": {"name": "tiny-random"},
+        "mas": {"agents": 3, "rounds": 2, "max_message_tokens": 8, "context_tokens": 256},
+        "eval": {"limit": 2, "self_consistency_k": 3, "batch_size": 2, "seed": 1234, "code_timeout_s": 5.0},
+    })
+
+
+@pytest.mark.skipif(not (DATA / "manifest.json").is_file(), reason=f"no prepared data in {DATA} (agent-gspo prepare)")
+def test_tiny_random_seven_benchmarks_all_baselines_reproducible(tmp_path, single_thread):
+    t0 = time.perf_counter()
+    a = evaluate(_cfg(), data_dir=DATA, out_dir=tmp_path / "a")
+    b = evaluate(_cfg(), limit=2, data_dir=DATA, out_dir=tmp_path / "b")
+    elapsed = time.perf_counter() - t0
+
+    systems = ["agent_gspo", "single_cot", "self_consistency", "mas_untrained"]
+    assert [(r.system, r.benchmark) for r in a.table] == [(s, bm) for s in systems for bm in BENCHMARKS]
+    assert all(r.n == 2 for r in a.table)
+    assert a.table == b.table and a.summary == b.summary  # same inputs -> identical numbers
+    assert a.meta["item_ids"] == b.meta["item_ids"] and a.meta["model"] == "tiny-random"
+    for r in a.table:
+        assert r.tokens_total == r.tokens_prompt + r.tokens_completion > 0
+        if r.system in ("single_cot", "self_consistency"):
+            assert r.tokens_communicated == 0 and r.silence_rate == 0.0
+        assert r.tokens_completion <= 2 * 8 * {"agent_gspo": 6, "mas_untrained": 6, "single_cot": 1,
+                                                 "self_consistency": 3}[r.system]
+    for name in [f"{bm}.json" for bm in BENCHMARKS] + ["summary.json", "report.md", "accuracy_vs_tokens.png",
+                                                        "silence_by_agent_round.png"]:
+        assert (tmp_path / "a" / name).stat().st_size > 0, name
+    assert json.loads((tmp_path / "a" / "gsm8k.json").read_text()).keys() == set(systems)
+    assert (tmp_path / "a" / "report.md").read_text() == (tmp_path / "b" / "report.md").read_text()
+    assert a.silence is not None and a.silence.total == [[len(BENCHMARKS) * 2] * 2] * 3
+    assert set(a.summary) == set(systems) and "accuracy" in a.summary["agent_gspo"]
+    assert elapsed < 60, f"two tiny evaluations took {elapsed:.1f}s"

@@ -1,0 +1,129 @@
+"""A small, controllable multi-agent environment for the learning-proof tests.
+
+The policy is the tiny random Llama (``components.models.tiny``); the task is defined by the
+environment, not by the model's (gibberish) text:
+
+* ``helper_agent`` is the only agent whose messages matter: the team succeeds when it speaks
+  (is not silent) in the first round; every other agent's messages never help.
+* The reward is the project's communication-aware reward on *completion* tokens, so every
+  generated token costs λ_tok / B_norm whatever the topology.
+
+Exploration: a random 500-token-vocabulary model almost never emits the silence marker first
+(p ≈ 0.2 %), so with a CPU-sized batch the test would wait thousands of samples to see one.
+:func:`set_marker_prior` shifts the marker's output row so the *initial* policy stays silent
+about 4 % of the time — like a real instruct model told it may reply ``<silent>`` — and the
+test then checks that training, not the prior, drives silence above 50 %.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from components.config import Config, load_config
+from components.gspo.distributed import DistInfo
+from components.gspo.engines import build_engine
+from components.gspo.trainer import GSPOTrainer, seed_everything
+from components.mas.engine import RolloutEngine
+from components.models.tiny import SILENCE_MARKER, build_tiny_model
+
+ITEMS = [{"id": f"toy/{i}", "benchmark": "gsm8k", "split": "train", "question": f"What is {i} plus {i}?",
+          "choices": None, "answer": str(2 * i), "answer_type": "numeric", "meta": {}} for i in range(16)]
+
+
+class HelperTask:
+    """Wraps a RolloutEngine: success = the helper agent spoke in round 0."""
+
+    def __init__(self, engine: RolloutEngine, helper_agent: int = 0) -> None:
+        self.engine, self.helper = engine, helper_agent
+
+    @property
+    def last_stats(self) -> Any:
+        return self.engine.last_stats
+
+    def rollout(self, items: list[dict], group_size: int, *, seed: int, greedy: bool = False) -> list:
+        episodes = self.engine.rollout(items, group_size, seed=seed, greedy=greedy)
+        for ep in episodes:
+            ep.correct = any(m.agent_id == self.helper and m.round == 0 and not m.silent for m in ep.messages)
+        return episodes
+
+
+class TalkTask:
+    """Wraps a RolloutEngine: talking helps, with diminishing returns.
+
+    Partial credit r_task = sqrt(min(1, spoken / max_useful)), spoken = non-silent completion
+    tokens of all agents; ``correct`` = r_task >= 0.5. The first speaker is worth the most, each
+    further one less, so the best token use depends on λ_tok: without a penalty the policy talks
+    as much as it can, and only the dual budget can hold it at a target in between.
+    """
+
+    def __init__(self, engine: RolloutEngine, max_useful: int) -> None:
+        self.engine, self.max_useful = engine, max_useful
+
+    @property
+    def last_stats(self) -> Any:
+        return self.engine.last_stats
+
+    def rollout(self, items: list[dict], group_size: int, *, seed: int, greedy: bool = False) -> list:
+        episodes = self.engine.rollout(items, group_size, seed=seed, greedy=greedy)
+        for ep in episodes:
+            spoken = sum(m.completion_tokens for m in ep.messages if not m.silent)
+            ep.task_score = min(1.0, spoken / self.max_useful) ** 0.5
+            ep.correct = ep.task_score >= 0.5
+        return episodes
+
+
+@torch.no_grad()
+def set_marker_prior(model: torch.nn.Module, engine: RolloutEngine, items: list[dict], p: float = 0.04) -> None:
+    """Set the marker's lm_head row so its first-token probability is about ``p`` on these prompts."""
+    marker = engine.tok.convert_tokens_to_ids(SILENCE_MARKER)
+    # the exact first-round prompts the agents see, taken from one rollout
+    prompts = [m.prompt_ids for ep in engine.rollout(items, 1, seed=0) for m in ep.messages if m.round == 0]
+    hidden, others = [], []
+    for ids in prompts:
+        out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+        hidden.append(out.hidden_states[-1][0, -1])
+        logits = out.logits[0, -1].clone()
+        logits[marker] = float("-inf")
+        others.append(torch.logsumexp(logits, 0))
+    h = torch.stack(hidden)
+    direction = h.mean(0) / h.mean(0).norm()
+    target = torch.stack(others) + torch.log(torch.tensor(p / (1 - p)))
+    scale = (target / (h @ direction)).mean()
+    model.lm_head.weight[marker] = direction * scale
+
+
+@dataclass
+class LearningRun:
+    trainer: GSPOTrainer
+    task: Any
+    cfg: Config
+
+
+def make_run(overrides: list[str], *, seed: int = 0, prior: float = 0.04, helper_agent: int = 0,
+             task: str = "helper") -> LearningRun:
+    """A tiny GSPO run on the helper task; ``overrides`` are params.yaml keys."""
+    base = ["model.name=tiny-random", "mas.agents=2", "mas.rounds=1", "mas.max_message_tokens=12",
+            "mas.temperature=1.0", "gspo.engine=torch", "gspo.questions_per_step=4", "gspo.group_size=8",
+            "gspo.minibatches=2", "gspo.lr=0.003",
+            "reward.token_measure=completion", "reward.token_norm=12", "reward.lambda_turn=0",
+            "reward.lambda_rep=0", f"gspo.seed={seed}"]
+    cfg = load_config(overrides=base + overrides)
+    seed_everything(seed)
+    model, tok = build_tiny_model(seed)
+    rollout = RolloutEngine(model, tok, cfg.mas, score_fn=lambda item, text: (False, None, None),
+                            extract_fn=lambda item, text: None)
+    set_marker_prior(model, rollout, ITEMS, prior)
+    engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=cfg.gspo.steps)
+    env: Any = (HelperTask(rollout, helper_agent) if task == "helper"
+                else TalkTask(rollout, cfg.mas.agents * cfg.mas.max_message_tokens))
+    trainer = GSPOTrainer(cfg, engine, env, ITEMS, DistInfo(rank=0, world_size=1, local_rank=0, is_main=True),
+                          pad_id=int(tok.pad_token_id))
+    return LearningRun(trainer, env, cfg)
+
+
+def agent_silence(episodes: list, agent: int) -> float:
+    msgs = [m for ep in episodes for m in ep.messages if m.agent_id == agent]
+    return sum(m.silent for m in msgs) / max(1, len(msgs))

@@ -1,0 +1,157 @@
+"""evaluate() end to end with injected fake engines on a synthetic prepared data folder (no torch)."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from components.config import Config
+from components.evaluation.runner import EvalInputError, System, eval_metrics, evaluate
+from components.mas.records import Episode, Message
+from components.tracking.metric_names import validate_metrics
+
+
+def _write(data, bench, rows):
+    (data / bench).mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), data / bench / "test.parquet")
+
+
+@pytest.fixture
+def data(tmp_path):
+    d = tmp_path / "data"
+    _write(d, "gsm8k", [{"id": f"gsm8k/test/{i}", "benchmark": "gsm8k", "split": "test", "question": f"{i}+1?",
+                         "choices": None, "answer": str(i + 1), "answer_type": "numeric", "meta": "{}"}
+                        for i in range(9)])
+    _write(d, "aqua", [{"id": f"aqua/test/{i}", "benchmark": "aqua", "split": "test", "question": "pick",
+                        "choices": ["A)1", "B)2", "C)3", "D)4", "E)5"], "answer": "B", "answer_type": "choice",
+                        "meta": "{}"} for i in range(5)])
+    (d / "manifest.json").write_text('{"x": 1}')
+    return d
+
+
+class FakeEngine:
+    """Answers right on even item numbers; 2 messages, the second silent; records each call."""
+
+    def __init__(self, right=True):
+        self.right, self.calls = right, []
+
+    def rollout(self, items, group_size, *, seed, greedy=False):
+        self.calls.append((len(items), seed, greedy))
+        out = []
+        for it in items:
+            even = int(it["id"].rsplit("/", 1)[1]) % 2 == 0
+            ans = it["answer"] if (even and self.right) else "zzz 999"
+            msgs = [Message(it["id"], 0, 0, "solver", 0, [1] * 5, [2] * 3, [0.0] * 3, False, [1], ans),
+                    Message(it["id"], 0, 1, "critic", 0, [1] * 5, [3], [0.0], True, [], "<silent>")]
+            out.append(Episode(it["id"], 0, it["benchmark"], msgs, f"The answer is {ans}", False))
+        return out
+
+
+def _cfg(**ev):
+    return Config.model_validate({"eval": {"benchmarks": ["gsm8k", "aqua"], "batch_size": 2, "seed": 7, **ev},
+                                  "mas": {"agents": 2, "rounds": 1}})
+
+
+class FakeTracker:
+    def __init__(self, name="main"):
+        self.name, self.metrics, self.tags, self.artifacts, self.children = name, {}, {}, [], []
+
+    def set_tags(self, tags):
+        self.tags.update(tags)
+
+    def log_metrics(self, metrics, step=None):
+        self.metrics.update(validate_metrics(metrics))
+
+    def log_artifact(self, path, artifact_path=None):
+        self.artifacts.append(path)
+
+    def child(self, run_name, tags=None):
+        import contextlib
+
+        sub = FakeTracker(run_name)
+        sub.tags.update(tags or {})
+        self.children.append(sub)
+        return contextlib.nullcontext(sub)
+
+
+def test_evaluate_with_injected_systems(data, tmp_path):
+    main, cot = FakeEngine(), FakeEngine(right=False)
+    systems = [System("agent_gspo", main), System("self_consistency", cot, greedy=False)]
+    tracker = FakeTracker()
+    rep = evaluate(_cfg(), limit=5, data_dir=data, out_dir=tmp_path / "eval", systems=systems, tracker=tracker)
+    assert [(r.system, r.benchmark) for r in rep.table] == [
+        ("agent_gspo", "gsm8k"), ("agent_gspo", "aqua"), ("self_consistency", "gsm8k"), ("self_consistency", "aqua")]
+    ids = rep.meta["item_ids"]["gsm8k"]
+    assert len(ids) == 5
+    evens = sum(int(i.rsplit("/", 1)[1]) % 2 == 0 for i in ids)
+    g = rep.table[0]
+    assert g.n == 5 and g.correct == evens and g.accuracy == pytest.approx(evens / 5)
+    assert g.silence_rate == 0.5 and g.turns == 1.0 and g.tokens_total == 5 * (10 + 4)
+    assert rep.table[2].correct == 0 and rep.table[2].tokens_per_correct is None
+    # batching: ceil(5/2) = 3 calls per benchmark, never more than batch_size items; SC sampled
+    assert [c[0] for c in main.calls] == [2, 2, 1, 2, 2, 1] and all(c[2] for c in main.calls)
+    assert not any(c[2] for c in cot.calls) and len({c[1] for c in cot.calls}) == 6
+    for name in ("gsm8k.json", "aqua.json", "summary.json", "report.md", "accuracy_vs_tokens.png",
+                 "silence_by_agent_round.png"):
+        assert (tmp_path / "eval" / name).is_file(), name
+    dvc = json.loads((tmp_path / "eval" / "gsm8k.json").read_text())
+    assert dvc["agent_gspo"]["accuracy"] == g.accuracy
+    assert rep.summary["agent_gspo"]["tokens_total"] == 10 * 14
+    assert rep.meta["data_manifest_sha256"] and len(rep.meta["config_hash"]) == 64
+    assert rep.silence.total == [[10], [10]] and rep.silence.silent == [[0], [10]]
+    # tracker: contract names only, main on the run, the baseline in a nested run
+    assert tracker.metrics["eval/gsm8k/accuracy"] == g.accuracy
+    assert "eval/gsm8k/tokens_per_correct" in tracker.metrics
+    (child,) = tracker.children
+    assert child.tags["eval.system"] == "self_consistency" and "eval/aqua/tokens_per_correct" not in child.metrics
+    assert len(tracker.artifacts) == 6
+
+
+def test_same_inputs_same_sample_and_numbers(data, tmp_path):
+    runs = [evaluate(_cfg(), limit=3, data_dir=data, out_dir=tmp_path / f"e{k}",
+                     systems=[System("agent_gspo", FakeEngine())]) for k in range(2)]
+    assert runs[0].table == runs[1].table and runs[0].meta["item_ids"] == runs[1].meta["item_ids"]
+
+
+def test_bad_inputs_are_user_errors(data, tmp_path):
+    with pytest.raises(EvalInputError, match="unknown baseline"):
+        evaluate(_cfg(), baselines=["oracle"], data_dir=data, out_dir=tmp_path)
+    with pytest.raises(EvalInputError, match="unknown benchmark"):
+        evaluate(_cfg(benchmarks=["gsm9k"]), data_dir=data, out_dir=tmp_path, systems=[System("a", FakeEngine())])
+    with pytest.raises(EvalInputError, match="unique names"):
+        evaluate(_cfg(), data_dir=data, out_dir=tmp_path, systems=[System("a", FakeEngine()), System("a", FakeEngine())])
+    from components.errors import UserError
+
+    with pytest.raises(UserError, match="not found"):
+        evaluate(_cfg(benchmarks=["svamp"]), data_dir=data, out_dir=tmp_path, systems=[System("a", FakeEngine())])
+
+
+def test_eval_metrics_names():
+    from components.evaluation.metrics import aggregate
+
+    rows = [aggregate("gsm8k", "s", [])]
+    assert set(eval_metrics(rows, "s")) == {"eval/gsm8k/accuracy", "eval/gsm8k/tokens_total",
+                                            "eval/gsm8k/silence_rate"}
+
+
+@pytest.mark.slow
+def test_real_mlflow_tracker_gets_contract_metrics_nested_runs_and_artifacts(data, tmp_path):
+    from mlflow import MlflowClient
+
+    from components.tracking import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    systems = [System("agent_gspo", FakeEngine()), System("single_cot", FakeEngine(right=False))]
+    with Tracker(uri, "eval-test", "evaluate") as tracker:
+        rep = evaluate(_cfg(), limit=3, data_dir=data, out_dir=tmp_path / "eval", systems=systems, tracker=tracker)
+        run_id = tracker.run_id
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert run.data.metrics["eval/gsm8k/accuracy"] == rep.table[0].accuracy
+    assert run.data.tags["eval.system"] == "agent_gspo"
+    assert {a.path for a in client.list_artifacts(run_id, "eval")} >= {"eval/report.md", "eval/summary.json",
+                                                                        "eval/accuracy_vs_tokens.png"}
+    children = client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
+    assert [c.data.tags["eval.system"] for c in children] == ["single_cot"]
+    assert children[0].data.metrics["eval/aqua/accuracy"] == 0.0

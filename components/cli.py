@@ -113,7 +113,51 @@ def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
 def _cmd_train(cfg: Config, args: argparse.Namespace) -> int:
     from components.gspo.launch import launch_training
 
+    if args.best_params:
+        from components.search import load_best_params
+
+        args.overrides = load_best_params(args.best_params) + list(args.overrides)
+        cfg = load_config(args.params, args.profile, args.overrides)
     return launch_training(cfg, args, resume=args.resume, max_steps=args.max_steps, out_dir=args.out)
+
+
+def _cmd_evaluate(cfg: Config, args: argparse.Namespace) -> int:
+    from components.jobs import evaluate_job
+
+    report = evaluate_job(cfg, model=args.model, limit=args.limit, baselines=args.baselines,
+                          out_dir=args.out, track=not args.no_track)
+    print(report.markdown)
+    print("outputs: " + ", ".join(str(p) for p in report.paths.values()))
+    return 0
+
+
+def _cmd_promote(cfg: Config, args: argparse.Namespace) -> int:
+    from components.jobs import promote_job
+
+    decision = promote_job(cfg, args.candidate)
+    print(f"{decision.name} v{decision.version}: {decision.decision} ({decision.reason})")
+    print(json.dumps(decision.metrics_used, indent=2, default=str))
+    return 0
+
+
+def _cmd_search(cfg: Config, args: argparse.Namespace) -> int:
+    from components.jobs import search_job
+
+    result = search_job(cfg, trials=args.trials, budget_tokens=args.budget_tokens, storage=args.storage,
+                        track=not args.no_track)
+    print(f"search: {result.n_complete} trial(s) complete, stopped by {result.stopped_by}, "
+          f"{result.tokens_spent} tokens spent; best dev accuracy {result.best_dev_accuracy} at "
+          f"{result.best_mean_tokens_per_episode} tokens/episode (feasible: {result.best_feasible})")
+    print(f"best parameters: {result.params_path}  ({' '.join(result.best_overrides)})")
+    return 0
+
+
+def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
+    from flows.pipeline import pipeline_flow
+
+    summary = pipeline_flow(profile=cfg.profile, params=args.params, overrides=list(args.overrides))
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
 
 
 COMMANDS: dict[str, tuple[str, Callable[[Config, argparse.Namespace], int]]] = {
@@ -121,6 +165,10 @@ COMMANDS: dict[str, tuple[str, Callable[[Config, argparse.Namespace], int]]] = {
     "validate": ("validate prepared data with great-expectations", _cmd_validate),
     "rollout": ("run multi-agent episodes and print transcripts", _cmd_rollout),
     "train": ("GSPO training (in-process, or under torchrun / deepspeed per deepspeed.launcher)", _cmd_train),
+    "evaluate": ("evaluate a policy and the baselines on the seven benchmarks", _cmd_evaluate),
+    "search": ("budget-constrained hyper-parameter search (Optuna)", _cmd_search),
+    "promote": ("gate a registered version against @champion (accuracy AND tokens)", _cmd_promote),
+    "run": ("the whole pipeline as one Prefect flow", _cmd_run),
     "score": ("score a JSON-lines predictions file against a benchmark", _cmd_score),
 }
 
@@ -163,6 +211,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=_positive, default=None, help="stop after N steps (default gspo.steps)")
     p.add_argument("--out", default=None, help="run folder (default gspo.out_dir)")
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    p.add_argument("--best-params", default=None, help="apply a search's best-params file (search.out_params)")
+
+    p = sub.add_parser("evaluate", parents=[common], help=helps["evaluate"])
+    p.add_argument("--model", default=None, help="local folder, HF id, alias, or models:/<name>[/<v>|@<alias>]")
+    p.add_argument("--limit", type=_positive, default=None, help="items per benchmark (seeded sample)")
+    p.add_argument("--baselines", type=_csv, default=None, help="comma list of single_cot,self_consistency,"
+                   "mas_untrained (empty string: none)")
+    p.add_argument("--out", default=None, help="output folder (default eval.out_dir)")
+    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+
+    p = sub.add_parser("search", parents=[common], help=helps["search"])
+    p.add_argument("--budget-tokens", type=int, default=None, help="stop after this many tokens (all workers)")
+    p.add_argument("--trials", type=_positive, default=None)
+    p.add_argument("--storage", default=None, help="Optuna storage URL (sqlite:///..., postgresql+psycopg://...)")
+    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+
+    p = sub.add_parser("promote", parents=[common], help=helps["promote"])
+    p.add_argument("--candidate", default=None, help="models:/<name>[/<version>] (default: newest version)")
+
+    sub.add_parser("run", parents=[common], help=helps["run"])
 
     p = sub.add_parser("score", parents=[common], help=helps["score"])
     p.add_argument("--benchmark", required=True, choices=BENCHMARKS)

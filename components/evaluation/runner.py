@@ -195,11 +195,12 @@ def _check_names(benchmarks: Sequence[str], baselines: Sequence[str]) -> None:
 
 def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None, baselines: list[str] | None = None,
              out_dir: Path | None = None, data_dir: Path | None = None, tracker=None,
-             systems: Sequence[System] | None = None) -> EvalReport:
+             systems: Sequence[System] | None = None, split: str = SPLIT) -> EvalReport:
     """Evaluate ``model`` (default ``cfg.model.name``) and the baselines on ``cfg.eval.benchmarks``.
 
     ``limit`` (default ``eval.limit``) items per benchmark from the TEST split, a seeded sample
-    (:func:`sample_items` with ``eval.seed``). ``systems`` injects prebuilt systems (an in-memory
+    (:func:`sample_items` with ``eval.seed``); ``split`` selects another split
+    (the search's dev slice). ``systems`` injects prebuilt systems (an in-memory
     policy, fixed-length engines in benchmarks) instead of loading models; ``baselines`` is then ignored.
     ``tracker`` (a :class:`components.tracking.Tracker` inside its ``with``) gets the main system's
     ``eval/<benchmark>/*`` metrics, one nested run per other system with the same names, and the
@@ -216,12 +217,12 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     data_dir = Path(data_dir if data_dir is not None else cfg.data.out_dir)
     out_dir = Path(out_dir if out_dir is not None else ev.out_dir)
 
-    items = {b: sample_items(load_split(data_dir, b, SPLIT), limit, ev.seed, where=f"{data_dir}/{b}/{SPLIT}")
+    items = {b: sample_items(load_split(data_dir, b, split), limit, ev.seed, where=f"{data_dir}/{b}/{split}")
              for b in benchmarks}
     meta: dict[str, Any] = {
         "data_dir": str(data_dir), "data_manifest_sha256": file_sha256(data_dir / "manifest.json"),
         "config_hash": cfg.hash(), "seed": ev.seed, "limit": limit, "batch_size": ev.batch_size,
-        "self_consistency_k": ev.self_consistency_k, "split": SPLIT, "base_model": cfg.model.name,
+        "self_consistency_k": ev.self_consistency_k, "split": split, "base_model": cfg.model.name,
         "item_ids": {b: [str(i["id"]) for i in its] for b, its in items.items()},
     }
     if systems is None:

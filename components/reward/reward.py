@@ -2,7 +2,8 @@
 
     R = r_task − λ_tok · tokens / B_norm − λ_turn · turns − λ_rep · repetition
 
-``r_task`` ∈ [0, 1] is ``episode.task_score`` when the scorer gave partial credit, else ``episode.correct``; ``tokens`` is ``episode.tokens(cfg.token_measure)``
+``r_task`` ∈ [0, 1] is ``episode.task_score`` when the scorer gave partial credit, else
+``episode.correct``; ``tokens`` is ``episode.tokens(cfg.token_measure)``
 (completion, communicated or total tokens of the whole episode); ``B_norm`` (``cfg.token_norm``)
 puts the token term on the scale of r_task; ``turns`` counts non-silent messages; ``repetition``
 is the mean n-gram overlap of non-silent messages with earlier ones (0..1). ``λ_tok`` is passed

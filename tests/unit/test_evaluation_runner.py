@@ -120,7 +120,8 @@ def test_bad_inputs_are_user_errors(data, tmp_path):
     with pytest.raises(EvalInputError, match="unknown benchmark"):
         evaluate(_cfg(benchmarks=["gsm9k"]), data_dir=data, out_dir=tmp_path, systems=[System("a", FakeEngine())])
     with pytest.raises(EvalInputError, match="unique names"):
-        evaluate(_cfg(), data_dir=data, out_dir=tmp_path, systems=[System("a", FakeEngine()), System("a", FakeEngine())])
+        evaluate(_cfg(), data_dir=data, out_dir=tmp_path,
+                 systems=[System("a", FakeEngine()), System("a", FakeEngine())])
     from components.errors import UserError
 
     with pytest.raises(UserError, match="not found"):

@@ -153,7 +153,7 @@ class RolloutEngine:
             raise RolloutInputError("tokenizer has no eos_token_id; set one (ChatML: <|im_end|>)")
         self.eos = int(tokenizer.eos_token_id)
         self.pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos)
-        self.builder = PromptBuilder(tokenizer, cfg.context_tokens)
+        self.builder = PromptBuilder(tokenizer, cfg.context_tokens, None if solo else cfg.silence_marker)
         self._ws: dict[int, bool] = {}
         self.marker_variants = self._marker_variants(cfg.silence_marker)
         # Static cache + torch.compile only on CUDA: on CPU compile time dwarfs any gain.

@@ -161,7 +161,7 @@ def test_context_budget_truncates_oldest_and_limits_delivery(tiny):
     for m in ep.messages:
         # every prompt holds at most 64 tokens of message blocks: prompt - frame <= budget + intro
         frame = next(x for x in ep.messages if x.agent_id == m.agent_id and x.round == 0).prompt_tokens
-        assert m.prompt_tokens - frame <= 64 + len(eng.builder.intro)
+        assert m.prompt_tokens - frame <= 64 + len(eng.builder.intro) + len(eng.builder.outro)
     round0 = [m for m in ep.messages if m.round == 0 and not m.silent]
     full = _engine(tiny, agents=4, rounds=3, topology="debate", context_tokens=4096, max_message_tokens=10)
     ep_full = full.rollout(_items(1), 1, seed=2)[0]

@@ -241,7 +241,7 @@ def _format_errors(exc: ValidationError, source: str) -> str:
 
 def load_config(path: str | os.PathLike[str] | None = None, profile: str | None = None,
                 overrides: list[str] | None = None) -> Config:
-    """Read ``params.yaml``, apply ``profiles[profile]`` then ``overrides``, validate.
+    """Read ``params.yaml``, apply ``profiles[profile]``, ``$MLFLOW_TRACKING_URI``, then ``overrides``.
 
     ``profile`` defaults to ``$AGENT_GSPO_PROFILE`` or ``default``. A missing file gives the
     schema defaults. Raises :class:`ConfigError` naming the file, key path and allowed values.
@@ -264,6 +264,11 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
         if profile not in profiles and profile != "default":
             raise ConfigError(f"{path}: unknown profile {profile!r} (allowed: default, {', '.join(profiles)})")
         raw = deep_merge(raw, profiles.get(profile) or {})
+    # environment the tools themselves honour: MLFLOW_TRACKING_URI beats the file, --set beats both
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        raw.setdefault("tracking", {})
+        if isinstance(raw["tracking"], dict):
+            raw["tracking"]["uri"] = os.environ["MLFLOW_TRACKING_URI"]
     for text in overrides or []:
         keys, value = parse_override(text)
         node = raw

@@ -87,3 +87,10 @@ def test_cli_bad_params_exit_2(tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "reward.lambda_tok" in err and "greater than or equal to 0" in err
+
+
+def test_mlflow_tracking_uri_env_beats_file_but_not_set(tmp_path, monkeypatch):
+    path = _write(tmp_path, {"tracking": {"uri": "sqlite:///a.db"}})
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert load_config(path).tracking.uri == "http://127.0.0.1:5000"
+    assert load_config(path, overrides=["tracking.uri=sqlite:///b.db"]).tracking.uri == "sqlite:///b.db"

@@ -223,6 +223,17 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
+def set_override(raw: dict[str, Any], text: str) -> None:
+    """Apply one ``section.key=value`` override to a raw (unvalidated) config mapping in place."""
+    keys, value = parse_override(text)
+    node = raw
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {text!r}: {k} is not a section")
+    node[keys[-1]] = value
+
+
 def _format_errors(exc: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid configuration"]
     for err in exc.errors():
@@ -270,13 +281,7 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
         if isinstance(raw["tracking"], dict):
             raw["tracking"]["uri"] = os.environ["MLFLOW_TRACKING_URI"]
     for text in overrides or []:
-        keys, value = parse_override(text)
-        node = raw
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {text!r}: {k} is not a section")
-        node[keys[-1]] = value
+        set_override(raw, text)
     raw["profile"] = profile
     try:
         return Config.model_validate(raw)

@@ -33,7 +33,7 @@ import optuna
 import yaml
 from pydantic import ValidationError
 
-from components.config import Config, ConfigError, parse_override
+from components.config import Config, ConfigError, set_override
 from components.search.errors import SearchError
 
 
@@ -192,13 +192,7 @@ def apply_overrides(cfg: Config, overrides: Sequence[str]) -> Config:
     """
     raw: dict[str, Any] = cfg.model_dump(mode="json")
     for text in overrides:
-        keys, value = parse_override(text)
-        node = raw
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {text!r}: {k} is not a section")
-        node[keys[-1]] = value
+        set_override(raw, text)
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:

@@ -4,9 +4,11 @@ Orchestration only: the work is :func:`components.data.prepare.prepare_benchmark
 :func:`components.data.prepare.write_manifest` and :func:`components.data.expectations.validate`,
 the same functions ``agent-gspo prepare`` / ``validate`` and the DVC stages call.
 
-Caching: a benchmark task's cache key is the sha256 of its raw input files plus the sha256 of
-its current outputs, so an unchanged benchmark whose outputs are still in place is not
-re-prepared, while a changed input or a deleted/edited output runs the task again.
+Caching: a benchmark task's cache key is the output folder plus the sha256 of its raw input
+files, so an unchanged benchmark is not re-prepared (a second run is a cache hit) and another
+input or another output folder runs the task. Before submitting, the flow checks the outputs
+against the manifest's recorded sha256: a deleted or edited output refreshes the cache entry
+(``refresh_cache=True``), so a cache hit never stands for files that are gone.
 """
 
 from __future__ import annotations
@@ -25,19 +27,25 @@ from components.data.prepare import prepare_benchmark, write_manifest
 from components.data.sources import input_fingerprint
 
 
-def _output_fingerprint(out_dir: Path, name: str) -> str:
-    digest = hashlib.sha256()
-    folder = out_dir / name
-    for path in sorted(folder.glob("*.parquet")) if folder.exists() else []:
-        digest.update(path.name.encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
+def outputs_match_manifest(out_dir: Path, name: str) -> bool:
+    """True when every output file the manifest records for ``name`` exists with its sha256."""
+    import json
+
+    try:
+        entry = json.loads((out_dir / "manifest.json").read_text())["benchmarks"][name]
+        recorded = entry["output_sha256"]
+    except (OSError, KeyError, ValueError, TypeError):
+        return False
+    return bool(recorded) and all(
+        (out_dir / rel).is_file() and hashlib.sha256((out_dir / rel).read_bytes()).hexdigest() == sha
+        for rel, sha in recorded.items())
 
 
 def _benchmark_cache_key(context: Any, parameters: dict[str, Any]) -> str:
     name, mirror, out_dir = parameters["name"], parameters["mirror"], Path(parameters["out_dir"])
     inputs = input_fingerprint(name, Path(mirror) if mirror else None)
-    return f"prepare-{name}-{inputs}-{_output_fingerprint(out_dir, name)}"
+    where = hashlib.sha256(str(out_dir.resolve()).encode()).hexdigest()[:16]
+    return f"prepare-{name}-{where}-{inputs}"
 
 
 def _retry_on_io_error(task: Any, task_run: Any, state: Any) -> bool:
@@ -83,16 +91,24 @@ def validate_task(data_dir: str, report_path: str, benchmarks: list[str]) -> str
 
 @flow(name="data-prep", log_prints=True)
 def data_prep_flow(profile: str | None = None, params: str | None = None, mirror: str | None = None,
-                   benchmarks: list[str] | None = None, out_dir: str | None = None) -> str:
-    """Prepare the configured benchmarks in parallel tasks, write the manifest, validate them."""
-    cfg: Config = load_config(params, profile)
+                   benchmarks: list[str] | None = None, out_dir: str | None = None,
+                   overrides: list[str] | None = None) -> str:
+    """Prepare the configured benchmarks in parallel tasks, write the manifest, validate them.
+
+    ``overrides`` ("section.key=value") are the pipeline's: without them a run with
+    ``data.benchmarks`` / ``data.out_dir`` overridden prepared every benchmark into ./data.
+    """
+    cfg: Config = load_config(params, profile, overrides)
     names = benchmarks or cfg.data.benchmarks
     out = out_dir or cfg.data.out_dir
     from components.data.sources import resolve_mirror
 
     mirror_dir = resolve_mirror(mirror, cfg.data.mirror)
-    futures = [prepare_benchmark_task.submit(n, str(mirror_dir) if mirror_dir else None, out, cfg.data.use_hub)
-               for n in names]
+    futures = []
+    for n in names:
+        fresh = outputs_match_manifest(Path(out), n)
+        run = prepare_benchmark_task if fresh else prepare_benchmark_task.with_options(refresh_cache=True)
+        futures.append(run.submit(n, str(mirror_dir) if mirror_dir else None, out, cfg.data.use_hub))
     results = [f.result() for f in futures]
     write_manifest_task(results, out)
     return validate_task(out, str(Path(cfg.data.report_dir) / "validation.md"), names)

@@ -118,7 +118,7 @@ def pipeline_flow(profile: str | None = None, params: str | None = None,
     """prepare → validate → (search when ``search.enabled``) → train → evaluate → promote."""
     overrides = list(overrides or [])
     cfg = _cfg(profile, params, overrides)
-    data_prep_flow(profile=profile, params=params)
+    data_prep_flow(profile=profile, params=params, overrides=overrides)
     if cfg.search.enabled:
         overrides = search_task(profile, params, overrides) + overrides
     trained = train_task(profile, params, overrides)

@@ -1,0 +1,74 @@
+"""The `agent-gspo` CLI end to end on real prepared data: score, rollout, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.data.prepare import load_split, prepare
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
+
+
+def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "components.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    if not (MIRROR / "gsm8k").is_dir():
+        pytest.skip(f"benchmark mirror not found at {MIRROR}")
+    out = tmp_path_factory.mktemp("data")
+    prepare(["gsm8k", "aqua"], mirror=MIRROR, out_dir=out, progress=False)
+    return out
+
+
+def test_score_gold_solutions_is_100_percent(data_dir, tmp_path):
+    preds = tmp_path / "preds.jsonl"
+    records = load_split(data_dir, "gsm8k", "test")
+    preds.write_text("".join(json.dumps({"id": r["id"], "prediction": r["meta"]["solution"]}) + "\n" for r in records))
+    out = tmp_path / "scored.jsonl"
+    res = _cli("score", "--benchmark", "gsm8k", "--predictions", str(preds), "--data", str(data_dir), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["n"] == 1319 and summary["correct"] == 1319
+    first = json.loads(out.read_text().splitlines()[0])
+    assert set(first) == {"id", "correct", "extracted", "error"}
+
+
+def test_score_malformed_line_exits_2_naming_file_and_line(data_dir, tmp_path):
+    preds = tmp_path / "bad.jsonl"
+    preds.write_text('{"id": "aqua/test/0", "prediction": "The answer is (A)"}\n{not json\n')
+    res = _cli("score", "--benchmark", "aqua", "--predictions", str(preds), "--data", str(data_dir))
+    assert res.returncode == 2
+    assert "bad.jsonl" in res.stderr and "2" in res.stderr
+
+
+def test_rollout_prints_transcript_and_writes_records(data_dir, tmp_path):
+    out = tmp_path / "episodes.jsonl"
+    res = _cli("rollout", "--benchmark", "gsm8k", "--limit", "2", "--agents", "3", "--rounds", "2", "--data",
+               str(data_dir), "--set", "model.name=tiny-random", "--set", "mas.max_message_tokens=8", "--json", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "round 2" in res.stdout and "communicated" in res.stdout
+    episodes = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(episodes) == 2 and all(len(e["messages"]) == 6 for e in episodes)
+    for e in episodes:  # Σ k·r over non-silent messages
+        assert e["communicated_tokens"] == sum(len(m["completion_ids"]) * len(m["recipients"])
+                                               for m in e["messages"] if not m["silent"])
+
+
+def test_bad_input_exits_2(tmp_path):
+    res = _cli("train", "--set", "gspo.eps_lo=0.1")
+    assert res.returncode == 2 and "gspo.eps_lo: unknown key" in res.stderr
+    res = _cli("prepare", "--benchmarks", "gsm9k")
+    assert res.returncode == 2 and "gsm9k" in res.stderr
+    res = _cli("validate", "--data", str(tmp_path / "missing"))
+    assert res.returncode == 2 and "missing" in res.stderr

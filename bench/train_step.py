@@ -1,0 +1,421 @@
+"""GSPO training-step throughput: our trainer vs TRL's ``GRPOTrainer`` in GSPO mode, same work.
+
+Both sides train the same single-agent configuration from identical initial weights:
+
+* same model shape (``tiny-random``: 2-layer hidden-64 Llama; ``smollm2-shape``: a random-init
+  ``LlamaForCausalLM`` with SmolLM2-135M's config, no weights needed), same tokenizer;
+* the same Q GSM8K questions per step (prepared ``data/gsm8k/train.parquet`` when present, else
+  GSM8K-like synthetic ones) under the same system + user chat prompt, G completions each;
+* every completion exactly ``--tokens`` long (ours: ``min_new_tokens`` masks EOS; TRL:
+  ``generation_kwargs={"min_new_tokens": T}`` with ``max_completion_length=T``), T=1, top-p 1, no top-k;
+* GSPO: sequence-level ratio, ε 3e-4 / 4e-4, β=0, FOUR optimizer mini-batches per generation batch
+  (ours ``gspo.minibatches=4``; TRL ``steps_per_generation=4``, ``gradient_accumulation_steps=1``,
+  ``num_iterations=1``, so TRL also recomputes π_old once per generation batch), AdamW with the
+  same lr, constant schedule, grad clip 1, no gradient checkpointing on either side (TRL's
+  default is on; that would only measure recomputation);
+* a cheap text reward on both sides (parity of the letter count, so advantages are not all zero).
+
+Each side runs one warm-up step (one generation batch + its 4 updates), then ``--steps`` timed
+steps. Throughput = generated completion tokens / wall time of the timed steps, generation
+included. On ``--device cuda`` both sides run in bf16 and the GPU name is printed.
+
+    python bench/train_step.py [--model tiny-random|smollm2-shape] [--device cpu|cuda]
+                               [--questions 4] [--group 8] [--tokens 128] [--steps 3]
+
+Ends with ``bench train_step: ours <x> tokens/s, peer <y> tokens/s, ratio <r>x (target 1.5x)``;
+exits 0 even when the target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+if __package__ in (None, ""):  # `python bench/train_step.py`: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from components.errors import UserError  # noqa: E402
+
+MODELS = ("tiny-random", "smollm2-shape")
+TARGET = 1.5
+SMOLLM2_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                    num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192, rope_theta=100000.0,
+                    rms_norm_eps=1e-5, tie_word_embeddings=True)
+"""SmolLM2-135M(-Instruct)'s architecture (its config.json), for a weight-free model of that shape."""
+
+
+class BenchInputError(UserError):
+    """A bench flag that cannot describe a valid run (names the flag)."""
+
+
+@dataclass
+class BenchSettings:
+    """What both sides run; every field is printed as the settings line."""
+
+    model: str = "tiny-random"
+    """tiny-random or smollm2-shape (random init of SmolLM2-135M's config)"""
+    device: str = "cpu"
+    """cpu or cuda (bf16 on cuda, fp32 on cpu)"""
+    questions: int = 4
+    """prompts per step (Q)"""
+    group: int = 8
+    """completions per prompt (G): Q*G completions per generation batch"""
+    tokens: int = 128
+    """completion length, forced on both sides"""
+    minibatches: int = 4
+    """optimizer updates per generation batch"""
+    steps: int = 3
+    """timed steps (generation batches) after one warm-up step"""
+    lr: float = 1e-6
+    """AdamW learning rate (both sides)"""
+    temperature: float = 1.0
+    """sampling temperature (both sides)"""
+    threads: int = 1
+    """torch intra-op threads on CPU (tiny matmuls: 1 avoids contention on shared CPUs)"""
+    seed: int = 0
+    """weights and sampling seed"""
+    data_dir: str = "data"
+    """prepared data folder (gsm8k/train.parquet used when present)"""
+    repeats: int = 2
+    """ours/peer runs, alternated; each side's best run is reported (timeit's rule against noise)"""
+
+    @property
+    def completions(self) -> int:
+        return self.questions * self.group
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+
+    def validate(self) -> None:
+        if self.model not in MODELS:
+            raise BenchInputError(f"--model {self.model!r}: allowed {', '.join(MODELS)}")
+        for name in ("questions", "group", "tokens", "minibatches", "steps", "threads", "repeats"):
+            if getattr(self, name) < 1:
+                raise BenchInputError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.group < 2:
+            raise BenchInputError(f"--group must be >= 2 (GSPO normalises within a group), got {self.group}")
+        if self.completions % self.minibatches:
+            raise BenchInputError(f"--questions x --group = {self.completions} completions must split evenly into "
+                                  f"--minibatches {self.minibatches} (TRL needs equal per-step batches)")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise BenchInputError(f"--device {self.device}: CUDA is not available on this machine")
+
+
+@dataclass
+class SideResult:
+    """Throughput of one side over its timed steps."""
+
+    name: str
+    tokens: int
+    """generated completion tokens in the timed steps"""
+    seconds: float
+    """wall time of the timed steps (generation + scoring + old log-probs + updates)"""
+    steps: int
+    optimizer_steps: int
+    cpu_seconds: float = 0.0
+    """process CPU time of the timed steps: with 1 thread on a shared CPU, a figure that other
+    processes' load barely moves (printed beside the wall-clock figure, not used in the ratio)"""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return self.tokens / self.cpu_seconds if self.cpu_seconds > 0 else 0.0
+
+
+# ----------------------------------------------------------------------------- shared inputs
+
+def letter_parity_reward(text: str) -> float:
+    """1.0 when the completion has an even number of letters, else 0.0.
+
+    Cheap and text-only, so both sides pay the same (negligible) scoring cost, yet it varies
+    between samples: group advantages are non-zero and the updates do real work.
+    """
+    return float(sum(ch.isalpha() for ch in text) % 2 == 0)
+
+
+def widen_tokenizer(tok: Any, vocab_size: int) -> Any:
+    """The tiny ChatML tokenizer padded to ``vocab_size`` ids with filler tokens ``w<i>``.
+
+    Why: a SmolLM2-shape model samples ids up to 49,151 while the tiny BPE knows 512; unknown ids
+    decode to "", which our engine reads as whitespace/silence and TRL as empty text. Filler
+    tokens give every id a short visible string, as a real 49k vocabulary would. Built from the
+    tokenizer's JSON (merges untouched), so prompts tokenise exactly as before.
+    """
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from components.models.tiny import IM_END, IM_START, PAD, SILENCE_MARKER
+
+    data = json.loads(tok.backend_tokenizer.to_str())
+    vocab: dict[str, int] = data["model"]["vocab"]
+    next_id, i = max(vocab.values()) + 1, 0
+    while next_id < vocab_size:
+        name = f"w{i}"
+        i += 1
+        if name not in vocab:
+            vocab[name] = next_id
+            next_id += 1
+    wide = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(json.dumps(data)), eos_token=IM_END, pad_token=PAD, bos_token=None,
+        unk_token=None, additional_special_tokens=[IM_START, SILENCE_MARKER], padding_side="left",
+        model_max_length=tok.model_max_length)
+    wide.chat_template = tok.chat_template
+    return wide
+
+
+def build_policy(s: BenchSettings) -> tuple[Any, Any]:
+    """A fresh model (same seed -> same weights on every call) and its tokenizer, on ``s.device``."""
+    from components.models.tiny import build_tiny_model
+
+    model, tok = build_tiny_model(seed=s.seed)
+    if s.model == "smollm2-shape":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        tok = widen_tokenizer(tok, SMOLLM2_135M["vocab_size"])
+        config = LlamaConfig(**SMOLLM2_135M, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                             bos_token_id=None)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(s.seed)
+            model = LlamaForCausalLM(config)
+        for key in ("eos_token_id", "pad_token_id"):
+            setattr(model.generation_config, key, getattr(tok, key))
+        model.generation_config.bos_token_id = None
+    return model.to(device=s.device, dtype=s.dtype).eval(), tok
+
+
+def load_questions(n: int, data_dir: str) -> tuple[list[dict[str, Any]], str]:
+    """``n`` GSM8K training records and where they came from (prepared parquet, else synthetic)."""
+    path = Path(data_dir) / "gsm8k" / "train.parquet"
+    if path.is_file():
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path, columns=["id", "question", "answer"]).slice(0, n).to_pylist()
+        source = f"{path} (first {len(rows)})"
+    else:
+        rows = [{"id": f"synthetic/{i}", "answer": str(3 * i + 8),
+                 "question": f"Tom has {i + 3} apples and buys {2 * i + 5} more. How many apples does he have?"}
+                for i in range(n)]
+        source = "synthetic GSM8K-like questions (no prepared data/gsm8k/train.parquet)"
+    items = [{**r, "benchmark": "gsm8k", "split": "train", "choices": None, "answer_type": "numeric", "meta": {}}
+             for r in rows]
+    return items, source
+
+
+def chat_prompt(item: dict[str, Any]) -> list[dict[str, str]]:
+    """The exact system + user messages our single-agent (single_cot) engine frames for ``item``."""
+    from components.mas.roles import system_prompt, task_family, user_prompt
+
+    system = system_prompt(task_family(item["answer_type"]), "solver", 0, 1, "<silent>", allow_silence=False)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user_prompt(item)}]
+
+
+# ----------------------------------------------------------------------------- ours
+
+def _in_order_sampler() -> type:
+    from components.gspo.trainer import QuestionSampler
+
+    class InOrderSampler(QuestionSampler):
+        """Hands out items in list order (bench only): step k gets items k*Q..k*Q+Q-1, exactly
+        the prompts TRL's unshuffled RepeatSampler gives its k-th generation batch."""
+
+        def next_batch(self, n: int) -> list[dict[str, Any]]:
+            out = [self.items[(self.cursor + i) % len(self.items)] for i in range(n)]
+            self.cursor += n
+            return out
+
+    return InOrderSampler
+
+
+def run_ours(s: BenchSettings, items: list[dict[str, Any]]) -> SideResult:
+    """Our GSPOTrainer: single_cot engine (1 agent, 1 round), TorchEngine, 4 mini-batches."""
+    from components.config import Config
+    from components.gspo.distributed import DistInfo
+    from components.gspo.engines import build_engine
+    from components.gspo.trainer import GSPOTrainer, seed_everything
+    from components.mas.baselines import single_cot_engine
+
+    InOrderSampler = _in_order_sampler()
+
+    cfg = Config.model_validate({
+        "model": {"name": s.model},
+        "mas": {"agents": 1, "rounds": 1, "max_message_tokens": s.tokens, "temperature": s.temperature,
+                "top_p": 1.0},
+        "gspo": {"engine": "torch", "steps": s.steps + 1, "questions_per_step": s.questions, "group_size": s.group,
+                 "minibatches": s.minibatches, "eps_low": 3e-4, "eps_high": 4e-4, "level": "sequence",
+                 "kl_beta": 0.0, "lr": s.lr, "lr_schedule": "constant", "grad_clip": 1.0, "grad_accum": 1,
+                 "seed": s.seed},
+    })
+    seed_everything(s.seed)
+    model, tok = build_policy(s)
+    engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=cfg.gspo.steps * cfg.gspo.minibatches)
+    rollout = single_cot_engine(
+        engine.module, tok, cfg.mas, device=s.device, min_new_tokens=s.tokens,
+        score_fn=lambda item, text: (letter_parity_reward(text) > 0, None, None),
+        extract_fn=lambda item, text: text)  # the final answer is the message itself
+    trainer = GSPOTrainer(cfg, engine, rollout, items, DistInfo(rank=0, world_size=1, local_rank=0, is_main=True),
+                          pad_id=int(tok.pad_token_id))
+    trainer.sampler = InOrderSampler(items, s.seed)  # the questions TRL sees (shuffle_dataset=False), in order
+    trainer.train_step()  # warm-up: allocator, kernels, tokenizer caches
+    _sync(s.device)
+    tokens, gen_s, rewards, prompt_lens = 0, 0.0, [], []
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(s.steps):
+        res = trainer.train_step()
+        tokens += sum(m.completion_tokens for ep in res.episodes for m in ep.messages)
+        gen_s += rollout.last_stats.generate_s
+        rewards.append(res.metrics["train/accuracy"])
+        prompt_lens += [len(ep.messages[0].prompt_ids) for ep in res.episodes[:: s.group]]
+    _sync(s.device)
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    return SideResult("ours", tokens, seconds, s.steps, s.steps * s.minibatches, cpu_seconds,
+                      {"generate_s": gen_s, "mean_prompt_tokens": sum(prompt_lens) / len(prompt_lens),
+                       "mean_reward": sum(rewards) / len(rewards), "optimizer_updates": engine.optimizer_steps})
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+# ----------------------------------------------------------------------------- main
+
+def parse_args(argv: list[str] | None) -> tuple[BenchSettings, str, str | None]:
+    d = BenchSettings()
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--model", default=d.model, choices=MODELS)
+    ap.add_argument("--device", default=d.device)
+    ap.add_argument("--questions", type=int, default=d.questions)
+    ap.add_argument("--group", type=int, default=d.group)
+    ap.add_argument("--tokens", type=int, default=d.tokens)
+    ap.add_argument("--minibatches", type=int, default=d.minibatches)
+    ap.add_argument("--steps", type=int, default=d.steps)
+    ap.add_argument("--lr", type=float, default=d.lr)
+    ap.add_argument("--temperature", type=float, default=d.temperature)
+    ap.add_argument("--threads", type=int, default=d.threads)
+    ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--data", dest="data_dir", default=d.data_dir)
+    ap.add_argument("--repeats", type=int, default=d.repeats,
+                    help="alternate ours/peer this many times and keep each side's best run (shared CPUs are noisy)")
+    ap.add_argument("--side", choices=("both", "ours", "peer"), default="both",
+                    help="both (default) runs each side in its own child process")
+    ap.add_argument("--result-file", default=None, help=argparse.SUPPRESS)
+    ns = vars(ap.parse_args(argv))
+    side, result_file = ns.pop("side"), ns.pop("result_file")
+    s = BenchSettings(**ns)
+    s.validate()
+    return s, side, result_file
+
+
+def run_side(s: BenchSettings, side: str, result_file: str) -> None:
+    """Child process: run one side and write its :class:`SideResult` as JSON."""
+    if s.device == "cpu":
+        torch.set_num_threads(s.threads)
+    items, _ = load_questions(s.questions * (s.steps + 1), s.data_dir)
+    if side == "ours":
+        res = run_ours(s, items)
+    else:
+        from bench._trl_peer import run_trl  # imported late: trl + accelerate take seconds to import
+
+        res = run_trl(s, items)
+    Path(result_file).write_text(json.dumps(asdict(res)))
+
+
+def spawn_side(argv: list[str], side: str, s: BenchSettings) -> SideResult:
+    """Run one side in a fresh interpreter.
+
+    Why a process each: our TorchEngine fills RANK/WORLD_SIZE/MASTER_* (the launcher contract);
+    in the same process accelerate would then see a "distributed" CPU job and wrap TRL's model in
+    a 1-rank DDP with gloo all-reduces and reset the thread count, which is not TRL's normal
+    single-process cost. Separate processes also keep allocator state and imports apart.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    if s.device == "cpu":
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(s.threads)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    with tempfile.TemporaryDirectory(prefix="bench-train-step-") as tmp:
+        out = Path(tmp) / f"{side}.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--side", side, "--result-file", str(out)]
+        proc = subprocess.run(cmd, env=env, cwd=os.getcwd(), check=False)
+        if proc.returncode != 0 or not out.is_file():
+            raise RuntimeError(f"{side} side failed (exit {proc.returncode}); see its output above")
+        return SideResult(**json.loads(out.read_text()))
+
+
+def _n(x: float) -> str:
+    """Throughput with at least 3 significant digits (a big model on CPU makes < 1 token/s)."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def _side_line(r: SideResult) -> str:
+    d = r.detail
+    extra = f" [trl {d['trl_version']}]" if "trl_version" in d else ""
+    return (f"{r.name}: {r.tokens} tokens in {r.seconds:.2f}s over {r.steps} steps ({r.optimizer_steps} optimizer "
+            f"updates; generate {d['generate_s']:.2f}s), {_n(r.tokens_per_s)} tokens/s "
+            f"({_n(r.tokens_per_cpu_s)} per CPU-s), prompt "
+            f"{d['mean_prompt_tokens']:.0f} tokens, mean reward {d['mean_reward']:.2f}{extra}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for key, value in (("HF_HUB_OFFLINE", "1"), ("HF_HUB_DISABLE_TELEMETRY", "1"), ("DO_NOT_TRACK", "1"),
+                       ("TOKENIZERS_PARALLELISM", "false"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1")):
+        os.environ.setdefault(key, value)
+    try:
+        s, side, result_file = parse_args(argv)
+    except UserError as exc:
+        print(f"bench train_step: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if side != "both":
+        if result_file is None:
+            print("bench train_step: error: --side needs --result-file", file=sys.stderr)
+            return 2
+        run_side(s, side, result_file)
+        return 0
+    _, source = load_questions(s.questions * (s.steps + 1), s.data_dir)
+    gpu = f" gpu={torch.cuda.get_device_name(s.device)}" if s.device.startswith("cuda") else ""
+    print(f"settings: model={s.model} device={s.device}{gpu} dtype={str(s.dtype).removeprefix('torch.')} "
+          f"threads={s.threads if s.device == 'cpu' else '-'} prompts/step={s.questions} G={s.group} "
+          f"completions/step={s.completions} tokens/completion={s.tokens} (fixed) minibatches/step={s.minibatches} "
+          f"warmup=1 timed_steps={s.steps} lr={s.lr} T={s.temperature} eps=3e-4/4e-4 beta=0 level=sequence",
+          flush=True)
+    print(f"prompts: {source}, the same questions in the same order on both sides", flush=True)
+    runs: dict[str, list[SideResult]] = {"ours": [], "peer": []}
+    for r in range(s.repeats):
+        for side in ("ours", "peer"):
+            runs[side].append(spawn_side(argv, side, s))
+            print(f"run {r + 1}/{s.repeats} " + _side_line(runs[side][-1]), flush=True)
+    ours, peer = (max(runs[k], key=lambda x: x.tokens_per_s) for k in ("ours", "peer"))
+    print("best " + _side_line(ours))
+    print("best " + _side_line(peer))
+    if ours.tokens != peer.tokens:
+        print(f"warning: completion token counts differ (ours {ours.tokens}, peer {peer.tokens})")
+    ratio = ours.tokens_per_s / peer.tokens_per_s if peer.tokens_per_s > 0 else float("inf")
+    if s.device == "cpu":
+        o_cpu, p_cpu = (max(r.tokens_per_cpu_s for r in runs[k]) for k in ("ours", "peer"))
+        cpu_ratio = o_cpu / max(p_cpu, 1e-9)
+        print(f"cpu-time view (best per side; less sensitive to other load): ours {_n(o_cpu)}, peer "
+              f"{_n(p_cpu)} tokens per CPU-second, ratio {cpu_ratio:.2f}x")
+    print(f"bench train_step: ours {_n(ours.tokens_per_s)} tokens/s, peer {_n(peer.tokens_per_s)} tokens/s, "
+          f"ratio {ratio:.2f}x (target {TARGET}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -99,10 +99,12 @@ def generate_batch(model, prompts: list[list[int]], *, max_new_tokens: int, eos_
     for r, p in enumerate(prompts):
         input_ids[r, width - len(p):] = torch.tensor(p, dtype=torch.long)
         mask[r, width - len(p):] = 1
-    input_ids, mask = input_ids.to(device), mask.to(device)
-    if static_cache:  # fixed-width mask over the whole cache: padded to max_len from the start
-        mask = torch.cat([mask, torch.zeros((b, max_new_tokens), dtype=torch.long, device=device)], 1)
-    positions = (mask[:, :width].cumsum(-1) - 1).clamp(min=0)
+    input_ids = input_ids.to(device)
+    # one mask buffer for prompt + every new token: the dynamic path passes growing views of it
+    # (no per-step torch.cat), the static path the whole buffer (fixed shapes for the compiled step)
+    full_mask = torch.cat([mask, torch.zeros((b, max_new_tokens), dtype=torch.long)], 1).to(device)
+    mask = full_mask if static_cache else full_mask[:, :width]
+    positions = (full_mask[:, :width].cumsum(-1) - 1).clamp(min=0)
     cache = _new_cache(model, b, width + max_new_tokens, static_cache)
     kw = cache_kwarg(model)
     forward = step_fn or model
@@ -140,10 +142,9 @@ def generate_batch(model, prompts: list[list[int]], *, max_new_tokens: int, eos_
         if t == max_new_tokens - 1 or bool(done.all()):
             break
         last_pos = last_pos + 1
-        if static_cache:
-            mask[:, width + t] = 1
-        else:
-            mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=device)], dim=1)
+        full_mask[:, width + t] = 1
+        if not static_cache:
+            mask = full_mask[:, : width + t + 1]
         out = forward(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
                       use_cache=True, **{kw: cache})
     toks_l, lps_l, lens = toks.cpu().tolist(), lps.cpu().tolist(), lengths.cpu().tolist()

@@ -109,13 +109,15 @@ def _normalise_items(items: list[dict]) -> list[dict]:
     return out
 
 
-def length_buckets(lengths: list[int], *, max_ratio: float = 1.5, min_rows: int = 8) -> list[list[int]]:
+def length_buckets(lengths: list[int], *, max_ratio: float = 2.0, min_rows: int = 8) -> list[list[int]]:
     """Group row indices by prompt length so a batched call pads little.
 
     Rows are sorted by length; a bucket closes when the next prompt is more than ``max_ratio``
     times its shortest one and it already has ``min_rows`` rows. Left-padding every row to the
     longest prompt of a call made prompt-heavy batches (MMLU: 1,237 vs 560 tokens on average)
-    slower than one row at a time; a handful of buckets keeps the batching win. Deterministic.
+    slower than one row at a time; a handful of buckets keeps the batching win. Each bucket runs
+    its own decode loop, so buckets split only at a 2x length ratio (GSM8K prompts of 174–383
+    tokens stay one call). Deterministic.
     """
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
     buckets: list[list[int]] = []

@@ -54,8 +54,9 @@ def test_score_malformed_line_exits_2_naming_file_and_line(data_dir, tmp_path):
 
 def test_rollout_prints_transcript_and_writes_records(data_dir, tmp_path):
     out = tmp_path / "episodes.jsonl"
-    res = _cli("rollout", "--benchmark", "gsm8k", "--limit", "2", "--agents", "3", "--rounds", "2", "--data",
-               str(data_dir), "--set", "model.name=tiny-random", "--set", "mas.max_message_tokens=8", "--json", str(out))
+    res = _cli("rollout", "--benchmark", "gsm8k", "--limit", "2", "--agents", "3", "--rounds", "2",
+               "--data", str(data_dir), "--set", "model.name=tiny-random", "--set", "mas.max_message_tokens=8",
+               "--json", str(out))
     assert res.returncode == 0, res.stderr
     assert "round 2" in res.stdout and "communicated" in res.stdout
     episodes = [json.loads(line) for line in out.read_text().splitlines()]

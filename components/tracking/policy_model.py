@@ -8,6 +8,7 @@ them (which is what makes ``mlflow.pytorch.log_model`` slow) and nothing touches
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import warnings
@@ -116,7 +117,8 @@ def resolve_model_uri(uri: str | os.PathLike[str], *, dst_dir: str | os.PathLike
     * an existing local folder -> ``Path`` (must hold config.json or adapter_config.json);
     * ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` -> the alias is resolved to a
       version first, its artifacts are downloaded once into
-      ``<dst_dir or $AGENT_GSPO_MODEL_CACHE or ~/.cache/agent-gspo/registry>/<name>/<version>``
+      ``<dst_dir or $AGENT_GSPO_MODEL_CACHE or ~/.cache/agent-gspo/registry>/<name>/<version>-<key>``
+      (key: hash of the registry URI and the version's source run)
       (atomically; re-used afterwards) and the HF folder inside is returned as ``Path``;
     * anything shaped like a hub id (``org/name``) -> returned unchanged as ``str``.
     Raises :class:`ModelUriError` for a missing folder / model / alias, :class:`TrackingError`
@@ -159,7 +161,11 @@ def _download_registered(text: str, dst_dir: str | os.PathLike[str] | None, trac
 
     mv = guarded(uri, f"resolve {text}", _version)
     cache = Path(dst_dir or os.environ.get("AGENT_GSPO_MODEL_CACHE", DEFAULT_CACHE)).expanduser()
-    target = cache / re.sub(r"[^\w.\-]", "_", name) / str(mv.version)
+    # "<name>/<version>" alone is not an identity: every registry has its own version 1. Key the
+    # download by the registry and the version's source run too, so another registry's (or a
+    # re-created database's) version 1 is never served from this cache.
+    ident = hashlib.sha256(f"{uri}|{mv.run_id}|{mv.source}".encode()).hexdigest()[:16]
+    target = cache / re.sub(r"[^\w.\-]", "_", name) / f"{mv.version}-{ident}"
     if not (target / _COMPLETE).exists():
         with atomic_dir(target) as staging:
             guarded(uri, f"download {text}", lambda: mlflow.artifacts.download_artifacts(

@@ -67,7 +67,7 @@ def test_second_version_and_alias_move_resolve_to_new_folder(mlflow_uri: str, ti
     first = resolve_model_uri("models:/p2@champion", dst_dir=tmp_path, tracking_uri=mlflow_uri)
     client.set_registered_model_alias("p2", "champion", "2")
     second = resolve_model_uri("models:/p2@champion", dst_dir=tmp_path, tracking_uri=mlflow_uri)
-    assert first != second and "/p2/1/" in str(first) and "/p2/2/" in str(second)
+    assert first != second and "/p2/1-" in str(first) and "/p2/2-" in str(second)
 
     import mlflow
     import pandas as pd
@@ -92,3 +92,20 @@ def test_resolve_local_folder_hub_id_and_errors(mlflow_uri: str, tiny_model: Pat
         resolve_model_uri("models:/nope@champion", dst_dir=tmp_path, tracking_uri=mlflow_uri)
     with pytest.raises(ModelUriError, match="no config.json"):
         log_policy_model(tmp_path, registered_name="x", tags={}, tracking_uri=mlflow_uri)
+
+
+def test_same_name_and_version_in_two_registries_never_share_a_download(tiny_model: Path, tmp_path: Path) -> None:
+    """Every registry has its own version 1: the download cache must not serve one for the other."""
+    import shutil
+
+    other_model = tmp_path / "other"
+    shutil.copytree(tiny_model, other_model)
+    (other_model / "marker.txt").write_text("the other registry's policy")
+    cache = tmp_path / "cache"
+    folders = []
+    for db, model in (("a.db", tiny_model), ("b.db", other_model)):
+        uri = f"sqlite:///{tmp_path / db}"
+        log_policy_model(model, registered_name="same", tags={}, tracking_uri=uri)
+        folders.append(resolve_model_uri("models:/same/1", dst_dir=cache, tracking_uri=uri))
+    assert folders[0] != folders[1]
+    assert not (folders[0] / "marker.txt").exists() and (folders[1] / "marker.txt").exists()

@@ -1,6 +1,7 @@
 """Shared test setup: offline-safety defaults before any test imports transformers/datasets/mlflow."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -17,3 +18,31 @@ def _restore_mlflow_tracking_uri():
         os.environ.pop("MLFLOW_TRACKING_URI", None)
     else:
         os.environ["MLFLOW_TRACKING_URI"] = before
+
+
+ROOT = Path(__file__).resolve().parents[1]
+MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
+
+
+@pytest.fixture(scope="session")
+def prepared_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """All seven benchmarks prepared from the mirror once per test session (a few seconds)."""
+    from components.config import BENCHMARKS
+    from components.data.prepare import prepare
+
+    if not (MIRROR / "gsm8k").is_dir():
+        pytest.skip(f"benchmark mirror not found at {MIRROR} (set AGENT_GSPO_DATA_MIRROR)")
+    out = tmp_path_factory.mktemp("data")
+    prepare(list(BENCHMARKS), mirror=MIRROR, out_dir=out, progress=False)
+    return out
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny-model work is dominated by per-op overhead: one torch thread is faster on 2 cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from components.data.prepare import load_split, prepare
+from components.data.prepare import load_split
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
 
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -23,12 +22,8 @@ def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    if not (MIRROR / "gsm8k").is_dir():
-        pytest.skip(f"benchmark mirror not found at {MIRROR}")
-    out = tmp_path_factory.mktemp("data")
-    prepare(["gsm8k", "aqua"], mirror=MIRROR, out_dir=out, progress=False)
-    return out
+def data_dir(prepared_data: Path) -> Path:
+    return prepared_data
 
 
 def test_score_gold_solutions_is_100_percent(data_dir, tmp_path):

@@ -4,36 +4,20 @@ Prepares the seven benchmarks from the mirror into a temporary folder first (a f
 """
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from components.config import BENCHMARKS, Config
-from components.data.prepare import prepare
 from components.evaluation import evaluate
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    if not (MIRROR / "gsm8k").is_dir():
-        pytest.skip(f"benchmark mirror not found at {MIRROR}")
-    out = tmp_path_factory.mktemp("data")
-    prepare(list(BENCHMARKS), mirror=MIRROR, out_dir=out, progress=False)
-    return out
-
-
-@pytest.fixture(scope="module")
-def single_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def data_dir(prepared_data: Path) -> Path:
+    return prepared_data
 
 
 def _cfg() -> Config:
@@ -44,7 +28,7 @@ def _cfg() -> Config:
     })
 
 
-def test_tiny_random_seven_benchmarks_all_baselines_reproducible(tmp_path, single_thread, data_dir):
+def test_tiny_random_seven_benchmarks_all_baselines_reproducible(tmp_path, one_thread, data_dir):
     a = evaluate(_cfg(), data_dir=data_dir, out_dir=tmp_path / "a")
     b = evaluate(_cfg(), limit=2, data_dir=data_dir, out_dir=tmp_path / "b")
 

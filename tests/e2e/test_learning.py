@@ -19,20 +19,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from learning_env import agent_silence, make_run  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.usefixtures("one_thread")]
 
 TALK = ["mas.agents=3", "budget.target=16", "reward.token_norm=16", "budget.lr=0.05", "budget.lambda_max=3",
         "gspo.lr=0.005"]
 TALK_STEPS = 60
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny-model work is dominated by per-op overhead: one thread is faster on 2 cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _train(run, steps: int) -> list:

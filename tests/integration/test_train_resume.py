@@ -14,20 +14,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from components.data.prepare import prepare
-
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
-MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    if not (MIRROR / "gsm8k").is_dir():
-        pytest.skip(f"benchmark mirror not found at {MIRROR}")
-    out = tmp_path_factory.mktemp("data")
-    prepare(["gsm8k"], mirror=MIRROR, out_dir=out, progress=False)
-    return out
+def data_dir(prepared_data: Path) -> Path:
+    return prepared_data
 
 
 def _overrides(data_dir: Path, steps: int = 4, engine: str = "torch") -> list[str]:

@@ -14,13 +14,7 @@ from components.gspo.trainer import QuestionSampler, episode_metrics
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from learning_env import ITEMS, make_run  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_sampler_is_deterministic_and_resumable():

@@ -126,7 +126,7 @@ def test_log_register_promote_resolve_then_dead_server(server, tmp_path: Path,
     assert client.get_model_version("policy", v3).tags["config.sha256"] == "c3"
 
     folder = resolve_model_uri("models:/policy@champion", dst_dir=tmp_path / "cache", tracking_uri=uri)
-    assert f"/policy/{v3}/" in str(folder)
+    assert f"/policy/{v3}-" in str(folder)
     AutoModelForCausalLM.from_pretrained(folder)
 
     open_run = Tracker(uri, "agent-gspo", "after").__enter__()

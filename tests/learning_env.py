@@ -33,25 +33,40 @@ ITEMS = [{"id": f"toy/{i}", "benchmark": "gsm8k", "split": "train", "question": 
           "choices": None, "answer": str(2 * i), "answer_type": "numeric", "meta": {}} for i in range(16)]
 
 
-class HelperTask:
-    """Wraps a RolloutEngine: success = the helper agent spoke in round 0."""
+class _TaskEnv:
+    """Wraps a RolloutEngine; the subclass decides each episode's success (``judge``)."""
 
-    def __init__(self, engine: RolloutEngine, helper_agent: int = 0) -> None:
-        self.engine, self.helper = engine, helper_agent
+    def __init__(self, engine: RolloutEngine) -> None:
+        self.engine = engine
 
     @property
     def last_stats(self) -> Any:
         return self.engine.last_stats
 
+    def judge(self, episode: Any) -> None:
+        raise NotImplementedError
+
     def rollout(self, items: list[dict], group_size: int, *, seed: int, greedy: bool = False) -> list:
         episodes = self.engine.rollout(items, group_size, seed=seed, greedy=greedy)
         for ep in episodes:
-            ep.correct = any(m.agent_id == self.helper and m.round == 0 and not m.silent for m in ep.messages)
+            self.judge(ep)
         return episodes
 
 
-class TalkTask:
-    """Wraps a RolloutEngine: talking helps, with diminishing returns.
+class HelperTask(_TaskEnv):
+    """Success = the helper agent spoke in round 0."""
+
+    def __init__(self, engine: RolloutEngine, helper_agent: int = 0) -> None:
+        super().__init__(engine)
+        self.helper = helper_agent
+
+    def judge(self, episode: Any) -> None:
+        episode.correct = any(m.agent_id == self.helper and m.round == 0 and not m.silent
+                              for m in episode.messages)
+
+
+class TalkTask(_TaskEnv):
+    """Talking helps, with diminishing returns.
 
     Partial credit r_task = sqrt(min(1, spoken / max_useful)), spoken = non-silent completion
     tokens of all agents; ``correct`` = r_task >= 0.5. The first speaker is worth the most, each
@@ -60,19 +75,13 @@ class TalkTask:
     """
 
     def __init__(self, engine: RolloutEngine, max_useful: int) -> None:
-        self.engine, self.max_useful = engine, max_useful
+        super().__init__(engine)
+        self.max_useful = max_useful
 
-    @property
-    def last_stats(self) -> Any:
-        return self.engine.last_stats
-
-    def rollout(self, items: list[dict], group_size: int, *, seed: int, greedy: bool = False) -> list:
-        episodes = self.engine.rollout(items, group_size, seed=seed, greedy=greedy)
-        for ep in episodes:
-            spoken = sum(m.completion_tokens for m in ep.messages if not m.silent)
-            ep.task_score = min(1.0, spoken / self.max_useful) ** 0.5
-            ep.correct = ep.task_score >= 0.5
-        return episodes
+    def judge(self, episode: Any) -> None:
+        spoken = sum(m.completion_tokens for m in episode.messages if not m.silent)
+        episode.task_score = min(1.0, spoken / self.max_useful) ** 0.5
+        episode.correct = episode.task_score >= 0.5
 
 
 @torch.no_grad()

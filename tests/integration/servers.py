@@ -75,27 +75,18 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) 
 
 
 def mlflow_template_db(cache_dir: Path) -> Path:
-    """A migrated, empty MLflow sqlite DB, built once per MLflow version (saves 5-10 s per server).
+    """A migrated, empty MLflow sqlite database, built once per MLflow version and then copied.
 
-    Same recipe as ``tests/unit/test_tracking_helpers.template_db`` (same cache file name, so the
-    two share the cached copy); repeated here because that module is a test file, not a package.
+    The recipe lives in ``tests/unit/test_tracking_helpers.template_db`` (loaded by path: test files
+    are not a package), so both suites share one cached copy.
     """
-    import tempfile
+    import importlib.util
 
-    import mlflow
-    from mlflow import MlflowClient
-
-    target = cache_dir / f"mlflow-{mlflow.__version__}.db"
-    if not target.exists():
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".db", dir=cache_dir)
-        os.close(fd)
-        os.unlink(tmp)
-        client = MlflowClient(f"sqlite:///{tmp}")
-        client.search_experiments()
-        client.search_registered_models()
-        os.replace(tmp, target)
-    return target
+    spec = importlib.util.spec_from_file_location(
+        "test_tracking_helpers", Path(__file__).parents[1] / "unit" / "test_tracking_helpers.py")
+    helpers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helpers)
+    return helpers.template_db(cache_dir)
 
 
 @dataclass

@@ -160,6 +160,36 @@ def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_experiments(cfg: Config, args: argparse.Namespace) -> int:
+    """`experiments run` / `experiments report`: without --profile (and $AGENT_GSPO_PROFILE) the
+    runs use ``experiments.profile`` (the results profile), not the 200-step default."""
+    import os
+
+    if args.experiments_command == "report":
+        from components.experiments import build_report
+
+        results = args.results or cfg.experiments.results_dir
+        out = args.out or cfg.experiments.report
+        rep = build_report(results, out, command=f"agent-gspo experiments report --results {results} --out {out}")
+        for c in rep.claims:
+            print(f"claim ({c.key}) {c.status}: {c.title}")
+        print("outputs: " + ", ".join(str(p) for p in rep.paths.values()))
+        return 0
+    from components.experiments import run_experiments
+
+    if args.profile is None and not os.environ.get("AGENT_GSPO_PROFILE"):
+        cfg = load_config(args.params, cfg.experiments.profile, args.overrides)
+    outcomes = run_experiments(cfg, only=args.only, limit=args.limit, results_dir=args.results,
+                               user_overrides=args.overrides, track=not args.no_track)
+    for o in outcomes:
+        s = o.results.summary
+        main = next((m for m in ("agent_gspo", "mas_untrained") if m in s), next(iter(s)))
+        extra = " (run first: the budget needs it)" if o.ran_as_dependency else ""
+        print(f"{o.name}: {o.path}{extra}; {main} accuracy {s[main]['accuracy']:.3f}, "
+              f"tokens {s[main]['tokens_total']}, {o.results.wall_seconds:.0f} s")
+    return 0
+
+
 COMMANDS: dict[str, tuple[str, Callable[[Config, argparse.Namespace], int]]] = {
     "prepare": ("prepare benchmarks into normalised parquet (mirror > hub > package)", _cmd_prepare),
     "validate": ("validate prepared data with great-expectations", _cmd_validate),
@@ -170,6 +200,8 @@ COMMANDS: dict[str, tuple[str, Callable[[Config, argparse.Namespace], int]]] = {
     "promote": ("gate a registered version against @champion (accuracy AND tokens)", _cmd_promote),
     "run": ("the whole pipeline as one Prefect flow", _cmd_run),
     "score": ("score a JSON-lines predictions file against a benchmark", _cmd_score),
+    "experiments": ("reproduce the paper's token-economy claims (run) and regenerate docs/results.md (report)",
+                    _cmd_experiments),
 }
 
 
@@ -238,6 +270,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test")
     p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
     p.add_argument("--out", default=None, help="per-item results (JSON lines)")
+
+    p = sub.add_parser("experiments", help=helps["experiments"])
+    exp_sub = p.add_subparsers(dest="experiments_command", required=True, metavar="ACTION")
+    q = exp_sub.add_parser("run", parents=[common], help="train / evaluate the experiments of experiments.definitions")
+    q.add_argument("--only", type=_csv, default=None, help="comma list of experiment names (default: all)")
+    q.add_argument("--limit", type=_positive, default=None, help="items per benchmark (overrides eval.limit)")
+    q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
+    q.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    q = exp_sub.add_parser("report", parents=[common], help="regenerate the report from the results folder")
+    q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
+    q.add_argument("--out", default=None, help="markdown report (default experiments.report; PNGs beside it)")
     return parser
 
 

@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -170,6 +171,82 @@ class TrackingConfig(_Section):
     log_model: bool = Field(True, description="log and register the final policy")
 
 
+EXPERIMENT_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+EXPERIMENT_FROZEN_SECTIONS = ("eval", "experiments", "profile")
+"""sections an experiment may not override: every experiment is evaluated on the SAME seeded
+sample (``eval.*``), and an experiment cannot redefine the experiments themselves"""
+
+
+class ExperimentDef(_Section):
+    """One reproduction experiment: ``section.key=value`` overrides on top of the selected profile."""
+
+    kind: Literal["baselines", "gspo"] = Field(
+        "gspo", description="baselines: evaluate eval.baselines only; gspo: train, then evaluate the policy alone")
+    label: str = Field("", description="row name in the report (default: the experiment name)")
+    description: str = Field("", description="one sentence: what the experiment shows")
+    extends: str | None = Field(None, description="inherit another experiment's overrides and budget_fraction")
+    overrides: list[str] = Field(default_factory=list, description="section.key=value, applied on the profile")
+    budget_fraction: float | None = Field(
+        None, gt=0.0, le=10.0, description="budget.target = this x the untrained MAS's mean tokens per episode")
+
+    @model_validator(mode="after")
+    def _check(self) -> ExperimentDef:
+        for text in self.overrides:
+            try:
+                keys, _ = parse_override(text)
+            except ConfigError as exc:  # a ValueError, so pydantic reports it under its key path
+                raise ValueError(str(exc)) from None
+            if keys[0] in EXPERIMENT_FROZEN_SECTIONS:
+                raise ValueError(f"override {text!r}: {keys[0]}.* may not vary per experiment (every experiment "
+                                 "is evaluated on the same seeded sample; use the profile or --set instead)")
+            if len(keys) != 2 or keys[0] not in Config.model_fields:
+                allowed = ", ".join(k for k in Config.model_fields if k not in EXPERIMENT_FROZEN_SECTIONS)
+                raise ValueError(f"override {text!r}: expected section.key=value with section one of {allowed}")
+            section = Config.model_fields[keys[0]].annotation
+            if keys[1] not in section.model_fields:  # type: ignore[union-attr]
+                raise ValueError(f"override {text!r}: unknown key {keys[1]!r} in section {keys[0]} "
+                                 f"(allowed: {', '.join(section.model_fields)})")  # type: ignore[union-attr]
+        if self.budget_fraction is not None and any(parse_override(t)[0] == ["budget", "target"]
+                                                    for t in self.overrides):
+            raise ValueError("budget_fraction sets budget.target; do not also override budget.target")
+        if self.kind == "baselines" and (self.budget_fraction is not None or self.overrides or self.extends):
+            raise ValueError("kind 'baselines' takes no overrides, extends or budget_fraction (it evaluates the "
+                             "configured base model; overriding it would change what 'untrained' means)")
+        return self
+
+
+class ExperimentsConfig(_Section):
+    profile: str = Field("results", description="profile `experiments run` uses when --profile is not given")
+    results_dir: str = Field("results", description="one <name>.json per experiment (committed)")
+    runs_dir: str = Field("runs/experiments", description="per-experiment training and evaluation folders")
+    report: str = Field("docs/results.md", description="generated report; PNGs go to <report dir>/<stem>/")
+    budget_source: str = Field("baselines", description="the baselines experiment whose untrained MAS sets B")
+    last_k: int = Field(5, ge=1, description="last training steps averaged when checking tokens against B")
+    definitions: dict[str, ExperimentDef] = Field(default_factory=dict, description="name -> experiment")
+
+    @model_validator(mode="after")
+    def _check(self) -> ExperimentsConfig:
+        defs = self.definitions
+        for name, d in defs.items():
+            if not EXPERIMENT_NAME_RE.match(name):
+                raise ValueError(f"definitions.{name}: names must match {EXPERIMENT_NAME_RE.pattern} "
+                                 "(they become file names)")
+            seen = [name]
+            while d.extends is not None:
+                if d.extends not in defs:
+                    raise ValueError(f"definitions.{seen[-1]}.extends: unknown experiment {d.extends!r} "
+                                     f"(defined: {', '.join(defs)})")
+                if d.extends in seen:
+                    raise ValueError(f"definitions.{name}.extends: cycle {' -> '.join([*seen, d.extends])}")
+                seen.append(d.extends)
+                d = defs[d.extends]
+        needs_budget = [n for n, d in defs.items() if d.budget_fraction is not None]
+        if needs_budget and (self.budget_source not in defs or defs[self.budget_source].kind != "baselines"):
+            raise ValueError(f"budget_source: {self.budget_source!r} must name a kind 'baselines' experiment "
+                             f"(needed by {', '.join(needs_budget)})")
+        return self
+
+
 class Config(_Section):
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -182,17 +259,21 @@ class Config(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    experiments: ExperimentsConfig = Field(default_factory=ExperimentsConfig)
     profile: str = Field("default", description="name of the applied profile")
 
     def hash(self) -> str:
-        """sha256 of the canonical JSON of this config (the 'config hash' in tags and checkpoints)."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """sha256 of the canonical JSON of this config (the 'config hash' in tags and checkpoints).
+
+        The ``experiments`` section is left out: it lists runs to make, not a setting of any one run,
+        so editing an experiment must not change (and block resuming) every other run's hash."""
+        blob = json.dumps(self.model_dump(mode="json", exclude={"experiments"}), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
     def flat(self) -> dict[str, Any]:
-        """Flattened ``section.key`` mapping, for MLflow params."""
+        """Flattened ``section.key`` mapping, for MLflow params (``experiments`` left out, as in :meth:`hash`)."""
         out: dict[str, Any] = {}
-        for section, values in self.model_dump(mode="json").items():
+        for section, values in self.model_dump(mode="json", exclude={"experiments"}).items():
             if isinstance(values, dict):
                 out.update({f"{section}.{k}": v for k, v in values.items()})
             else:

@@ -249,6 +249,10 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     timings["grading"] = 0.0
     main_episodes: list[EpisodeLike] = []
     rows: list[EvalRow] = []
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(benchmarks) * len(systems), desc="evaluate", unit="system", leave=False,
+               disable=len(benchmarks) * len(systems) < 2)
     for b in benchmarks:
         pairs: list[tuple[dict, EpisodeLike]] = []
         per_system: dict[str, list[EpisodeLike]] = {}
@@ -258,6 +262,8 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
             eps = run_system(s, items[b], batch_size=ev.batch_size, seed=ev.seed, benchmark=b, compact=True)
             timings[s.name] += time.perf_counter() - t0
             per_system[s.name] = eps
+            bar.set_postfix_str(f"{b}/{s.name} {len(eps)} episodes", refresh=False)
+            bar.update()
             pairs += [(by_id[e.question_id], e) for e in eps]
         t0 = time.perf_counter()
         grade(pairs, ev.code_timeout_s)  # all systems of a benchmark at once: most parallel sandboxes
@@ -265,6 +271,7 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
         rows += [aggregate(b, name, per_system[name]) for name in names]
         main_episodes += per_system[main]
         log.info("eval %s: %s", b, ", ".join(f"{r.system}={r.accuracy:.3f}" for r in rows[-len(names):]))
+    bar.close()
     rows.sort(key=lambda r: (names.index(r.system), benchmarks.index(r.benchmark)))
 
     grid = silence_grid(main, main_episodes, mcfg.agents, mcfg.rounds)

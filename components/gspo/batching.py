@@ -1,12 +1,14 @@
 """Pack agent messages (GSPO "sequences") into tensors and score them under the policy.
 
-Layout: every row is ``[left pad | prompt | completion | right pad]`` with prompts left-padded
-to ``P`` and completions right-padded to ``C``, so all completions start at column ``P``. The
-policy's log-probs for the completion then come from the last ``C + 1`` logits only
-(``logits_to_keep``), never a ``B x (P+C) x V`` tensor.
+Layout: every row is ``[prompt | completion | right pad]``, left-aligned, ``P + C`` columns wide
+(``P`` = longest prompt, ``C`` = longest completion). A causal LM never lets a real token see the
+pads that follow it, so the forward needs NO attention mask and positions are plain ``arange``,
+exactly as in generation (see decode.py). That matters for speed: a padding mask forces SDPA off
+its causal kernel (on CPU ~2x slower attention forward and backward).
 
-Position ids are derived from the attention mask, exactly as generation does with left
-padding, so recomputed log-probs match the behaviour log-probs of the rollout engine.
+Completion token ``t`` of row ``r`` is predicted by the logit at column ``p_r - 1 + t``. Only the
+columns from ``min_r p_r - 1`` on are projected to the vocabulary (``logits_to_keep``), never a
+``B x (P+C) x V`` tensor unless prompts differ by ~P tokens.
 """
 
 from __future__ import annotations
@@ -21,14 +23,12 @@ from components.mas.records import Message
 
 @dataclass
 class SequenceBatch:
-    """Padded messages. Shapes: B rows, P prompt columns, C completion columns."""
+    """Padded messages. Shapes: B rows, P + C columns, C completion columns."""
 
     input_ids: torch.Tensor
-    """[B, P+C] long"""
-    attention_mask: torch.Tensor
-    """[B, P+C] long (1 = real token)"""
-    position_ids: torch.Tensor
-    """[B, P+C] long"""
+    """[B, P+C] long, left-aligned: prompt, completion, then pad"""
+    prompt_lens: torch.Tensor
+    """[B] long: p_r, the column where row r's completion starts"""
     completion_ids: torch.Tensor
     """[B, C] long (pad where completion_mask is 0)"""
     completion_mask: torch.Tensor
@@ -36,40 +36,42 @@ class SequenceBatch:
     behaviour_logp: torch.Tensor
     """[B, C] float, log-probs recorded by the rollout engine"""
 
-    @property
-    def prompt_len(self) -> int:
-        return self.input_ids.shape[1] - self.completion_ids.shape[1]
-
     def to(self, device: torch.device | str) -> SequenceBatch:
-        return SequenceBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids,
-                                                       self.completion_ids, self.completion_mask,
-                                                       self.behaviour_logp)))
+        return SequenceBatch(*(t.to(device) for t in (self.input_ids, self.prompt_lens, self.completion_ids,
+                                                       self.completion_mask, self.behaviour_logp)))
+
+    def select(self, idx: torch.Tensor) -> SequenceBatch:
+        """Rows ``idx``, trimmed to their own ``max p_r + C`` columns (small mini-batches stay cheap)."""
+        idx = idx.to(self.input_ids.device)
+        lens = self.prompt_lens[idx]
+        width = int(lens.max()) + self.completion_ids.shape[1]
+        return SequenceBatch(self.input_ids[idx, :width], lens, self.completion_ids[idx],
+                             self.completion_mask[idx], self.behaviour_logp[idx])
 
 
 def pack_messages(messages: Sequence[Message], pad_id: int) -> SequenceBatch:
-    """Left-pad prompts and right-pad completions of ``messages`` into one :class:`SequenceBatch`."""
+    """Pack ``messages`` left-aligned (prompt, completion, pad) into one :class:`SequenceBatch`."""
     if not messages:
         raise ValueError("pack_messages needs at least one message")
     p = max(len(m.prompt_ids) for m in messages)
     c = max(1, max(len(m.completion_ids) for m in messages))
     b = len(messages)
     input_ids = torch.full((b, p + c), pad_id, dtype=torch.long)
-    attention = torch.zeros((b, p + c), dtype=torch.long)
     completion_ids = torch.full((b, c), pad_id, dtype=torch.long)
     completion_mask = torch.zeros((b, c), dtype=torch.float32)
     behaviour = torch.zeros((b, c), dtype=torch.float32)
     for i, m in enumerate(messages):
+        if not m.prompt_ids:
+            raise ValueError(f"message {i} (agent {m.agent_id}, round {m.round}) has an empty prompt")
         lp, lc = len(m.prompt_ids), len(m.completion_ids)
-        input_ids[i, p - lp:p] = torch.tensor(m.prompt_ids, dtype=torch.long)
-        attention[i, p - lp:p] = 1
+        input_ids[i, :lp] = torch.tensor(m.prompt_ids, dtype=torch.long)
         if lc:
-            input_ids[i, p:p + lc] = torch.tensor(m.completion_ids, dtype=torch.long)
-            attention[i, p:p + lc] = 1
-            completion_ids[i, :lc] = input_ids[i, p:p + lc]
+            input_ids[i, lp:lp + lc] = torch.tensor(m.completion_ids, dtype=torch.long)
+            completion_ids[i, :lc] = input_ids[i, lp:lp + lc]
             completion_mask[i, :lc] = 1.0
             behaviour[i, :lc] = torch.tensor(m.logprobs[:lc], dtype=torch.float32)
-    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
-    return SequenceBatch(input_ids, attention, position_ids, completion_ids, completion_mask, behaviour)
+    lens = torch.tensor([len(m.prompt_ids) for m in messages], dtype=torch.long)
+    return SequenceBatch(input_ids, lens, completion_ids, completion_mask, behaviour)
 
 
 def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0) -> torch.Tensor:
@@ -78,18 +80,24 @@ def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperatur
     ``temperature`` divides the logits as the sampler did, so π_old equals the behaviour policy
     that generated the messages (the rollout engine records log-probs at the same temperature).
 
-    Only the last ``C + 1`` positions are projected to the vocabulary; the logit at column
-    ``P - 1 + t`` predicts completion token ``t``.
+    The last ``K = W - min_r p_r + 1`` logits are kept (W = batch width); window column
+    ``p_r - 1 + t - (W - K)`` predicts row r's completion token t. Labels are scattered into that
+    window (ignored elsewhere) so the log-softmax runs chunked on the window, then gathered back.
     """
     from components.gspo.loss import token_logprobs
 
+    b, width = batch.input_ids.shape
     c = batch.completion_ids.shape[1]
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                position_ids=batch.position_ids, logits_to_keep=c + 1, use_cache=False)
-    logits = out.logits[:, :-1, :]
+    keep = width - int(batch.prompt_lens.min()) + 1
+    out = model(input_ids=batch.input_ids, logits_to_keep=keep, use_cache=False)
+    logits = out.logits
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    logp = token_logprobs(logits, batch.completion_ids)
+    cols = batch.prompt_lens[:, None] - 1 + torch.arange(c, device=logits.device)[None, :] - (width - keep)
+    labels = torch.full((b, keep), -100, dtype=torch.long, device=logits.device)
+    valid = batch.completion_mask > 0
+    labels.scatter_(1, cols.clamp(max=keep - 1), torch.where(valid, batch.completion_ids, -100))
+    logp = token_logprobs(logits, labels).gather(1, cols.clamp(max=keep - 1))
     return logp * batch.completion_mask
 
 

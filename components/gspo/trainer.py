@@ -230,7 +230,7 @@ class GSPOTrainer:
             for micro in torch.tensor_split(idx, g.grad_accum):
                 empty = micro.numel() == 0
                 micro = idx[:1] if empty else micro
-                sub = _select(batch, micro)
+                sub = batch.select(micro)
                 logp = completion_logprobs(self.engine.module, sub, self.temperature)
                 out = gspo_loss(logp, old_logp[micro], adv[micro.to(self.device)], sub.completion_mask,
                                 eps_low=g.eps_low, eps_high=g.eps_high, level=g.level,
@@ -262,16 +262,3 @@ class GSPOTrainer:
         self.history.append({"step": float(self.step_idx)} | metrics)
         return StepResult(self.step_idx, metrics, episodes)
 
-
-def _select(batch: Any, idx: torch.Tensor) -> Any:
-    from components.gspo.batching import SequenceBatch
-
-    idx = idx.to(batch.input_ids.device)
-    sub = SequenceBatch(batch.input_ids[idx], batch.attention_mask[idx], batch.position_ids[idx],
-                        batch.completion_ids[idx], batch.completion_mask[idx], batch.behaviour_logp[idx])
-    # trim left padding shared by every selected row, so small mini-batches stay cheap
-    first = int((sub.attention_mask[:, : sub.prompt_len].sum(0) > 0).nonzero()[0]) if sub.prompt_len else 0
-    if first:
-        sub = SequenceBatch(sub.input_ids[:, first:], sub.attention_mask[:, first:], sub.position_ids[:, first:],
-                            sub.completion_ids, sub.completion_mask, sub.behaviour_logp)
-    return sub

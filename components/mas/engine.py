@@ -34,6 +34,7 @@ from components.config import MasConfig
 from components.errors import UserError
 from components.mas.context import PromptBuilder
 from components.mas.decode import Generation, LogitsProcessor, generate_batch
+from components.mas.prefill import PrefixStore
 from components.mas.records import Episode, Message
 from components.mas.roles import DECIDER, role_names, system_prompt, task_family, user_prompt
 from components.mas.topology import build_adjacency, round_waves
@@ -57,6 +58,8 @@ class RolloutStats:
     generated_tokens: int = 0
     generate_s: float = 0.0
     total_s: float = 0.0
+    prefix_tokens_reused: int = 0
+    """prompt tokens served from the prefix store instead of being prefilled again"""
 
     @property
     def tokens_per_s(self) -> float:
@@ -157,6 +160,7 @@ class RolloutEngine:
         self.pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos)
         self.builder = PromptBuilder(tokenizer, cfg.context_tokens, None if solo else cfg.silence_marker)
         self._ws: dict[int, bool] = {}
+        self._prefixes: PrefixStore | None = None
         self.marker_variants = self._marker_variants(cfg.silence_marker)
         # Static cache + torch.compile only on CUDA: on CPU compile time dwarfs any gain.
         self.static = bool(cfg.static_cache) and self.device.type == "cuda"
@@ -194,43 +198,48 @@ class RolloutEngine:
 
     # -- one batched call ------------------------------------------------------------------------
     def _prompt(self, st: _EpisodeState, agent: int, role: str, call: int, n_team: int,
-                senders: Callable[[_Turn], bool]) -> list[int]:
+                senders: Callable[[_Turn], bool]) -> tuple[list[int], int]:
+        """The agent's prompt ids and the length of its frame prefix (reusable across rounds)."""
         family = task_family(st.item["answer_type"])
         solo = self.solo or n_team == 1
         system = system_prompt(family, role, agent, 1 if solo else n_team, self.cfg.silence_marker,
                                allow_silence=not solo)
         visible = [t for t in st.turns if t.call < call and not t.msg.silent and senders(t)]
         blocks = [self.builder.header(t.msg.agent_id, t.msg.role, t.msg.round) + t.body for t in visible]
-        ids, kept = self.builder.build(self.builder.frame(system, user_prompt(st.item)), blocks)
+        frame = self.builder.frame(system, user_prompt(st.item))
+        ids, kept = self.builder.build(frame, blocks)
         for k in kept:
             visible[k].delivered.add(agent)
-        return ids
+        return ids, len(frame.prefix)
 
-    def _generate(self, prompts: list[list[int]], generator: torch.Generator, greedy: bool) -> Generation:
+    def _generate(self, prompts: list[list[int]], prefix_lens: list[int], generator: torch.Generator,
+                  greedy: bool) -> Generation:
         """One batched decode per prompt-length bucket (see :func:`length_buckets`), results in input order."""
         ids: list[list[int]] = [[] for _ in prompts]
         lps: list[list[float]] = [[] for _ in prompts]
         steps = 0
         for bucket in length_buckets([len(p) for p in prompts]):
+            rows = [prompts[i] for i in bucket]
             gen = generate_batch(
-                self.model, [prompts[i] for i in bucket], max_new_tokens=self.cfg.max_message_tokens, eos_id=self.eos,
+                self.model, rows, max_new_tokens=self.cfg.max_message_tokens, eos_id=self.eos,
                 pad_id=self.pad, temperature=self.cfg.temperature, top_p=self.cfg.top_p, greedy=greedy,
                 generator=generator, min_new_tokens=self.min_new_tokens, logits_processor=self.logits_processor,
                 device=self.device, static_cache=self.static, step_fn=self._step_fn,
-                stop_replies=None if self.solo else self.marker_variants)
+                stop_replies=None if self.solo else self.marker_variants,
+                prefix_lens=[prefix_lens[i] for i in bucket], prefix_store=self._prefixes)
             for i, row_ids, row_lps in zip(bucket, gen.ids, gen.logprobs, strict=True):
                 ids[i], lps[i] = row_ids, row_lps
             steps += gen.steps
         return Generation(ids, lps, steps)
 
-    def _run_call(self, rows: list[tuple[_EpisodeState, int, str, list[int]]], call: int, round_idx: int,
+    def _run_call(self, rows: list[tuple[_EpisodeState, int, str, tuple[list[int], int]]], call: int, round_idx: int,
                   generator: torch.Generator, greedy: bool, stats: RolloutStats) -> None:
         t0 = time.perf_counter()
-        gen = self._generate([r[3] for r in rows], generator, greedy)
+        gen = self._generate([r[3][0] for r in rows], [r[3][1] for r in rows], generator, greedy)
         stats.generate_s += time.perf_counter() - t0
         stats.calls += 1
         stats.decode_steps += gen.steps
-        for (st, agent, role, prompt), ids, lps in zip(rows, gen.ids, gen.logprobs, strict=True):
+        for (st, agent, role, (prompt, _)), ids, lps in zip(rows, gen.ids, gen.logprobs, strict=True):
             body = ids[:-1] if ids and ids[-1] == self.eos else list(ids)
             silent = self.is_silent(ids)
             msg = Message(question_id=str(st.item["id"]), group_index=st.group_index, agent_id=agent, role=role,
@@ -256,6 +265,8 @@ class RolloutEngine:
         n, adj, call = self.cfg.agents, self.adj, 0
         was_training = self.model.training
         self.model.eval()
+        # frame prefixes' KV, reused by later rounds of THIS rollout only (the weights are fixed here)
+        self._prefixes = PrefixStore() if self.cfg.rounds > 1 else None
         try:
             for r in range(self.cfg.rounds):
                 for wave in self.waves:
@@ -270,6 +281,9 @@ class RolloutEngine:
                 self._run_call(rows, call, self.cfg.rounds, generator, greedy, stats)
         finally:
             self.model.train(was_training)
+            if self._prefixes is not None:
+                stats.prefix_tokens_reused = self._prefixes.reused_tokens
+            self._prefixes = None
         episodes = [self._finish(st) for st in states]
         self._score(episodes, states)
         stats.total_s = time.perf_counter() - t_start

@@ -1,0 +1,227 @@
+"""`agent-gspo experiments report`: ``docs/results.md`` + PNGs, a pure function of the results folder.
+
+Nothing here runs a model or reads MLflow: the committed ``results/*.json`` files are the only
+input, so anyone can regenerate the report (and review a change to it) from git alone. Missing
+experiments appear as "not run" rows and NOT RUN claims, never as invented numbers. The output
+has no timestamps: the same results give the same markdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from components.config import BENCHMARKS
+from components.experiments import claims as cl
+from components.experiments import plots
+from components.experiments.results import EvalCell, ResultsFile, load_results_dir
+from components.io import write_text_atomic
+
+SYSTEM_LABELS = {"single_cot": "CoT", "self_consistency": "SC", "mas_untrained": "untrained MAS (free-for-all)"}
+PAPER_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("baselines", "single_cot", "CoT"),
+    ("baselines", "self_consistency", "SC"),
+    ("baselines", "mas_untrained", "untrained MAS (free-for-all)"),
+    ("gspo_b50", "agent_gspo", "Agent-GSPO B50"),
+    ("gspo_b25", "agent_gspo", "Agent-GSPO B25"),
+    ("lambda0", "agent_gspo", "λ=0"),
+    ("no_adv_norm", "agent_gspo", "no-adv-norm"),
+    ("grpo_token", "agent_gspo", "GRPO-token"),
+)
+"""rows of the paper-shaped table: (experiment, system, label when the experiment has not run)"""
+
+
+@dataclass
+class Row:
+    experiment: str
+    system: str
+    label: str
+    cells: dict[str, EvalCell] | None
+    """None: the experiment has not run"""
+
+
+@dataclass
+class ReportOutput:
+    markdown: str
+    paths: dict[str, Path] = field(default_factory=dict)
+    claims: list[cl.Claim] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    """paper-table experiments without a results file"""
+
+
+def rows_of(results: Mapping[str, ResultsFile]) -> list[Row]:
+    """The paper's rows (in its order), then every other system found in the folder."""
+    rows, seen = [], set()
+    for exp, system, default in PAPER_ROWS:
+        res = results.get(exp)
+        label = default if res is None or res.kind == "baselines" else (res.label or default)
+        rows.append(Row(exp, system, label, None if res is None else res.eval.get(system)))
+        seen.add((exp, system))
+    for name, res in results.items():
+        for system, cells in res.eval.items():
+            if (name, system) not in seen:
+                label = SYSTEM_LABELS.get(system, system) if res.kind == "baselines" else res.label
+                rows.append(Row(name, system, f"{label} ({name})", cells))
+    return rows
+
+
+def benchmark_order(results: Mapping[str, ResultsFile]) -> list[str]:
+    found = {b for res in results.values() for cells in res.eval.values() for b in cells}
+    return [b for b in BENCHMARKS if b in found] + sorted(found - set(BENCHMARKS))
+
+
+def accuracy_cell(c: EvalCell) -> str:
+    """``accuracy ± se / total tokens`` (tokens exact: the table must equal the JSON)."""
+    return f"{c.accuracy:.3f} ± {c.accuracy_se:.3f} / {c.tokens_total}"
+
+
+def per_correct(tokens: int, correct: int) -> str:
+    return f"{tokens / correct:.1f}" if correct else "-"
+
+
+def _tables(rows: list[Row], benches: list[str]) -> list[str]:
+    def head(last: str) -> list[str]:
+        return ["| System | experiment | " + " | ".join([*benches, last]) + " |",
+                "|---|---|" + "---|" * (len(benches) + 1)]
+
+    acc, tpc = head("mean"), head("all")
+    for r in rows:
+        if r.cells is None:
+            acc.append(f"| {r.label} | {r.experiment} | " + " | ".join(["not run"] * (len(benches) + 1)) + " |")
+            tpc.append(f"| {r.label} | {r.experiment} | " + " | ".join(["not run"] * (len(benches) + 1)) + " |")
+            continue
+        mine = [b for b in benches if b in r.cells]
+        m = cl.macro(r.cells, mine)
+        correct = sum(r.cells[b].correct for b in mine)
+        acc.append(f"| {r.label} | {r.experiment} | " + " | ".join(
+            accuracy_cell(r.cells[b]) if b in r.cells else "-" for b in benches)
+            + f" | {m.accuracy:.3f} ± {m.se:.3f} / {m.tokens_total} |")
+        tpc.append(f"| {r.label} | {r.experiment} | " + " | ".join(
+            per_correct(r.cells[b].tokens_total, r.cells[b].correct) if b in r.cells else "-" for b in benches)
+            + f" | {per_correct(m.tokens_total, correct)} |")
+    return ["## Accuracy and tokens", "",
+            "Cells: accuracy ± standard error (sqrt(p(1-p)/n)) / total tokens (prompt + completion, summed over "
+            "the evaluated items). `mean`: macro accuracy over benchmarks ± sqrt(Σ se²)/n_benchmarks / summed "
+            "tokens.", "", *acc, "", "## Tokens per correct answer", "",
+            "Total tokens / correct answers ('-': none correct).", "", *tpc, ""]
+
+
+def _training(results: Mapping[str, ResultsFile]) -> list[str]:
+    trained = {n: r for n, r in results.items() if r.history}
+    if not trained:
+        return ["## Training", "", "No trained experiment has results yet.", ""]
+    out = ["## Training", "",
+           "Last-k means over the final k steps (k = experiments.last_k at run time, at most the number of steps); "
+           "std over all steps.", "",
+           "| experiment | steps | B | tokens/episode (last k) | vs B | λ_tok (final) | reward mean (std) | "
+           "accuracy mean | silence (last k) | collapse |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, res in trained.items():
+        h, k = res.history, min(res.last_k, len(res.history))
+        err = cl.budget_error(res)
+        rew = cl.series(h, "train/reward")
+        lam = cl.series(h, "train/lambda_tok")
+        tokens = cl.last_k_mean(h, "train/budget_tokens", k)
+        acc = cl.last_k_mean(h, "train/accuracy", len(h))
+        sil = cl.last_k_mean(h, "train/silence_rate", k)
+        out.append(f"| {name} | {len(h)} | {f'{res.budget.target:.1f}' if res.budget else '-'} | "
+                   f"{cl.fmt(tokens, '.1f')} | {f'{err[1]:+.1%}' if err else '-'} | "
+                   f"{cl.fmt(lam[-1] if lam else None, '.4f')} | {cl.fmt(sum(rew) / len(rew) if rew else None)} "
+                   f"({cl.fmt(cl.spread(rew))}) | {cl.fmt(acc)} | {cl.fmt(sil, '.2f')} | {cl.collapse(res) or '-'} |")
+    return [*out, ""]
+
+
+def _provenance(results: Mapping[str, ResultsFile]) -> list[str]:
+    if not results:
+        return []
+    out = ["## Experiments", "",
+           "| experiment | what | overrides (on the profile) | B from | profile | model | config | items | git | "
+           "wall s | MLflow runs |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        b = (f"{r.budget.fraction:g} x {r.budget.baseline_mean:.1f} ({r.budget.system} {r.budget.figure}, "
+             f"{', '.join(r.budget.benchmarks)}, {r.budget.source})" if r.budget else "-")
+        runs = ", ".join(f"{k}={v}" for k, v in r.mlflow.items() if v) or "-"
+        over = "<br>".join(f"`{o}`" for o in r.overrides) or "-"
+        out.append(f"| {name} | {r.description or r.label} | {over} | {b} | {r.profile} | {r.model} | "
+                   f"`{r.config_hash[:12]}` | `{r.item_ids_sha256[:12]}` | `{(r.git_commit or 'unknown')[:10]}` | "
+                   f"{r.wall_seconds:.0f} | {runs} |")
+    samples = {r.item_ids_sha256 for r in results.values()}
+    manifests = {r.data_manifest_sha256 for r in results.values()}
+    out.append("")
+    if len(samples) > 1 or len(manifests) > 1:
+        out.append("**WARNING: the experiments were not all evaluated on the same items / data "
+                   f"({len(samples)} item samples, {len(manifests)} data manifests); comparisons mix samples.**")
+    else:
+        limit = next(iter(results.values())).limit
+        out.append(f"All experiments were evaluated on the same seeded sample ({limit or 'all'} items per benchmark, "
+                   f"item ids sha256 `{next(iter(samples))[:12]}`).")
+    return [*out, ""]
+
+
+def _claims_md(claims: list[cl.Claim]) -> list[str]:
+    out = ["## Claims", "", "Computed from the numbers above (see components/experiments/claims.py for each rule).", ""]
+    for c in claims:
+        out.append(f"### ({c.key}) {c.title}: **{c.status}**")
+        out.append("")
+        out += [f"- {line}" for line in c.evidence]
+        out.append("")
+    return out
+
+
+def build_report(results_dir: str | Path, out: str | Path, *, command: str | None = None) -> ReportOutput:
+    """Read every ``<results_dir>/*.json`` and write ``out`` (markdown) + PNGs in ``<out dir>/<out stem>/``.
+
+    A results file that does not parse or fit the schema raises :class:`ResultsFileError` naming it.
+    """
+    results_dir, out = Path(results_dir), Path(out)
+    found = load_results_dir(results_dir)
+    order = list(dict.fromkeys(e for e, _, _ in PAPER_ROWS))
+    results = dict(sorted(found.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
+    command = command or f"agent-gspo experiments report --results {results_dir} --out {out}"
+    fig_dir = out.parent / out.stem
+    benches = benchmark_order(results)
+    rows = rows_of(results)
+    claims = cl.all_claims(results)
+    missing = [e for e in dict.fromkeys(r.experiment for r in rows) if e not in results]
+
+    points = []
+    for r in rows:
+        if r.cells is None:
+            continue
+        for b, c in r.cells.items():
+            points.append(plots.Point(r.label, b, c.tokens_total_mean, c.accuracy, c.accuracy_se))
+        m = cl.macro(r.cells, list(r.cells))
+        n_items = m.n or 1
+        points.append(plots.Point(r.label, "mean", m.tokens_total / n_items, m.accuracy, m.se))
+    histories = {n: r.history for n, r in results.items() if r.history}
+    budgets = {n: r.budget.target for n, r in results.items() if r.budget and r.history}
+    paths = {
+        "accuracy_vs_tokens": plots.plot_accuracy_vs_tokens(points, fig_dir / "accuracy_vs_tokens.png"),
+        "lambda_tok": plots.plot_curves(histories, "train/lambda_tok", fig_dir / "lambda_tok.png", ylabel="λ_tok",
+                                        title="Dual variable λ_tok over training"),
+        "tokens_vs_budget": plots.plot_curves(histories, "train/budget_tokens", fig_dir / "tokens_vs_budget.png",
+                                              ylabel="tokens / episode (budget measure)", budgets=budgets,
+                                              title="Tokens per episode against the budget B"),
+        "reward": plots.plot_curves(histories, "train/reward", fig_dir / "reward.png", ylabel="reward",
+                                    title="Reward over training"),
+        "silence": plots.plot_silence(histories, fig_dir / "silence.png"),
+    }
+    rel = fig_dir.name
+    md = [f"<!-- generated by `{command}`: do not edit by hand -->", "# Results: Agent-GSPO token economy at small "
+          "scale", "",
+          f"*Generated by `{command}` from `{results_dir}/*.json` (one file per experiment, written by "
+          "`agent-gspo experiments run`). Do not edit by hand.*", ""]
+    if missing:
+        md += [f"Not run yet: {', '.join(missing)}.", ""]
+    md += _tables(rows, benches)
+    md += [f"![accuracy vs tokens]({rel}/accuracy_vs_tokens.png)", ""]
+    md += _claims_md(claims)
+    md += _training(results)
+    md += [f"![λ_tok]({rel}/lambda_tok.png)", "", f"![tokens vs budget]({rel}/tokens_vs_budget.png)", "",
+           f"![reward]({rel}/reward.png)", "", f"![silence per agent and round]({rel}/silence.png)", ""]
+    md += _provenance(results)
+    markdown = "\n".join(md).rstrip("\n") + "\n"
+    write_text_atomic(out, markdown)
+    paths["report"] = out
+    return ReportOutput(markdown, paths, claims, missing)
+

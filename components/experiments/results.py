@@ -1,0 +1,163 @@
+"""The per-experiment results file ``results/<name>.json``: schema, writer, reader.
+
+One small JSON file per experiment, committed to git, is the single source of the report
+(``docs/results.md`` is a pure function of the folder). The schema is a pydantic model so that
+the writer and the reader share one definition: the runner builds a :class:`ResultsFile` and
+dumps it; the report loads each file back through the same model, and a file that does not fit
+(hand-edited, truncated, from an older schema) is a :class:`ResultsFileError` naming the file and
+the offending key. Bump :data:`SCHEMA_VERSION` when a field changes meaning.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from components.errors import UserError
+from components.io import write_json_atomic
+
+SCHEMA_VERSION = 1
+
+
+class ResultsFileError(UserError):
+    """A results file that is missing, not JSON, or does not match the schema (the message names it)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EvalCell(_Strict):
+    """One system on one benchmark (the fields of :class:`components.evaluation.EvalRow`)."""
+
+    n: int = Field(ge=0)
+    correct: int = Field(ge=0)
+    accuracy: float = Field(ge=0.0, le=1.0)
+    accuracy_se: float = Field(ge=0.0)
+    tokens_prompt: int = Field(ge=0)
+    tokens_completion: int = Field(ge=0)
+    tokens_communicated: int = Field(ge=0)
+    tokens_total: int = Field(ge=0)
+    tokens_prompt_mean: float
+    tokens_completion_mean: float
+    tokens_communicated_mean: float
+    tokens_total_mean: float
+    tokens_per_correct: float | None
+    turns: float
+    messages: float
+    silence_rate: float = Field(ge=0.0, le=1.0)
+    grading_errors: int = Field(ge=0)
+
+
+class BudgetInfo(_Strict):
+    """How B was derived: ``target = fraction x baseline_mean`` (``figure`` says which number)."""
+
+    fraction: float
+    target: float
+    measure: Literal["completion", "communicated", "total"]
+    """reward.token_measure: the unit of the trainer's ``train/budget_tokens``"""
+    figure: str
+    """the baseline figure used, e.g. ``tokens_completion_mean`` of ``mas_untrained``"""
+    system: str
+    benchmarks: list[str]
+    baseline_mean: float
+    source: str
+    """results file the figure was read from (relative name, e.g. ``baselines.json``)"""
+
+
+class ResultsFile(_Strict):
+    """Everything the report needs about one experiment (no transcripts: kilobytes, not megabytes)."""
+
+    schema_version: Literal[1]
+    name: str
+    kind: Literal["baselines", "gspo"]
+    label: str
+    description: str
+    extends: str | None
+    overrides: list[str]
+    """effective overrides on top of the profile (definition chain, then --set, then budget.target)"""
+    profile: str
+    config_hash: str
+    data_manifest_sha256: str | None
+    model: str
+    """base model (model.name)"""
+    trained_model: str | None
+    """folder of the trained policy (gspo kind); None for baselines"""
+    seed: int
+    """gspo.seed"""
+    eval_seed: int
+    limit: int | None
+    benchmarks: list[str]
+    item_ids_sha256: str
+    """hash of the evaluated item ids per benchmark: equal across files = same held-out sample"""
+    settings: dict[str, Any]
+    """the settings a comparison must share (model, agents, rounds, message cap, sample)"""
+    budget: BudgetInfo | None
+    last_k: int = Field(ge=1)
+    """steps averaged when checking training tokens against B (experiments.last_k at run time)"""
+    git_commit: str | None
+    wall_seconds: float = Field(ge=0.0)
+    train_seconds: float | None
+    eval_seconds: float = Field(ge=0.0)
+    mlflow: dict[str, str | None]
+    """train_run_id, eval_run_id, model_version (ids only: tracking URIs are machine-local)"""
+    eval: dict[str, dict[str, EvalCell]]
+    """system -> benchmark -> numbers"""
+    summary: dict[str, dict[str, Any]]
+    """system -> aggregates over benchmarks (components.evaluation.summarise)"""
+    history: list[dict[str, float]]
+    """training metrics, one dict per step (empty for baselines)"""
+
+
+def write_results(path: str | Path, results: ResultsFile) -> Path:
+    """Write ``results`` atomically (a crash never leaves a half-written, committed metric)."""
+    path = Path(path)
+    write_json_atomic(path, results.model_dump(mode="json"))
+    return path
+
+
+def _format(exc: ValidationError, path: Path) -> str:
+    lines = [f"{path}: does not match the results schema (version {SCHEMA_VERSION})"]
+    for err in exc.errors()[:8]:
+        where = ".".join(str(p) for p in err["loc"]) or "<root>"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def load_results(path: str | Path) -> ResultsFile:
+    """Read and validate one results file; :class:`ResultsFileError` names the file and the key."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultsFileError(f"{path}: results file not found") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsFileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    if not isinstance(raw, dict):
+        raise ResultsFileError(f"{path}: top level must be an object")
+    version = raw.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ResultsFileError(f"{path}: schema_version {version!r}, this code reads version {SCHEMA_VERSION}; "
+                               "rerun `agent-gspo experiments run --only "
+                               f"{raw.get('name', path.stem)}` to regenerate it")
+    try:
+        res = ResultsFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ResultsFileError(_format(exc, path)) from exc
+    if res.name != path.stem:
+        raise ResultsFileError(f"{path}: name {res.name!r} does not match the file name {path.stem!r}")
+    return res
+
+
+def load_results_dir(folder: str | Path) -> dict[str, ResultsFile]:
+    """Every ``*.json`` in ``folder`` by experiment name (sorted). A missing folder is an empty result:
+    the report then says NOT RUN for everything instead of failing."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ResultsFileError(f"{folder}: results path is not a folder")
+    if not folder.is_dir():
+        return {}
+    return {p.stem: load_results(p) for p in sorted(folder.glob("*.json"))}

@@ -1,0 +1,196 @@
+"""`agent-gspo experiments run`: train / evaluate each experiment and write ``results/<name>.json``.
+
+Per experiment (in process, one after the other; the definitions are in :mod:`.definitions`):
+
+* ``baselines`` kind: evaluate the configured base model as single-agent CoT, self-consistency and
+  the untrained free-for-all MAS (``eval.baselines``) - no ``agent_gspo`` system, which before
+  training is the same weights and topology as ``mas_untrained`` and would only double the cost;
+* ``gspo`` kind: :func:`components.gspo.job.train` (its own MLflow run, checkpoints, plots,
+  registered model), then evaluate the run's final folder ALONE (no baselines) - an MLflow run too.
+
+Both evaluate the same seeded sample (``eval.limit`` items per benchmark with ``eval.seed``; the
+definitions may not override ``eval.*``). A ``budget_fraction`` experiment reads B from the
+baselines results file, running the baselines first when that file is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from components.config import Config
+from components.experiments.definitions import (
+    Experiment,
+    budget_from_baseline,
+    check_compatible,
+    experiment_config,
+    item_ids_sha256,
+    select,
+    settings_of,
+)
+from components.experiments.results import BudgetInfo, ResultsFile, load_results, write_results
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class ExperimentOutcome:
+    """What :func:`run_experiments` did for one experiment."""
+
+    name: str
+    path: Path
+    results: ResultsFile
+    ran_as_dependency: bool = False
+    """True when it was run only because a budget needed its results"""
+
+
+@contextlib.contextmanager
+def _tracker(cfg: Config, enabled: bool, run_name: str, tags: dict[str, Any]) -> Iterator[Any]:
+    if not enabled:
+        yield None
+        return
+    from components.tracking import Tracker
+
+    with Tracker.from_config(cfg, run_name, tags) as tracker:
+        yield tracker
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _evaluate_baselines(cfg: Config, data_dir: Path, tracker: Any) -> Any:
+    """Evaluate ``eval.baselines`` of the base model (injected systems: no ``agent_gspo``)."""
+    from components.evaluation import build_systems, evaluate
+    from components.models import load_policy
+
+    device = _device()
+    policy = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
+                         seed=cfg.gspo.seed)
+    systems = build_systems(cfg, policy, cfg.eval.baselines, device=device)[1:]
+    return evaluate(cfg, model=cfg.model.name, systems=systems, data_dir=data_dir,
+                    out_dir=Path(cfg.eval.out_dir), tracker=tracker)
+
+
+def _set_run_tag(cfg: Config, run_id: str | None, name: str) -> None:
+    if run_id is None:
+        return
+    from mlflow import MlflowClient
+
+    MlflowClient(tracking_uri=cfg.tracking.uri).set_tag(run_id, "experiment.name", name)
+
+
+def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], budget: BudgetInfo | None, data_dir: Path,
+            track: bool = True, log: Log = print) -> ResultsFile:
+    """Run one experiment under its resolved ``cfg``; returns the (unwritten) results."""
+    from components.evaluation import evaluate
+    from components.tracking import git_commit
+
+    t0 = time.perf_counter()
+    history: list[dict[str, float]] = []
+    train_s: float | None = None
+    trained: str | None = None
+    ids = {"train_run_id": None, "eval_run_id": None, "model_version": None}
+    tags = {"stage": "evaluate", "experiment.name": exp.name}
+    if exp.kind == "baselines":
+        log(f"[{exp.name}] evaluating {', '.join(cfg.eval.baselines)} of {cfg.model.name} "
+            f"({cfg.eval.limit or 'all'} items x {len(cfg.eval.benchmarks)} benchmarks)")
+        with _tracker(cfg, track, f"evaluate-{exp.name}", tags) as tracker:
+            report = _evaluate_baselines(cfg, data_dir, tracker)
+            ids["eval_run_id"] = getattr(tracker, "run_id", None)
+    else:
+        from components.gspo.job import train
+
+        log(f"[{exp.name}] training {cfg.gspo.steps} step(s) into {cfg.gspo.out_dir}"
+            + (f" with B = {budget.target:.1f} {budget.measure} tokens/episode" if budget else ""))
+        result = train(cfg, out_dir=cfg.gspo.out_dir, data_dir=data_dir, track=track)
+        train_s = time.perf_counter() - t0
+        history = [{k: float(v) for k, v in h.items()} for h in result.history]
+        trained = str(result.final_model)
+        ids.update(train_run_id=result.run_id, model_version=result.model_version)
+        if track:
+            _set_run_tag(cfg, result.run_id, exp.name)
+        log(f"[{exp.name}] evaluating the trained policy {trained}")
+        with _tracker(cfg, track, f"evaluate-{exp.name}", tags | {"eval.model": trained}) as tracker:
+            report = evaluate(cfg, model=trained, baselines=[], data_dir=data_dir, out_dir=Path(cfg.eval.out_dir),
+                              tracker=tracker)
+            ids["eval_run_id"] = getattr(tracker, "run_id", None)
+    wall = time.perf_counter() - t0
+    cells: dict[str, dict[str, Any]] = {}
+    for row in report.table:
+        d = row.to_dict()
+        system, bench = d.pop("system"), d.pop("benchmark")
+        cells.setdefault(system, {})[bench] = d
+    meta = report.meta
+    return ResultsFile.model_validate({
+        "schema_version": 1, "name": exp.name, "kind": exp.kind, "label": exp.label,
+        "description": exp.description, "extends": exp.extends, "overrides": list(overrides),
+        "profile": cfg.profile, "config_hash": cfg.hash(), "data_manifest_sha256": meta.get("data_manifest_sha256"),
+        "model": cfg.model.name, "trained_model": trained, "seed": cfg.gspo.seed, "eval_seed": cfg.eval.seed,
+        "limit": meta.get("limit"), "benchmarks": list(cfg.eval.benchmarks),
+        "item_ids_sha256": item_ids_sha256(meta["item_ids"]), "settings": settings_of(cfg), "budget": budget,
+        "last_k": cfg.experiments.last_k, "git_commit": git_commit(), "wall_seconds": round(wall, 1),
+        "train_seconds": None if train_s is None else round(train_s, 1),
+        "eval_seconds": round(wall - (train_s or 0), 1),
+        "mlflow": ids, "eval": cells, "summary": report.summary, "history": history,
+    })
+
+
+def _recordable(override: str) -> str:
+    """An override as stored in a committed results file: a tracking URI may carry credentials
+    (``postgresql+psycopg://user:password@...``) and is machine-local anyway, so its value is dropped."""
+    key = override.split("=", 1)[0].strip()
+    return f"{key}=<not recorded>" if key == "tracking.uri" else override
+
+
+def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: int | None = None,
+                    results_dir: str | Path | None = None, user_overrides: Sequence[str] = (),
+                    data_dir: str | Path | None = None, track: bool = True,
+                    log: Log = print) -> list[ExperimentOutcome]:
+    """Run the selected experiments (all by default) and write ``<results_dir>/<name>.json`` each.
+
+    ``base`` is the config with the profile and ``user_overrides`` applied; the overrides are
+    applied again after each experiment's own, so ``--set`` wins over a definition. ``limit``
+    overrides ``eval.limit`` for every experiment (the baselines file must then match it).
+    """
+    user = list(user_overrides) + ([f"eval.limit={limit}"] if limit is not None else [])
+    if limit is not None:
+        base = base.model_copy(update={"eval": base.eval.model_copy(update={"limit": limit})})
+    results = Path(results_dir or base.experiments.results_dir)
+    data = Path(data_dir or base.data.out_dir)
+    chosen = select(base, only)
+    source_name = base.experiments.budget_source
+    source_path = results / f"{source_name}.json"
+    outcomes: list[ExperimentOutcome] = []
+
+    def run(exp: Experiment, dependency: bool = False) -> ExperimentOutcome:
+        budget = None
+        overrides = list(exp.overrides) + [_recordable(t) for t in user]
+        if exp.budget_fraction is not None:
+            probe = experiment_config(base, exp, user_overrides=user)
+            if not source_path.exists():
+                log(f"[{exp.name}] {source_path} is missing: running {source_name!r} first to measure B")
+                outcomes.append(run(select(base, [source_name])[0], dependency=True))
+            baseline = load_results(source_path)
+            check_compatible(baseline, probe, str(source_path))
+            budget = budget_from_baseline(baseline, exp.budget_fraction, probe, str(source_path))
+            overrides.append(f"budget.target={budget.target}")
+            log(f"[{exp.name}] B = {exp.budget_fraction:g} x {budget.baseline_mean:.1f} ({budget.system} "
+                f"{budget.figure} on {', '.join(budget.benchmarks)}) = {budget.target:.1f}")
+        cfg = experiment_config(base, exp, user_overrides=user, budget_target=budget.target if budget else None)
+        res = run_one(cfg, exp, overrides=overrides, budget=budget, data_dir=data, track=track, log=log)
+        path = write_results(results / f"{exp.name}.json", res)
+        log(f"[{exp.name}] wrote {path} ({res.wall_seconds:.0f} s)")
+        return ExperimentOutcome(exp.name, path, res, dependency)
+
+    # the budget source first when it is selected, so budgeted runs read this run's numbers
+    ordered = sorted(chosen, key=lambda e: e.name != source_name)
+    for exp in ordered:
+        outcomes.append(run(exp))
+    return outcomes

@@ -1,0 +1,82 @@
+"""End to end through the CLI: `experiments run --only baselines,gspo_b25` with the tiny random model,
+then `experiments report`; the report's table must show exactly the numbers in the results files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _template_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """The migrated empty MLflow DB of tests/unit/test_tracking_helpers.py (copied: migrating takes seconds)."""
+    spec = importlib.util.spec_from_file_location("test_tracking_helpers",
+                                                  ROOT / "tests" / "unit" / "test_tracking_helpers.py")
+    helpers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helpers)  # type: ignore[union-attr]
+    cache = getattr(request.config, "cache", None)
+    folder = Path(cache.mkdir("agent-gspo-mlflow")) if cache is not None else tmp_path / "template"
+    return helpers.template_db(folder)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", AGENT_GSPO_PROFILE="")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", "components.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request):
+    db = tmp_path / "mlflow.db"
+    shutil.copy(_template_db(request, tmp_path), db)
+    results, docs = tmp_path / "results", tmp_path / "docs" / "results.md"
+    tiny = ["model.name=tiny-random", "gspo.steps=1", "gspo.engine=torch", "gspo.minibatches=1", "gspo.grad_accum=1",
+            "mas.max_message_tokens=8", "mas.context_tokens=128", "eval.benchmarks=[gsm8k, multiarith]",
+            "eval.self_consistency_k=2", "eval.batch_size=2", f"data.out_dir={prepared_data}",
+            f"tracking.uri=sqlite:///{db}", f"experiments.runs_dir={tmp_path / 'runs'}"]
+    sets = [a for t in tiny for a in ("--set", t)]
+    run = _cli("experiments", "run", "--profile", "results", "--only", "baselines,gspo_b25", "--limit", "2",
+               "--results", str(results), *sets)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "baselines" in run.stdout and "gspo_b25" in run.stdout
+
+    base = json.loads((results / "baselines.json").read_text())
+    b25 = json.loads((results / "gspo_b25.json").read_text())
+    assert set(base["eval"]) == {"single_cot", "self_consistency", "mas_untrained"}
+    assert set(b25["eval"]) == {"agent_gspo"} and len(b25["history"]) == 1
+    assert base["item_ids_sha256"] == b25["item_ids_sha256"] and b25["limit"] == 2
+    mas = base["eval"]["mas_untrained"]["gsm8k"]  # training questions are gsm8k: its completion tokens per episode
+    assert b25["budget"]["target"] == pytest.approx(0.25 * mas["tokens_completion"] / mas["n"])
+    assert b25["history"][0]["train/budget"] == pytest.approx(b25["budget"]["target"])
+    assert (tmp_path / "runs" / "gspo_b25" / "final" / "config.json").exists()
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("agent-gspo-results")
+    tagged = client.search_runs([exp.experiment_id], "tags.`experiment.name` = 'gspo_b25'")
+    assert {r.info.run_id for r in tagged} == {b25["mlflow"]["train_run_id"], b25["mlflow"]["eval_run_id"]}
+
+    rep = _cli("experiments", "report", "--results", str(results), "--out", str(docs))
+    assert rep.returncode == 0, rep.stderr
+    md = docs.read_text()
+    for name in ("accuracy_vs_tokens", "lambda_tok", "tokens_vs_budget", "reward", "silence"):
+        assert (docs.parent / "results" / f"{name}.png").stat().st_size > 0
+    rows = {line.split(" | ")[1]: line for line in md.splitlines() if line.startswith("| ") and " | " in line}
+    for label, data, system in (("Agent-GSPO B25", b25, "agent_gspo"), ("untrained MAS (free-for-all)", base,
+                                                                        "mas_untrained")):
+        row = next(line for line in md.splitlines() if line.startswith(f"| {label} |"))
+        for bench in ("gsm8k", "multiarith"):
+            c = data["eval"][system][bench]
+            assert f"{c['accuracy']:.3f} ± {c['accuracy_se']:.3f} / {c['tokens_total']}" in row
+    assert rows and "| Agent-GSPO B50 | gspo_b50 | not run" in md
+    assert "(c) Mean tokens tracked the budget" in md and "(b) λ = 0 uses at least 2x" in md

@@ -218,21 +218,28 @@ class GSPOTrainer:
         messages, adv, adv_stats = _message_advantages(episodes, cfg, self.dist, lam)
         batch = pack_messages(messages, self.pad_id).to(self.device)
         adv = adv.to(self.device)
+        gen = torch.Generator().manual_seed(g.seed * 7919 + self.step_idx)
+        parts = minibatch_indices(len(messages), g.minibatches, gen)
+        # π_old, recomputed once. The first mini-batch is scored before any update, so its own
+        # forward IS π_old (detached below): only the later mini-batches' rows need the extra pass.
+        old_logp = torch.zeros_like(batch.completion_mask)
         with torch.no_grad():
-            old_logp = completion_logprobs(self.engine.module, batch, self.temperature)
+            if len(parts) > 1:
+                later = torch.cat(parts[1:]).to(self.device)
+                old_logp[later] = completion_logprobs(self.engine.module, batch.select(later), self.temperature)
             ref_logp = self._ref_logprobs(batch)
         self.engine.train()
-        gen = torch.Generator().manual_seed(g.seed * 7919 + self.step_idx)
         loss_metrics: list[dict[str, float]] = []
         grad_norms: list[float] = []
-        for idx in minibatch_indices(len(messages), g.minibatches, gen):
+        for k, idx in enumerate(parts):
             # grad_accum micro-batches per optimizer update (the engine divides each loss by it)
             for micro in torch.tensor_split(idx, g.grad_accum):
                 empty = micro.numel() == 0
                 micro = idx[:1] if empty else micro
                 sub = batch.select(micro)
                 logp = completion_logprobs(self.engine.module, sub, self.temperature)
-                out = gspo_loss(logp, old_logp[micro], adv[micro.to(self.device)], sub.completion_mask,
+                old = logp.detach() if k == 0 else old_logp[micro.to(self.device)]
+                out = gspo_loss(logp, old, adv[micro.to(self.device)], sub.completion_mask,
                                 eps_low=g.eps_low, eps_high=g.eps_high, level=g.level,
                                 ref_logp=None if ref_logp is None else ref_logp[micro], kl_beta=g.kl_beta)
                 self.engine.backward(out.loss * 0.0 if empty else out.loss)

@@ -28,7 +28,7 @@ def test_sampler_is_deterministic_and_resumable():
 
 
 def test_recomputed_logprobs_equal_behaviour_logprobs():
-    """π_old recomputed from packed (left-padded prompt, right-padded completion) rows equals the
+    """π_old recomputed from packed (left-aligned prompt + completion, right-padded) rows equals the
     log-probs the rollout engine recorded while sampling: packing and position ids are exact."""
     run = make_run(["mas.temperature=0.7"], task="helper")
     episodes = run.task.rollout(ITEMS[:3], 2, seed=5)
@@ -62,3 +62,30 @@ def test_train_step_metrics_and_state_round_trip():
     other.trainer.load_state(state)
     assert other.trainer.sampler.cursor == run.trainer.sampler.cursor
     assert other.trainer.controller.state_dict() == run.trainer.controller.state_dict()
+
+
+def test_pi_old_is_computed_once_and_only_for_later_minibatches(monkeypatch):
+    """The first mini-batch's own forward is π_old (no update has happened yet); the extra no-grad
+    pass covers exactly the rows of mini-batches 2..μ, and with μ = 1 there is no extra pass."""
+    import components.gspo.trainer as trainer_mod
+
+    for minibatches in (4, 1):
+        run = make_run([f"gspo.minibatches={minibatches}", "gspo.grad_accum=1"], task="helper")
+        calls: list[tuple[int, bool]] = []
+        real = trainer_mod.completion_logprobs
+
+        def spy(model, batch, temperature=1.0, _real=real, _calls=calls):
+            _calls.append((batch.input_ids.shape[0], torch.is_grad_enabled()))
+            return _real(model, batch, temperature)
+
+        monkeypatch.setattr(trainer_mod, "completion_logprobs", spy)
+        res = run.trainer.train_step()
+        rows = sum(len(ep.messages) for ep in res.episodes)
+        no_grad = [n for n, grad in calls if not grad]
+        with_grad = [n for n, grad in calls if grad]
+        assert sum(with_grad) == rows and len(with_grad) == minibatches
+        assert no_grad == ([rows - with_grad[0]] if minibatches > 1 else [])
+        if minibatches == 1:  # on-policy: every ratio is exactly 1, nothing is clipped
+            assert res.metrics["gspo/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+            assert res.metrics["gspo/clip_frac_low"] + res.metrics["gspo/clip_frac_high"] == 0
+        monkeypatch.undo()

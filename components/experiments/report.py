@@ -213,8 +213,9 @@ def build_report(results_dir: str | Path, out: str | Path, *, command: str | Non
           "`agent-gspo experiments run`). Do not edit by hand.*", ""]
     if results:
         limits = ", ".join(sorted({str(r.limit or "all") for r in results.values()}))
-        steps = ", ".join(str(n) for n in sorted({len(r.history) for r in results.values() if r.history})) or "none"
-        md += [f"Scale of these runs: {limits} item(s) per benchmark; {steps} GSPO step(s) per trained experiment "
+        steps = ", ".join(str(n) for n in sorted({len(r.history) for r in results.values() if r.history}))
+        trained = f"{steps} GSPO step(s) per trained experiment" if steps else "no trained experiment yet"
+        md += [f"Scale of these runs: {limits} item(s) per benchmark; {trained} "
                "(overrides per experiment are listed under Experiments).", ""]
     if missing:
         md += [f"Not run yet: {', '.join(missing)}.", ""]

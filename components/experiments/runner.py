@@ -87,10 +87,15 @@ def _set_run_tag(cfg: Config, run_id: str | None, name: str) -> None:
 
 
 def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], budget: BudgetInfo | None, data_dir: Path,
-            track: bool = True, log: Log = print) -> ResultsFile:
-    """Run one experiment under its resolved ``cfg``; returns the (unwritten) results."""
+            track: bool = True, log: Log = print, commit: str | None = None) -> ResultsFile:
+    """Run one experiment under its resolved ``cfg``; returns the (unwritten) results.
+
+    ``commit``: the git commit of the code that runs, taken when the run STARTED (HEAD may move
+    while a long run is going); default: HEAD now."""
     from components.evaluation import evaluate
     from components.tracking import git_commit
+
+    commit = commit or git_commit()
 
     t0 = time.perf_counter()
     history: list[dict[str, float]] = []
@@ -135,7 +140,7 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], budget: B
         "model": cfg.model.name, "trained_model": trained, "seed": cfg.gspo.seed, "eval_seed": cfg.eval.seed,
         "limit": meta.get("limit"), "benchmarks": list(cfg.eval.benchmarks),
         "item_ids_sha256": item_ids_sha256(meta["item_ids"]), "settings": settings_of(cfg), "budget": budget,
-        "last_k": cfg.experiments.last_k, "git_commit": git_commit(), "wall_seconds": round(wall, 1),
+        "last_k": cfg.experiments.last_k, "git_commit": commit, "wall_seconds": round(wall, 1),
         "train_seconds": None if train_s is None else round(train_s, 1),
         "eval_seconds": round(wall - (train_s or 0), 1),
         "mlflow": ids, "eval": cells, "summary": report.summary, "history": history,
@@ -168,6 +173,9 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
     source_name = base.experiments.budget_source
     source_path = results / f"{source_name}.json"
     outcomes: list[ExperimentOutcome] = []
+    from components.tracking import git_commit
+
+    commit = git_commit()  # the code that runs: HEAD may move during a run of hours
 
     def run(exp: Experiment, dependency: bool = False) -> ExperimentOutcome:
         budget = None
@@ -184,7 +192,8 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
             log(f"[{exp.name}] B = {exp.budget_fraction:g} x {budget.baseline_mean:.1f} ({budget.system} "
                 f"{budget.figure} on {', '.join(budget.benchmarks)}) = {budget.target:.1f}")
         cfg = experiment_config(base, exp, user_overrides=user, budget_target=budget.target if budget else None)
-        res = run_one(cfg, exp, overrides=overrides, budget=budget, data_dir=data, track=track, log=log)
+        res = run_one(cfg, exp, overrides=overrides, budget=budget, data_dir=data, track=track, log=log,
+                      commit=commit)
         path = write_results(results / f"{exp.name}.json", res)
         log(f"[{exp.name}] wrote {path} ({res.wall_seconds:.0f} s)")
         return ExperimentOutcome(exp.name, path, res, dependency)

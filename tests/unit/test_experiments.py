@@ -149,7 +149,7 @@ class FakeRunOne:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Config]] = []
 
-    def __call__(self, cfg, exp, *, overrides, budget, data_dir, track=True, log=print):
+    def __call__(self, cfg, exp, *, overrides, budget, data_dir, track=True, log=print, commit=None):
         self.calls.append((exp.name, cfg))
         if exp.kind == "baselines":
             res = baselines()

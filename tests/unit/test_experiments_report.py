@@ -166,3 +166,16 @@ def test_accuracy_cell_format():
     from components.experiments import EvalCell
 
     assert accuracy_cell(EvalCell.model_validate(cell(0.5, 1234, n=4))) == "0.500 ± 0.250 / 1234"
+
+
+def test_stability_claim_is_inconclusive_when_nothing_separates_the_runs(tmp_path):
+    """Equal accuracy (within one SE), reward spreads within 25 %, no collapse: claim (d) must not
+    read as evidence either way."""
+    reward = [0.1, -0.1, 0.2, -0.2, 0.1]
+    results = _write(tmp_path / "r", baselines(),
+                     trained("gspo_b25", 0.30, 20_000, history([120, 110, 100, 100, 100], reward=reward), budget_target=100.0),
+                     trained("no_adv_norm", 0.29, 20_000, history([120, 110, 100, 100, 100], reward=[r * 1.1 for r in reward]),
+                             budget_target=100.0))
+    d = next(c for c in build_report(results, tmp_path / "o.md").claims if c.key == "d")
+    assert d.status == "INCONCLUSIVE", d.evidence
+    assert "too small to tell" in d.evidence[-1]

@@ -172,9 +172,10 @@ def test_stability_claim_is_inconclusive_when_nothing_separates_the_runs(tmp_pat
     """Equal accuracy (within one SE), reward spreads within 25 %, no collapse: claim (d) must not
     read as evidence either way."""
     reward = [0.1, -0.1, 0.2, -0.2, 0.1]
+    tokens = [120, 110, 100, 100, 100]
     results = _write(tmp_path / "r", baselines(),
-                     trained("gspo_b25", 0.30, 20_000, history([120, 110, 100, 100, 100], reward=reward), budget_target=100.0),
-                     trained("no_adv_norm", 0.29, 20_000, history([120, 110, 100, 100, 100], reward=[r * 1.1 for r in reward]),
+                     trained("gspo_b25", 0.30, 20_000, history(tokens, reward=reward), budget_target=100.0),
+                     trained("no_adv_norm", 0.29, 20_000, history(tokens, reward=[r * 1.1 for r in reward]),
                              budget_target=100.0))
     d = next(c for c in build_report(results, tmp_path / "o.md").claims if c.key == "d")
     assert d.status == "INCONCLUSIVE", d.evidence

@@ -1,17 +1,17 @@
 """Evaluation throughput: batched evaluation vs item-by-item evaluation with the same engine.
 
-Same work on both sides, in one run: the ``agent_gspo`` system (tiny random model, N agents x R
-rounds, complete topology) on the same seeded sample of TEST items of a few benchmarks, through
-:func:`components.evaluation.evaluate`. Ours uses ``eval.batch_size = --batch`` (all items of a
-benchmark in one engine call); the peer uses batch size 1 (one rollout per item, how per-item
-evaluation harnesses call a MAS). Every message is exactly ``--tokens`` tokens (EOS masked until
-then), so both sides generate the same number of tokens. Figures are items/s over rollouts plus
-grading (report/plot writing excluded: a constant that does not depend on batching), best of
-``--repeats`` interleaved runs per side (the machine may be shared; the best run is the least
-disturbed one). Defaults follow the ``smoke`` profile (3 agents x 2 rounds, 48-token messages,
-512-token context budget).
+Same work on both sides, in one run: the ``agent_gspo`` system of the ``--profile`` (default
+``smoke``: SmolLM2-135M-Instruct, 3 agents x 2 rounds, 32-token messages, 256-token context
+budget, ``eval.batch_size`` 8) on the same seeded sample of TEST items of every benchmark of the
+profile, through :func:`components.evaluation.evaluate`. Ours uses the profile's
+``eval.batch_size`` (greedy systems pool all benchmarks' items into shared engine calls); the peer
+uses batch size 1 (one rollout per item, how per-item evaluation harnesses call a MAS). Every
+message is exactly the profile's message length (EOS masked until then), so both sides generate
+the same number of tokens. Figures are items/s over rollouts plus grading (report/plot writing
+excluded: a constant that does not depend on batching), best of ``--repeats`` interleaved runs per
+side (the machine may be shared; the best run is the least disturbed one).
 
-    python bench/eval.py [--benchmarks gsm8k,aqua,mmlu] [--items 8] [--agents 3] [--rounds 2] [--tokens 48]
+    python bench/eval.py [--profile smoke] [--items 3] [--benchmarks gsm8k,aqua] [--model tiny-random]
 
 Needs prepared data (``agent-gspo prepare``; ``--data`` folder). Ends with
 ``bench eval: ours <x> items/s, peer <y> items/s, ratio <r>x (target 3x)``; exits 0.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from components.config import Config
+from components.config import Config, load_config
 from components.evaluation import System, evaluate
 from components.mas.engine import RolloutEngine
 from components.models import load_policy
@@ -41,40 +41,44 @@ def _run(cfg: Config, engine: RolloutEngine, data: Path, items: int):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--benchmarks", default="gsm8k,aqua,mmlu")
-    ap.add_argument("--items", type=int, default=8, help="items per benchmark")
-    ap.add_argument("--batch", type=int, default=8, help="our eval.batch_size")
-    ap.add_argument("--agents", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--tokens", type=int, default=48, help="tokens per message (fixed on both sides)")
-    ap.add_argument("--context", type=int, default=512, help="mas.context_tokens")
+    ap.add_argument("--profile", default="smoke", help="params.yaml profile giving model, MAS and eval settings")
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--model", default=None, help="override model.name (tiny-random: a quick logic check)")
+    ap.add_argument("--benchmarks", default=None, help="comma list (default: the profile's eval.benchmarks)")
+    ap.add_argument("--items", type=int, default=3, help="items per benchmark")
+    ap.add_argument("--batch", type=int, default=None, help="our eval.batch_size (default: the profile's)")
     ap.add_argument("--repeats", type=int, default=2, help="interleaved runs per side; the best is reported")
     ap.add_argument("--data", default="data", help="prepared data folder")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads for both sides (tiny matmuls: 1 avoids contention on shared CPUs)")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads for both sides")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    benchmarks = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    base = load_config(args.params, profile=args.profile)
+    raw = base.model_dump()
+    if args.model:
+        raw["model"]["name"] = args.model
+    if args.benchmarks:
+        raw["eval"]["benchmarks"] = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
+    raw["eval"]["baselines"] = []
+    batch = args.batch or base.eval.batch_size
 
-    def cfg(batch: int) -> Config:
-        return Config.model_validate({
-            "model": {"name": "tiny-random"},
-            "mas": {"agents": args.agents, "rounds": args.rounds, "topology": "complete",
-                    "max_message_tokens": args.tokens, "context_tokens": args.context},
-            "eval": {"benchmarks": benchmarks, "batch_size": batch, "baselines": []}})
+    def cfg(batch_size: int) -> Config:
+        return Config.model_validate({**raw, "eval": {**raw["eval"], "batch_size": batch_size}})
 
-    model, tok = load_policy("tiny-random", device=args.device)
-    ours_cfg, peer_cfg = cfg(args.batch), cfg(1)
-    engine = RolloutEngine(model, tok, ours_cfg.mas, device=args.device, min_new_tokens=args.tokens,
+    ours_cfg, peer_cfg = cfg(batch), cfg(1)
+    mas, benchmarks = ours_cfg.mas, ours_cfg.eval.benchmarks
+    model, tok = load_policy(ours_cfg.model.name, cache_dir=ours_cfg.model.cache_dir, dtype=ours_cfg.model.dtype,
+                             device=args.device)
+    engine = RolloutEngine(model, tok, mas, device=args.device, min_new_tokens=mas.max_message_tokens,
                            score_fn=lambda item, text: (False, None, None))
     n_items = args.items * len(benchmarks)
-    print(f"settings: model=tiny-random device={args.device} threads={torch.get_num_threads()} "
-          f"benchmarks={','.join(benchmarks)} items/benchmark={args.items} agents={args.agents} "
-          f"rounds={args.rounds} topology=complete tokens/message={args.tokens} greedy; "
-          f"ours batch_size={args.batch}, peer batch_size=1; same engine, same items")
+    print(f"settings: profile={args.profile} model={ours_cfg.model.name} device={args.device} "
+          f"threads={torch.get_num_threads()} benchmarks={','.join(benchmarks)} items/benchmark={args.items} "
+          f"agents={mas.agents} rounds={mas.rounds} topology={mas.topology} tokens/message={mas.max_message_tokens} "
+          f"context={mas.context_tokens} greedy; ours batch_size={batch}, peer batch_size=1; same engine, same items")
 
-    _run(cfg(args.batch), engine, Path(args.data), 1)  # warm-up: allocator, kernels, grader workers
+    _run(ours_cfg, engine, Path(args.data), 1)  # warm-up: allocator, kernels, grader workers
     runs: dict[str, list] = {"ours": [], "peer": []}
     for _ in range(max(1, args.repeats)):
         runs["ours"].append(_run(ours_cfg, engine, Path(args.data), args.items))

@@ -14,9 +14,11 @@ answer of each system; sampling noise would blur the comparison at small n); sel
 must sample to be anything but k copies of CoT, so it samples at ``mas.temperature`` / ``mas.top_p``
 with a seed derived from ``eval.seed``, benchmark, system and batch index. Same inputs -> same numbers.
 
-Grading is deferred: the engine is given a no-op ``score_fn`` and every episode of a benchmark
-(all systems) is graded in ONE call to :func:`components.scoring.score_many`, so HumanEval
-programs run in parallel sandboxes and math-verify runs in its bounded worker pool.
+Batching: greedy systems pool the items of all benchmarks into shared engine calls (see
+:func:`_run_benchmarks`); self-consistency batches per benchmark. Grading is deferred: the engine
+is given a no-op ``score_fn`` and every episode (all systems, all benchmarks) is graded in ONE call
+to :func:`components.scoring.score_many`, so HumanEval programs run in parallel sandboxes and
+math-verify runs in its bounded worker pool.
 """
 
 from __future__ import annotations
@@ -127,9 +129,13 @@ def run_system(system: System, items: Sequence[dict], *, batch_size: int, seed: 
     """
     if batch_size < 1:
         raise EvalInputError(f"eval.batch_size must be >= 1, got {batch_size}")
+    from tqdm.auto import tqdm
+
     order = sorted(range(len(items)), key=lambda k: _length_key(items[k]))
     episodes: list[EpisodeLike | None] = [None] * len(items)
-    for b, start in enumerate(range(0, len(order), batch_size)):
+    starts = range(0, len(order), batch_size)
+    bar = tqdm(starts, desc=f"evaluate {system.name} ({benchmark})", unit="batch", leave=False, disable=len(starts) < 2)
+    for b, start in enumerate(bar):
         idx = order[start:start + batch_size]
         out = system.engine.rollout([items[k] for k in idx], 1, seed=derived_seed(seed, benchmark, system.name, b),
                                     greedy=system.greedy)
@@ -138,6 +144,32 @@ def run_system(system: System, items: Sequence[dict], *, batch_size: int, seed: 
         for k, ep in zip(idx, out, strict=True):
             episodes[k] = EpisodeStats.from_episode(ep) if compact else ep
     return [ep for ep in episodes if ep is not None]
+
+
+def _run_benchmarks(system: System, items: dict[str, list[dict]], *, batch_size: int, seed: int,
+                    timings: dict[str, float]) -> dict[str, list[EpisodeLike]]:
+    """Episodes of one system on every benchmark, ``{benchmark: episodes in item order}``.
+
+    Greedy systems pool the items of ALL benchmarks into shared engine calls (``batch_size``
+    questions each, sorted by length): greedy ids do not depend on batch composition, and with a
+    few items per benchmark (the smoke set: one each) per-benchmark calls would barely batch.
+    Sampled systems keep per-benchmark calls, so each benchmark's sampling stream (seeded by
+    benchmark, system and batch index) does not move when another benchmark is added or dropped.
+    """
+    t0 = time.perf_counter()
+    if system.greedy:
+        pooled = [item for its in items.values() for item in its]
+        eps = run_system(system, pooled, batch_size=batch_size, seed=seed, benchmark="pooled", compact=True)
+        out: dict[str, list[EpisodeLike]] = {}
+        start = 0
+        for b, its in items.items():
+            out[b] = eps[start:start + len(its)]
+            start += len(its)
+    else:
+        out = {b: run_system(system, its, batch_size=batch_size, seed=seed, benchmark=b, compact=True)
+               for b, its in items.items()}
+    timings[system.name] += time.perf_counter() - t0
+    return out
 
 
 def _device() -> str:
@@ -249,29 +281,17 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     timings["grading"] = 0.0
     main_episodes: list[EpisodeLike] = []
     rows: list[EvalRow] = []
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(benchmarks) * len(systems), desc="evaluate", unit="system", leave=False,
-               disable=len(benchmarks) * len(systems) < 2)
+    per_system = {s.name: _run_benchmarks(s, items, batch_size=ev.batch_size, seed=ev.seed, timings=timings)
+                  for s in systems}
+    t0 = time.perf_counter()
+    by_id = {str(i["id"]): i for its in items.values() for i in its}
+    grade([(by_id[e.question_id], e) for eps in per_system.values() for bench_eps in eps.values() for e in bench_eps],
+          ev.code_timeout_s)  # every episode at once: the most parallel sandboxes and math-verify workers
+    timings["grading"] += time.perf_counter() - t0
     for b in benchmarks:
-        pairs: list[tuple[dict, EpisodeLike]] = []
-        per_system: dict[str, list[EpisodeLike]] = {}
-        by_id = {str(i["id"]): i for i in items[b]}
-        for s in systems:
-            t0 = time.perf_counter()
-            eps = run_system(s, items[b], batch_size=ev.batch_size, seed=ev.seed, benchmark=b, compact=True)
-            timings[s.name] += time.perf_counter() - t0
-            per_system[s.name] = eps
-            bar.set_postfix_str(f"{b}/{s.name} {len(eps)} episodes", refresh=False)
-            bar.update()
-            pairs += [(by_id[e.question_id], e) for e in eps]
-        t0 = time.perf_counter()
-        grade(pairs, ev.code_timeout_s)  # all systems of a benchmark at once: most parallel sandboxes
-        timings["grading"] += time.perf_counter() - t0
-        rows += [aggregate(b, name, per_system[name]) for name in names]
-        main_episodes += per_system[main]
+        rows += [aggregate(b, name, per_system[name][b]) for name in names]
+        main_episodes += per_system[main][b]
         log.info("eval %s: %s", b, ", ".join(f"{r.system}={r.accuracy:.3f}" for r in rows[-len(names):]))
-    bar.close()
     rows.sort(key=lambda r: (names.index(r.system), benchmarks.index(r.benchmark)))
 
     grid = silence_grid(main, main_episodes, mcfg.agents, mcfg.rounds)

@@ -41,6 +41,8 @@ class Generation:
     """log-prob of each id under the sampling distribution (same lengths as ids)"""
     steps: int
     """forward passes after the prefill (= length of the longest completion)"""
+    reused_tokens: int = 0
+    """prompt ids the prefill did not compute (stored prefixes, shared heads; see prefill.py)"""
 
 
 def cache_kwarg(model) -> str:
@@ -93,7 +95,7 @@ def generate_batch(model, prompts: list[list[int]], *, max_new_tokens: int, eos_
                    logits_processor: LogitsProcessor | None = None, device: str | torch.device = "cpu",
                    static_cache: bool = False, step_fn: Callable | None = None,
                    stop_replies: list[list[int]] | None = None, prefix_lens: list[int] | None = None,
-                   prefix_store: PrefixStore | None = None) -> Generation:
+                   prefix_store: PrefixStore | None = None, share_heads: bool = True) -> Generation:
     """Sample completions for every prompt in one batched decode.
 
     prompts: B id lists (any lengths; prefilled right-padded, see prefill.py). Rows stop at ``eos_id`` or after
@@ -102,7 +104,8 @@ def generate_batch(model, prompts: list[list[int]], *, max_new_tokens: int, eos_
     DynamicCache for a StaticCache so that a compiled ``step_fn`` sees fixed shapes.
     ``stop_replies``: complete replies (the silence marker's id variants): a row whose whole
     completion so far equals one of them stops there, so silence costs only the marker's tokens.
-    ``prefix_lens`` / ``prefix_store``: reusable prompt prefixes (see :mod:`components.mas.prefill`).
+    ``prefix_lens`` / ``prefix_store``: reusable prompt prefixes; ``share_heads``: prefill heads common
+    to several rows once (both in :mod:`components.mas.prefill`; exact, so off only for checks).
     """
     b = len(prompts)
     if b == 0:
@@ -111,7 +114,8 @@ def generate_batch(model, prompts: list[list[int]], *, max_new_tokens: int, eos_
         raise ValueError("generate_batch needs non-empty prompts")
     kw = cache_kwarg(model)
     pre = prefill(model, prompts, pad_id=pad_id, max_new_tokens=max_new_tokens, device=device,
-                  static_cache=static_cache, cache_kw=kw, prefix_lens=prefix_lens, store=prefix_store)
+                  static_cache=static_cache, cache_kw=kw, prefix_lens=prefix_lens, store=prefix_store,
+                  share_heads=share_heads)
     cache, full_mask, col = pre.cache, pre.mask, pre.last_col
     forward = step_fn or model
     last_ids = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=device)
@@ -156,4 +160,5 @@ def generate_batch(model, prompts: list[list[int]], *, max_new_tokens: int, eos_
         out = forward(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
                       use_cache=True, **{kw: cache})
     toks_l, lps_l, lens = toks.cpu().tolist(), lps.cpu().tolist(), lengths.cpu().tolist()
-    return Generation([toks_l[r][:lens[r]] for r in range(b)], [lps_l[r][:lens[r]] for r in range(b)], steps)
+    return Generation([toks_l[r][:lens[r]] for r in range(b)], [lps_l[r][:lens[r]] for r in range(b)], steps,
+                      pre.reused_tokens)

@@ -59,7 +59,7 @@ class RolloutStats:
     generate_s: float = 0.0
     total_s: float = 0.0
     prefix_tokens_reused: int = 0
-    """prompt tokens served from the prefix store instead of being prefilled again"""
+    """prompt tokens not prefilled: served from the prefix store or from heads shared across rows"""
 
     @property
     def tokens_per_s(self) -> float:
@@ -217,7 +217,7 @@ class RolloutEngine:
         """One batched decode per prompt-length bucket (see :func:`length_buckets`), results in input order."""
         ids: list[list[int]] = [[] for _ in prompts]
         lps: list[list[float]] = [[] for _ in prompts]
-        steps = 0
+        steps = reused = 0
         for bucket in length_buckets([len(p) for p in prompts]):
             rows = [prompts[i] for i in bucket]
             gen = generate_batch(
@@ -230,7 +230,8 @@ class RolloutEngine:
             for i, row_ids, row_lps in zip(bucket, gen.ids, gen.logprobs, strict=True):
                 ids[i], lps[i] = row_ids, row_lps
             steps += gen.steps
-        return Generation(ids, lps, steps)
+            reused += gen.reused_tokens
+        return Generation(ids, lps, steps, reused)
 
     def _run_call(self, rows: list[tuple[_EpisodeState, int, str, tuple[list[int], int]]], call: int, round_idx: int,
                   generator: torch.Generator, greedy: bool, stats: RolloutStats) -> None:
@@ -239,6 +240,7 @@ class RolloutEngine:
         stats.generate_s += time.perf_counter() - t0
         stats.calls += 1
         stats.decode_steps += gen.steps
+        stats.prefix_tokens_reused += gen.reused_tokens
         for (st, agent, role, (prompt, _)), ids, lps in zip(rows, gen.ids, gen.logprobs, strict=True):
             body = ids[:-1] if ids and ids[-1] == self.eos else list(ids)
             silent = self.is_silent(ids)
@@ -281,8 +283,6 @@ class RolloutEngine:
                 self._run_call(rows, call, self.cfg.rounds, generator, greedy, stats)
         finally:
             self.model.train(was_training)
-            if self._prefixes is not None:
-                stats.prefix_tokens_reused = self._prefixes.reused_tokens
             self._prefixes = None
         episodes = [self._finish(st) for st in states]
         self._score(episodes, states)

@@ -1,6 +1,6 @@
 """Prompt prefill for the batched decoder (:func:`components.mas.decode.generate_batch`).
 
-Three savings, all exact (a causal LM's key/value states for a prefix do not depend on what
+Four savings, all exact (a causal LM's key/value states for a prefix do not depend on what
 follows it):
 
 * **Right-padded, mask-free prefill.** Every prompt except its last id is prefilled
@@ -9,19 +9,25 @@ follows it):
   back to the math kernel at ~2x the cost). The pads' cache slots are masked out afterwards.
 * **Shared prompts prefilled once.** The G episodes of a question give G identical first-round
   prompts per agent: one row is prefilled and its cache rows repeated.
+* **Heads shared across rows prefilled once** (:func:`shared_heads`; vLLM and SGLang call this
+  prefix caching). Every question of a batch gives agent k the same system prompt, so the
+  rows of one call share long heads; each distinct head is prefilled once and seeds the cache
+  of every row that starts with it, and only the rest (the task) is prefilled per row.
+  Item-by-item evaluation cannot share anything this way: it is a saving of batching.
 * **Prefix reuse across rounds** (:class:`PrefixStore`). An agent's prompt in every round starts
   with the same frame prefix (system prompt + task, see context.py), most of its tokens. The first
   call stores each prefix's key/value states; later calls of the same rollout (same weights) seed
   the cache with them and prefill only the rest, under an explicit padding mask and positions.
 
-Column layout of the returned mask, per row r (``q_r`` = reused prefix length, ``n_r`` = prompt
-length): ``[0, q_r)`` prefix | pad to ``P`` | ``[P, P + n_r - 1 - q_r)`` rest of the prompt | pad to
-``P + R`` | column ``P + R``: the last prompt id (fed by the caller as the first one-token step) |
+Column layout of the returned mask, per row r (``q_r`` = length of its reused prefix or shared
+head, ``n_r`` = prompt length): ``[0, q_r)`` reused ids | pad to ``P`` | ``[P, P + n_r - 1 - q_r)``
+rest of the prompt | pad to ``P + R`` | column ``P + R``: the last prompt id (fed by the caller as the first one-token step) |
 ``max_new_tokens`` columns for generated ids.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +53,8 @@ class Prefill:
     """[B, last_col + 1 + max_new_tokens] long attention mask (see module docstring)"""
     last_col: int
     """column of the last prompt id: the caller's first one-token step"""
+    reused_tokens: int = 0
+    """prompt ids not prefilled in this call: served from stored prefixes or from shared heads"""
 
 
 def _new_cache(model: Any, max_len: int, static: bool) -> Any:
@@ -55,6 +63,10 @@ def _new_cache(model: Any, max_len: int, static: bool) -> Any:
         from transformers import StaticCache
         return StaticCache(config=model.config, max_cache_len=max_len)
     return DynamicCache(config=model.config)
+
+
+MIN_SHARED_HEAD = 16
+"""shortest head worth sharing across rows (below it the extra call costs more than it saves)"""
 
 
 def _reusable(prompts: list[list[int]], prefix_lens: list[int] | None, store: PrefixStore | None) -> list[int]:
@@ -69,69 +81,155 @@ def _reusable(prompts: list[list[int]], prefix_lens: list[int] | None, store: Pr
     return q
 
 
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    k = 0
+    while k < n and a[k] == b[k]:
+        k += 1
+    return k
+
+
+def shared_heads(prompts: list[list[int]], min_len: int = MIN_SHARED_HEAD
+                 ) -> tuple[list[int], list[tuple[int, ...]], list[int]]:
+    """Heads (leading ids) that distinct prompts of one call have in common.
+
+    Returns ``(q, heads, donor)``: ``q[r]`` = length of the longest head row r shares with another
+    row (0 when under ``min_len``; always < ``len(prompts[r])``, the last id is the decode step's),
+    ``heads`` = the distinct maximal heads, to be prefilled once each, and ``donor[r]`` = the index
+    of a head whose first ``q[r]`` ids are row r's head (-1 when ``q[r]`` is 0). A causal LM's
+    key/values for a head's first k ids are the key/values of those k ids alone, so one prefill
+    of a maximal head serves every shorter head it starts with. Sorting makes rows with common
+    heads adjacent, so each row's longest shared head is its longer common prefix with a neighbour.
+    """
+    n = len(prompts)
+    order = sorted(range(n), key=lambda i: prompts[i])
+    adj = [min(_lcp(prompts[a], prompts[b]), len(prompts[a]) - 1, len(prompts[b]) - 1)
+           for a, b in zip(order, order[1:], strict=False)]
+    q = [0] * n
+    for k, i in enumerate(order):
+        best = max(adj[k - 1] if k > 0 else 0, adj[k] if k < n - 1 else 0)
+        q[i] = best if best >= min_len else 0
+    keys = sorted({tuple(prompts[i][: q[i]]) for i in range(n) if q[i]})
+    if not keys:
+        return q, [], [-1] * n
+    # a head is maximal unless the next one in sorted order extends it
+    heads = [h for h, nxt in zip(keys, [*keys[1:], ()], strict=True) if nxt[: len(h)] != h]
+    donor = [-1] * n
+    for i in range(n):
+        if q[i]:
+            key = tuple(prompts[i][: q[i]])
+            donor[i] = bisect.bisect_left(heads, key)
+            assert heads[donor[i]][: q[i]] == key
+    return q, heads, donor
+
+
+def _prefill_heads(model: Any, heads: list[tuple[int, ...]], pad_id: int, device: Any, cache_kw: str) -> list[PrefixKV]:
+    """Key/values of each head: one right-padded, mask-free forward (pads follow every real id)."""
+    ids = torch.full((len(heads), max(map(len, heads))), pad_id, dtype=torch.long)
+    for i, h in enumerate(heads):
+        ids[i, : len(h)] = torch.tensor(h, dtype=torch.long)
+    cache = _new_cache(model, ids.shape[1], False)
+    model(input_ids=ids.to(device), use_cache=True, logits_to_keep=1, **{cache_kw: cache})
+    return [[(layer.keys[i, :, : len(h)], layer.values[i, :, : len(h)]) for layer in cache.layers]
+            for i, h in enumerate(heads)]
+
+
+def _seeds(model: Any, uniq: list[list[int]], prefix_lens: list[int] | None, store: PrefixStore | None,
+           share_heads: bool, pad_id: int, device: Any, cache_kw: str
+           ) -> tuple[list[int], list[PrefixKV | None], int, bool]:
+    """Per unique row: (reused length q, its key/values or None); tokens not prefilled; whether the
+    seeds came from the store. Stored frame prefixes (later rounds) first, else shared heads."""
+    q = _reusable(uniq, prefix_lens, store)
+    if any(q):
+        assert store is not None
+        store.reused_tokens += sum(q)
+        return q, [store.entries[tuple(p[:n])] for p, n in zip(uniq, q, strict=True)], sum(q), True
+    none: list[PrefixKV | None] = [None] * len(uniq)
+    if not share_heads or len(uniq) < 2:
+        return q, none, 0, False
+    q, heads, donor = shared_heads(uniq)
+    saved = sum(q) - sum(map(len, heads))
+    if saved < MIN_SHARED_HEAD:
+        return [0] * len(uniq), none, 0, False
+    kv = _prefill_heads(model, heads, pad_id, device, cache_kw)
+    seeds = [[(k[:, :n], v[:, :n]) for k, v in kv[d]] if n else None for n, d in zip(q, donor, strict=True)]
+    return q, seeds, saved, False
+
+
 @torch.no_grad()
 def prefill(model: Any, prompts: list[list[int]], *, pad_id: int, max_new_tokens: int, device: Any,
             static_cache: bool, cache_kw: str, prefix_lens: list[int] | None = None,
-            store: PrefixStore | None = None) -> Prefill:
+            store: PrefixStore | None = None, share_heads: bool = True) -> Prefill:
     """Fill a KV cache with ``prompts[r][:-1]`` for every row; see the module docstring.
 
     ``prefix_lens[r]``: length of row r's reusable prefix (0 = none). With a ``store``, prefixes
-    already stored are reused, and a fresh prefill stores the prefixes it computed.
+    already stored are reused, and a call that reused none stores the prefixes it computed.
+    ``share_heads``: prefill heads common to several rows once (:func:`shared_heads`).
     """
     b = len(prompts)
-    static = static_cache
-    q = [0] * b if static else _reusable(prompts, prefix_lens, store)
     slot: dict[tuple[int, ...], int] = {}
     inverse = [slot.setdefault(tuple(p), len(slot)) for p in prompts]
-    dedup = not static and len(slot) < b
+    dedup = not static_cache and len(slot) < b
+    if not dedup:
+        inverse = list(range(b))
     first_row = {u: r for r, u in reversed(list(enumerate(inverse)))}
-    rows = [first_row[u] for u in range(len(slot))] if dedup else list(range(b))
+    rows = [first_row[u] for u in range(len(first_row))]
+    uniq = [prompts[r] for r in rows]
+    u_lens = None if prefix_lens is None else [prefix_lens[r] for r in rows]
+    if static_cache:
+        q, seeds, saved, from_store = [0] * len(uniq), [None] * len(uniq), 0, False
+    else:
+        q, seeds, saved, from_store = _seeds(model, uniq, u_lens, store, share_heads, pad_id, device, cache_kw)
     p_cols = max(q)
-    r_cols = max(len(p) - 1 - n for p, n in zip(prompts, q, strict=True))
+    r_cols = max(len(p) - 1 - n for p, n in zip(uniq, q, strict=True))
     last_col = p_cols + r_cols
     mask = torch.zeros((b, last_col + 1 + max_new_tokens), dtype=torch.long)
-    for r, (p, n) in enumerate(zip(prompts, q, strict=True)):
+    for r, p in enumerate(prompts):
+        n = q[inverse[r]]
         mask[r, :n] = 1
         mask[r, p_cols: p_cols + len(p) - 1 - n] = 1
     mask[:, last_col] = 1
     mask = mask.to(device)
-    cache = _new_cache(model, last_col + 1 + max_new_tokens, static)
-    if p_cols:  # seed the cache with the stored prefixes, right-padded to p_cols
-        assert store is not None
-        kvs = [store.entries[tuple(prompts[r][: q[r]])] for r in rows]
-        for layer, (k0, v0) in enumerate(kvs[0]):
-            keys = k0.new_zeros((len(rows), k0.shape[0], p_cols, k0.shape[-1]))
-            values = v0.new_zeros((len(rows), v0.shape[0], p_cols, v0.shape[-1]))
-            for i, kv in enumerate(kvs):
-                keys[i, :, : kv[layer][0].shape[1]] = kv[layer][0]
-                values[i, :, : kv[layer][1].shape[1]] = kv[layer][1]
+    cache = _new_cache(model, last_col + 1 + max_new_tokens, static_cache)
+    if p_cols:  # seed the cache with the reused heads / prefixes, right-padded to p_cols
+        ref = next(s for s in seeds if s is not None)
+        for layer, (k0, v0) in enumerate(ref):
+            keys = k0.new_zeros((len(uniq), k0.shape[0], p_cols, k0.shape[-1]))
+            values = v0.new_zeros((len(uniq), v0.shape[0], p_cols, v0.shape[-1]))
+            for i, kv in enumerate(seeds):
+                if kv is not None:
+                    keys[i, :, : kv[layer][0].shape[1]] = kv[layer][0]
+                    values[i, :, : kv[layer][1].shape[1]] = kv[layer][1]
             cache.update(keys, values, layer)
-        store.reused_tokens += sum(q)
     if r_cols:
-        ids = torch.full((len(rows), r_cols), pad_id, dtype=torch.long)
-        for i, r in enumerate(rows):
-            rest = prompts[r][q[r]: -1]
+        ids = torch.full((len(uniq), r_cols), pad_id, dtype=torch.long)
+        for i, (p, n) in enumerate(zip(uniq, q, strict=True)):
+            rest = p[n:-1]
             ids[i, : len(rest)] = torch.tensor(rest, dtype=torch.long)
         kwargs: dict[str, Any] = {"use_cache": True, "logits_to_keep": 1, cache_kw: cache}
-        if static:  # a static cache always takes the whole mask buffer (fixed shapes for compile)
+        if static_cache:  # a static cache always takes the whole mask buffer (fixed shapes for compile)
             kwargs["attention_mask"] = mask
-        elif p_cols:  # holes between each prefix and the rest: explicit mask and positions
+        elif p_cols:  # holes between each head/prefix and the rest: explicit mask and positions
             sel = torch.tensor(rows, device=mask.device)
             kwargs["attention_mask"] = mask[sel, : p_cols + r_cols]
-            kwargs["position_ids"] = (torch.tensor([q[r] for r in rows])[:, None]
-                                      + torch.arange(r_cols)[None, :]).to(device)
+            kwargs["position_ids"] = (torch.tensor(q)[:, None] + torch.arange(r_cols)[None, :]).to(device)
         model(input_ids=ids.to(device), **kwargs)
-        if store is not None and not p_cols and not static and prefix_lens is not None:
-            _store_prefixes(cache, store, [prompts[r] for r in rows], [prefix_lens[r] for r in rows])
+    if store is not None and u_lens is not None and not from_store and not static_cache:
+        _store_prefixes(cache, store, uniq, u_lens, q, p_cols)
     if dedup:
         cache.batch_select_indices(torch.tensor(inverse, device=device))
-    return Prefill(cache, mask, last_col)
+    return Prefill(cache, mask, last_col, saved)
 
 
-def _store_prefixes(cache: Any, store: PrefixStore, prompts: list[list[int]], prefix_lens: list[int]) -> None:
-    """Copy each row's prefix states ([0, n) of a fresh, left-aligned prefill) into ``store``."""
+def _store_prefixes(cache: Any, store: PrefixStore, prompts: list[list[int]], prefix_lens: list[int],
+                    q: list[int], p_cols: int) -> None:
+    """Copy each row's prefix states into ``store``: its first ``q`` ids sit at columns [0, q), the
+    rest of the prompt from column ``p_cols`` on (see the module docstring's layout)."""
     for i, (p, n) in enumerate(zip(prompts, prefix_lens, strict=True)):
         key = tuple(p[:n])
         if 0 < n < len(p) and key not in store.entries:
-            store.entries[key] = [(layer.keys[i, :, :n].clone(), layer.values[i, :, :n].clone())
-                                  for layer in cache.layers]
+            h = min(q[i], n)
+            store.entries[key] = [
+                (torch.cat([layer.keys[i, :, :h], layer.keys[i, :, p_cols: p_cols + n - h]], dim=1),
+                 torch.cat([layer.values[i, :, :h], layer.values[i, :, p_cols: p_cols + n - h]], dim=1))
+                for layer in cache.layers]

@@ -89,8 +89,10 @@ def test_evaluate_with_injected_systems(data, tmp_path):
     assert g.n == 5 and g.correct == evens and g.accuracy == pytest.approx(evens / 5)
     assert g.silence_rate == 0.5 and g.turns == 1.0 and g.tokens_total == 5 * (10 + 4)
     assert rep.table[2].correct == 0 and rep.table[2].tokens_per_correct is None
-    # batching: ceil(5/2) = 3 calls per benchmark, never more than batch_size items; SC sampled
-    assert [c[0] for c in main.calls] == [2, 2, 1, 2, 2, 1] and all(c[2] for c in main.calls)
+    # batching: the greedy system pools both benchmarks (10 items, 5 calls of batch_size 2); the
+    # sampled one batches per benchmark (ceil(5/2) = 3 calls each) with its own seed per call
+    assert [c[0] for c in main.calls] == [2, 2, 2, 2, 2] and all(c[2] for c in main.calls)
+    assert [c[0] for c in cot.calls] == [2, 2, 1, 2, 2, 1]
     assert not any(c[2] for c in cot.calls) and len({c[1] for c in cot.calls}) == 6
     for name in ("gsm8k.json", "aqua.json", "summary.json", "report.md", "accuracy_vs_tokens.png",
                  "silence_by_agent_round.png"):

@@ -1,4 +1,5 @@
-"""The decode loop's own pieces: inverse-CDF sampling and shared-prompt prefill."""
+"""The decode loop's own pieces: inverse-CDF sampling and the prefill's savings (shared prompts,
+heads shared across rows, prefixes reused across rounds), each checked against a plain prefill."""
 
 from __future__ import annotations
 
@@ -96,6 +97,53 @@ def test_rollout_reuses_frame_prefixes_in_later_rounds():
     eps = eng.rollout(items, 1, seed=0, greedy=True)
     assert eng.last_stats.prefix_tokens_reused > 0
     second = [m for ep in eps for m in ep.messages if m.round == 1]
-    fresh = generate_batch(model, [m.prompt_ids for m in second], max_new_tokens=8, eos_id=int(tok.eos_token_id),
-                           pad_id=int(tok.pad_token_id), greedy=True, stop_replies=eng.marker_variants)
-    assert fresh.ids == [m.completion_ids for m in second]
+    for rnd in (0, 1):  # round 1: shared heads, then stored from the seeded layout; round 2: reused
+        msgs = [m for ep in eps for m in ep.messages if m.round == rnd]
+        plain = generate_batch(model, [m.prompt_ids for m in msgs], max_new_tokens=8, eos_id=int(tok.eos_token_id),
+                               pad_id=int(tok.pad_token_id), greedy=True, stop_replies=eng.marker_variants,
+                               share_heads=False)
+        assert plain.ids == [m.completion_ids for m in msgs]
+        for m, lps in zip(msgs, plain.logprobs, strict=True):
+            torch.testing.assert_close(torch.tensor(m.logprobs), torch.tensor(lps), atol=1e-5, rtol=0)
+
+
+def test_shared_heads_finds_maximal_heads_and_their_donors():
+    from components.mas.prefill import shared_heads
+
+    sys_a, sys_b = list(range(100, 130)), list(range(200, 240))
+    prompts = [sys_a + [1, 2, 3], sys_b + [4, 5], sys_a + [7, 8], sys_a + [1, 2, 9, 9],
+               list(range(300, 340)), sys_b[:20] + [6, 6]]
+    q, heads, donor = shared_heads(prompts, min_len=16)
+    # row 0 and 3 share sys_a + [1, 2]; row 2 shares sys_a with them; row 5 shares 20 ids with row 1;
+    # row 4 shares nothing
+    assert q == [32, 20, 30, 32, 0, 20]
+    assert sorted(heads) == sorted([tuple(sys_a + [1, 2]), tuple(sys_b[:20])])  # sys_a alone is not maximal
+    for r, (n, d) in enumerate(zip(q, donor, strict=True)):
+        assert (d == -1) if n == 0 else heads[d][:n] == tuple(prompts[r][:n])
+    # a head never swallows a whole prompt: the last id is left for the decode step
+    q2, _, _ = shared_heads([sys_a, sys_a + [5]], min_len=16)
+    assert q2 == [29, 29]
+    assert shared_heads([sys_a[:10] + [1], sys_a[:10] + [2]], min_len=16)[0] == [0, 0]
+
+
+def test_shared_heads_are_prefilled_once_and_decode_like_a_plain_prefill():
+    model, tok = build_tiny_model(0)
+    model.eval()
+    head_a, head_b = list(range(5, 45)), list(range(50, 80))
+    prompts = [head_a + [90, 91, 92], head_b + [93], head_a + [94, 95], list(range(100, 120)),
+               head_b + [96, 97, 98, 99], head_a + [90, 91, 92]]  # the last one repeats row 0
+    kw = dict(max_new_tokens=5, eos_id=int(tok.eos_token_id), pad_id=int(tok.pad_token_id), greedy=True,
+              min_new_tokens=5)
+    calls = []
+    hook = model.register_forward_pre_hook(lambda m, a, k: calls.append(tuple(k["input_ids"].shape)), with_kwargs=True)
+    try:
+        shared = generate_batch(model, prompts, **kw)
+    finally:
+        hook.remove()
+    assert calls[0] == (2, 40)  # the two heads, once each
+    assert calls[1] == (5, 19)  # the 5 unique prompts' rests (the longest rest: 20 - 1 ids of the lone row)
+    assert shared.reused_tokens == 2 * 40 + 2 * 30 - (40 + 30)  # unique rows; the repeat costs nothing anyway
+    plain = generate_batch(model, prompts, share_heads=False, **kw)
+    assert shared.ids == plain.ids
+    for a, b in zip(shared.logprobs, plain.logprobs, strict=True):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)

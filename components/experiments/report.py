@@ -115,7 +115,9 @@ def _training(results: Mapping[str, ResultsFile]) -> list[str]:
            "Last-k means over the final k steps (k = experiments.last_k at run time, at most the number of steps); "
            "std over all steps.", "",
            "| experiment | steps | B | tokens/episode (last k) | vs B | λ_tok (final) | reward mean (std) | "
-           "accuracy mean | silence (last k) | collapse |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "accuracy mean | silence (last k) | zero-advantage groups | collapse |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    notes = []
     for name, res in trained.items():
         h, k = res.history, min(res.last_k, len(res.history))
         err = cl.budget_error(res)
@@ -127,8 +129,25 @@ def _training(results: Mapping[str, ResultsFile]) -> list[str]:
         out.append(f"| {name} | {len(h)} | {f'{res.budget.target:.1f}' if res.budget else '-'} | "
                    f"{cl.fmt(tokens, '.1f')} | {f'{err[1]:+.1%}' if err else '-'} | "
                    f"{cl.fmt(lam[-1] if lam else None, '.4f')} | {cl.fmt(sum(rew) / len(rew) if rew else None)} "
-                   f"({cl.fmt(cl.spread(rew))}) | {cl.fmt(acc)} | {cl.fmt(sil, '.2f')} | {cl.collapse(res) or '-'} |")
-    return [*out, ""]
+                   f"({cl.fmt(cl.spread(rew))}) | {cl.fmt(acc)} | {cl.fmt(sil, '.2f')} | {_zero_adv(h)} | "
+                   f"{cl.collapse(res) or '-'} |")
+        if _never_updated(h):
+            notes.append(f"- **{name}: every group had zero advantage at every step, so no update moved the policy** "
+                         "(all episodes of a group got the same reward, e.g. none solved its question); its "
+                         "evaluation is the base model's.")
+    return [*out, "", *notes, *([""] if notes else [])]
+
+
+def _zero_adv(history: list[dict[str, float]]) -> str:
+    """'zero / all' advantage groups summed over steps ('-' when the run did not log them).
+    A group whose episodes all got the same reward has zero advantage: it teaches nothing."""
+    zero, groups = cl.series(history, "train/zero_adv_groups"), cl.series(history, "train/adv_groups")
+    return f"{sum(zero):.0f} / {sum(groups):.0f}" if groups else "-"
+
+
+def _never_updated(history: list[dict[str, float]]) -> bool:
+    zero, groups = cl.series(history, "train/zero_adv_groups"), cl.series(history, "train/adv_groups")
+    return bool(groups) and len(zero) == len(groups) == len(history) and zero == groups
 
 
 def _provenance(results: Mapping[str, ResultsFile]) -> list[str]:

@@ -21,8 +21,8 @@ follows it):
 
 Column layout of the returned mask, per row r (``q_r`` = length of its reused prefix or shared
 head, ``n_r`` = prompt length): ``[0, q_r)`` reused ids | pad to ``P`` | ``[P, P + n_r - 1 - q_r)``
-rest of the prompt | pad to ``P + R`` | column ``P + R``: the last prompt id (fed by the caller as the first one-token step) |
-``max_new_tokens`` columns for generated ids.
+rest of the prompt | pad to ``P + R`` | column ``P + R``: the last prompt id (fed by the caller as
+the first one-token step) | ``max_new_tokens`` columns for generated ids.
 """
 
 from __future__ import annotations

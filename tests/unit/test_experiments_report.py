@@ -180,3 +180,18 @@ def test_stability_claim_is_inconclusive_when_nothing_separates_the_runs(tmp_pat
     d = next(c for c in build_report(results, tmp_path / "o.md").claims if c.key == "d")
     assert d.status == "INCONCLUSIVE", d.evidence
     assert "too small to tell" in d.evidence[-1]
+
+
+def test_a_run_that_never_got_an_advantage_is_called_out(tmp_path):
+    """λ = 0 on questions the model never solves: every group's rewards tie, advantages are zero,
+    and the report says the policy was never updated instead of presenting it as a trained result."""
+    flat = [h | {"train/adv_groups": 1.0, "train/zero_adv_groups": 1.0, "train/reward": 0.0}
+            for h in history([180] * 4)]
+    some = [h | {"train/adv_groups": 2.0, "train/zero_adv_groups": float(i == 0)}
+            for i, h in enumerate(history([90] * 4))]
+    results = _write(tmp_path / "r", baselines(), trained("lambda0", 0.1, 50_000, flat),
+                     trained("gspo_b25", 0.1, 20_000, some, budget_target=100.0))
+    md = build_report(results, tmp_path / "o.md").markdown
+    assert "| 4 / 4 |" in md and "| 1 / 8 |" in md
+    assert "**lambda0: every group had zero advantage at every step, so no update moved the policy**" in md
+    assert "**gspo_b25:" not in md

@@ -96,7 +96,6 @@ def test_rollout_reuses_frame_prefixes_in_later_rounds():
                         extract_fn=lambda item, text: None)
     eps = eng.rollout(items, 1, seed=0, greedy=True)
     assert eng.last_stats.prefix_tokens_reused > 0
-    second = [m for ep in eps for m in ep.messages if m.round == 1]
     for rnd in (0, 1):  # round 1: shared heads, then stored from the seeded layout; round 2: reused
         msgs = [m for ep in eps for m in ep.messages if m.round == rnd]
         plain = generate_batch(model, [m.prompt_ids for m in msgs], max_new_tokens=8, eos_id=int(tok.eos_token_id),

@@ -284,9 +284,9 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     per_system = {s.name: _run_benchmarks(s, items, batch_size=ev.batch_size, seed=ev.seed, timings=timings)
                   for s in systems}
     t0 = time.perf_counter()
-    by_id = {str(i["id"]): i for its in items.values() for i in its}
-    grade([(by_id[e.question_id], e) for eps in per_system.values() for bench_eps in eps.values() for e in bench_eps],
-          ev.code_timeout_s)  # every episode at once: the most parallel sandboxes and math-verify workers
+    by_id = {b: {str(i["id"]): i for i in its} for b, its in items.items()}  # ids need only be unique per benchmark
+    grade([(by_id[b][e.question_id], e) for eps in per_system.values() for b, bench_eps in eps.items()
+           for e in bench_eps], ev.code_timeout_s)  # every episode at once: the most parallel sandboxes and workers
     timings["grading"] += time.perf_counter() - t0
     for b in benchmarks:
         rows += [aggregate(b, name, per_system[name][b]) for name in names]

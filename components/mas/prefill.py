@@ -42,8 +42,6 @@ class PrefixStore:
     """Key/value states of prompt prefixes for ONE rollout (the weights must not change in between)."""
 
     entries: dict[tuple[int, ...], PrefixKV] = field(default_factory=dict)
-    reused_tokens: int = 0
-    """prompt tokens not prefilled thanks to a stored prefix (diagnostics)"""
 
 
 @dataclass
@@ -142,7 +140,6 @@ def _seeds(model: Any, uniq: list[list[int]], prefix_lens: list[int] | None, sto
     q = _reusable(uniq, prefix_lens, store)
     if any(q):
         assert store is not None
-        store.reused_tokens += sum(q)
         return q, [store.entries[tuple(p[:n])] for p, n in zip(uniq, q, strict=True)], sum(q), True
     none: list[PrefixKV | None] = [None] * len(uniq)
     if not share_heads or len(uniq) < 2:

@@ -120,6 +120,17 @@ def budget_error(res: ResultsFile) -> tuple[float, float, int] | None:
     return mean, mean / res.budget.target - 1.0, k
 
 
+def eval_budget_figure(res: ResultsFile) -> float | None:
+    """The figure B was derived from (e.g. ``tokens_completion_mean`` on gsm8k), measured on the trained
+    policy's evaluation: n-weighted over the budget's benchmarks; None without a budget or those cells."""
+    cells = res.eval.get(MAIN, {})
+    if res.budget is None or not all(b in cells for b in res.budget.benchmarks):
+        return None
+    sel = [cells[b] for b in res.budget.benchmarks]
+    n = sum(c.n for c in sel)
+    return sum(float(getattr(c, res.budget.figure)) * c.n for c in sel) / n if n else None
+
+
 def claim_a(results: Mapping[str, ResultsFile]) -> Claim:
     """PASS when at least one Agent-GSPO run (B25, B50) is within one SE of the untrained MAS's accuracy
     (or above) at <= 25 % of its total tokens; each run's numbers are listed either way."""
@@ -191,6 +202,12 @@ def claim_c(results: Mapping[str, ResultsFile]) -> Claim:
         assert res.budget is not None
         lines.append(f"{name}: last {k} steps mean {mean:.1f} vs B {res.budget.target:.1f} ({res.budget.measure} "
                      f"tokens) = {rel:+.1%} -> {'within' if ok else 'outside'}" + ("" if counted else " (not counted)"))
+        held_out = eval_budget_figure(res)
+        if held_out is not None:
+            lines.append(f"{name}, held-out evaluation (greedy, not counted): {res.budget.figure} on "
+                         f"{', '.join(res.budget.benchmarks)} {held_out:.1f} vs B {res.budget.target:.1f} "
+                         f"= {held_out / res.budget.target - 1:+.1%}; the untrained MAS had "
+                         f"{res.budget.baseline_mean:.1f}")
     if not verdicts:
         return Claim("c", title, "NOT RUN", lines or [f"needs a trained, budgeted {' or '.join(TRAINED)}"])
     return Claim("c", title, "PASS" if all(verdicts) else "FAIL", lines)

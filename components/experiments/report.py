@@ -107,6 +107,28 @@ def _tables(rows: list[Row], benches: list[str]) -> list[str]:
             "Total tokens / correct answers ('-': none correct).", "", *tpc, ""]
 
 
+def _token_breakdown(rows: list[Row]) -> list[str]:
+    """Per-item prompt / completion / communicated tokens of every system that ran: a penalty on generated
+    tokens can only shrink the completion share, so this says how far total tokens can fall at all."""
+    out = ["## Where the tokens go", "",
+           "Means per evaluated item over all benchmarks. Prompt tokens are every turn's input (system prompt, "
+           "task, delivered messages), re-read by each agent in each round; only completion tokens are "
+           "generated, and only they carry the token penalty. Communicated: delivered tokens x recipients.", "",
+           "| System | experiment | prompt / item | completion / item | communicated / item | completion share "
+           "of total | silence rate |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r.cells is None:
+            continue
+        cells = list(r.cells.values())
+        n = sum(c.n for c in cells) or 1
+        prompt, completion = sum(c.tokens_prompt for c in cells), sum(c.tokens_completion for c in cells)
+        total = sum(c.tokens_total for c in cells) or 1
+        silence = sum(c.silence_rate * c.n for c in cells) / n
+        out.append(f"| {r.label} | {r.experiment} | {prompt / n:.1f} | {completion / n:.1f} | "
+                   f"{sum(c.tokens_communicated for c in cells) / n:.1f} | {completion / total:.1%} | {silence:.2f} |")
+    return [*out, ""]
+
+
 def _training(results: Mapping[str, ResultsFile]) -> list[str]:
     trained = {n: r for n, r in results.items() if r.history}
     if not trained:
@@ -240,6 +262,7 @@ def build_report(results_dir: str | Path, out: str | Path, *, command: str | Non
         md += [f"Not run yet: {', '.join(missing)}.", ""]
     md += _tables(rows, benches)
     md += [f"![accuracy vs tokens]({rel}/accuracy_vs_tokens.png)", ""]
+    md += _token_breakdown(rows)
     md += _claims_md(claims)
     md += _training(results)
     md += [f"![λ_tok]({rel}/lambda_tok.png)", "", f"![tokens vs budget]({rel}/tokens_vs_budget.png)", "",

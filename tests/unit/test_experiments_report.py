@@ -68,6 +68,9 @@ def test_claims_fail_with_the_numbers(tmp_path):
     assert _status(rep) == {"a": "FAIL", "b": "FAIL", "c": "FAIL", "d": "FAIL", "e": "FAIL"}, rep.claims
     c = next(c for c in rep.claims if c.key == "c")
     assert "+30.0%" in " ".join(c.evidence)  # last-3 mean 130 vs B 100
+    # the held-out side: gsm8k completion 40_000 // 3 over 100 items = 133.3 against B 100 (and 400 untrained)
+    assert ("gspo_b25, held-out evaluation (greedy, not counted): tokens_completion_mean on gsm8k 133.3 vs B 100.0 "
+            "= +33.3%; the untrained MAS had 400.0") in c.evidence
     b = next(c for c in rep.claims if c.key == "b")
     assert "1.25x" in b.evidence[0]  # 50k / 40k
     assert rep.missing == ["gspo_b50"] and "| Agent-GSPO B50 | gspo_b50 | not run" in rep.markdown
@@ -195,3 +198,13 @@ def test_a_run_that_never_got_an_advantage_is_called_out(tmp_path):
     assert "| 4 / 4 |" in md and "| 1 / 8 |" in md
     assert "**lambda0: every group had zero advantage at every step, so no update moved the policy**" in md
     assert "**gspo_b25:" not in md
+
+
+def test_token_breakdown_splits_prompt_and_completion_per_item(tmp_path):
+    rep = build_report(_write(tmp_path / "r", baselines(), trained("gspo_b25", 0.3, 40_000, history([100] * 3),
+                                                                    budget_target=100.0)), tmp_path / "o.md")
+    assert "## Where the tokens go" in rep.markdown
+    # untrained MAS: (70k + 76k) prompt and (30k + 24k) completion over 200 items; 54k of 200k tokens generated
+    assert "| untrained MAS (free-for-all) | baselines | 730.0 | 270.0 | 270.0 | 27.0% | 0.00 |" in rep.markdown
+    assert "| gspo_b25 | gspo_b25 | 266.7 | 133.3 | 133.3 | 33.3% | 0.00 |" in rep.markdown
+    assert "| Agent-GSPO B50 | gspo_b50 |" not in rep.markdown.split("## Where the tokens go")[1].split("## Claims")[0]

@@ -19,9 +19,11 @@ Decision on when a default process group is created (DESIGN §4):
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -154,15 +156,43 @@ def shutdown_distributed() -> None:
     No barrier first: after a failure on one rank a barrier would hang the others. When
     DeepSpeed's comm layer holds the group, its own ``destroy_process_group`` is used: it also
     drops DeepSpeed's cached sub-groups, without which a later ``deepspeed.initialize`` in the
-    same process (tests, Optuna trials) would use destroyed groups.
+    same process (tests, Optuna trials) would use destroyed groups. For gloo groups the call
+    ends with :func:`_drain_gloo_workers`.
     """
     if not is_distributed():
         return
+    gloo = dist.get_backend() == "gloo"
     ds_comm = sys.modules.get("deepspeed.comm.comm")
     if ds_comm is not None and getattr(ds_comm, "cdb", None) is not None:
         ds_comm.destroy_process_group()
     else:
         dist.destroy_process_group()
+    if gloo:
+        _drain_gloo_workers()
+
+
+GLOO_DRAIN_S = 0.25
+"""How long :func:`_drain_gloo_workers` releases the GIL (seconds)."""
+
+
+def _drain_gloo_workers(seconds: float = GLOO_DRAIN_S) -> None:
+    """Let gloo's worker threads free the last collectives' tensors before the interpreter exits.
+
+    Why: a gloo worker thread destroys each finished work object *after* the caller's ``wait()``
+    has returned, and freeing a tensor that has a Python object needs the GIL. If the main
+    thread reaches interpreter finalisation first, that thread cannot take the GIL any more and
+    the process aborts with ``terminate called without an active exception`` (SIGABRT, exit
+    -6) although training finished; torchrun then reports the whole job as failed. We saw it in
+    about one run in six on a loaded 2-core machine (a gdb backtrace showed
+    ``~AsyncAllgatherWork`` in ``ProcessGroupGloo::runLoop`` blocked in ``take_gil`` during
+    ``Py_FinalizeEx``). ``destroy_process_group`` does not join those threads: modules imported
+    while the group was alive (``torch._dynamo`` among them) keep references to it, so its
+    destructor only runs during finalisation. Upstream has no fix (pytorch/pytorch#179291 was
+    abandoned). A garbage collection plus a short sleep, with the GIL released, lets every
+    pending destructor finish while the interpreter is alive.
+    """
+    gc.collect()
+    time.sleep(seconds)
 
 
 def barrier() -> None:

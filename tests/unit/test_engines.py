@@ -214,3 +214,43 @@ def test_init_distributed_rejects_inconsistent_launcher_env(monkeypatch) -> None
     monkeypatch.setenv("RANK", "x")
     with pytest.raises(DistributedError, match="RANK='x'"):
         init_distributed()
+
+
+def test_shutdown_destroys_a_gloo_group_and_lets_other_threads_run(monkeypatch) -> None:
+    """After a gloo collective, shutdown hands the GIL to other threads before returning.
+
+    Gloo worker threads free the last collective's tensors after ``wait()`` returned and need the
+    GIL for it; if the interpreter finalises first the process aborts (see ``_drain_gloo_workers``).
+    Here a Python thread stands in for them: it must make progress while shutdown runs.
+    """
+    import threading
+    import time
+
+    import torch.distributed as dist
+
+    from components.gspo.distributed import GLOO_DRAIN_S, free_port, is_distributed, shutdown_distributed
+
+    if is_distributed():
+        pytest.skip("a process group is already live in this test process")
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(free_port())}.items():
+        monkeypatch.setenv(key, value)
+    dist.init_process_group("gloo")
+    assert all_gather_objects(list(range(100))) == [list(range(100))]
+    ticks, stop = [0], threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            ticks[0] += 1
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    time.sleep(0.01)
+    before, t0 = ticks[0], time.perf_counter()
+    shutdown_distributed()
+    elapsed, during = time.perf_counter() - t0, ticks[0] - before
+    stop.set()
+    spinner.join()
+    assert not is_distributed()
+    assert elapsed >= GLOO_DRAIN_S and during > 1000
+    shutdown_distributed()  # a second call is a no-op

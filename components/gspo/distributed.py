@@ -19,7 +19,6 @@ Decision on when a default process group is created (DESIGN §4):
 
 from __future__ import annotations
 
-import gc
 import os
 import socket
 import sys
@@ -188,10 +187,9 @@ def _drain_gloo_workers(seconds: float = GLOO_DRAIN_S) -> None:
     ``Py_FinalizeEx``). ``destroy_process_group`` does not join those threads: modules imported
     while the group was alive (``torch._dynamo`` among them) keep references to it, so its
     destructor only runs during finalisation. Upstream has no fix (pytorch/pytorch#179291 was
-    abandoned). A garbage collection plus a short sleep, with the GIL released, lets every
-    pending destructor finish while the interpreter is alive.
+    abandoned). A short sleep releases the GIL, so every pending destructor finishes while the
+    interpreter is still alive.
     """
-    gc.collect()
     time.sleep(seconds)
 
 

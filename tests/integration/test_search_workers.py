@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from components.config import Config
 from components.search import budget as B
+from components.search.study import select_best
 from components.search.synthetic import synthetic_outcome
 
 pytestmark = pytest.mark.integration
@@ -56,7 +57,12 @@ def test_two_workers_share_the_trial_target(tmp_path: Path) -> None:
     assert all(B.is_refused(t) for t in trials if t.state != TrialState.COMPLETE)
     by_worker = [[t for t in complete if t.number in m] for m in mine]
     assert any(_overlap(a, b) for a in by_worker[0] for b in by_worker[1])  # really concurrent
-    assert results[0]["best_trial"] == results[1]["best_trial"] or results[0]["n_complete"] != 10
+    # A worker that stopped while the other still ran its last trial saw fewer than 10 and may name an
+    # earlier best; the one that finished last saw all 10, and every worker that saw all 10 names the
+    # study's best.
+    whole = [r for r in results if r["n_complete"] == 10]
+    assert whole, [r["n_complete"] for r in results]
+    assert {r["best_trial"] for r in whole} == {select_best(trials).number}
 
 
 def test_two_workers_share_the_token_budget(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from components.experiments.results import EvalCell, ResultsFile
+from components.experiments.results import EvalCell, ResultsFile, pooled_tokens_mean
 
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN"]
 BASELINES, UNTRAINED = "baselines", "mas_untrained"
@@ -122,13 +122,11 @@ def budget_error(res: ResultsFile) -> tuple[float, float, int] | None:
 
 def eval_budget_figure(res: ResultsFile) -> float | None:
     """The figure B was derived from (e.g. ``tokens_completion_mean`` on gsm8k), measured on the trained
-    policy's evaluation: n-weighted over the budget's benchmarks; None without a budget or those cells."""
+    policy's evaluation with the same pooling; None without a budget or those cells."""
     cells = res.eval.get(MAIN, {})
     if res.budget is None or not all(b in cells for b in res.budget.benchmarks):
         return None
-    sel = [cells[b] for b in res.budget.benchmarks]
-    n = sum(c.n for c in sel)
-    return sum(float(getattr(c, res.budget.figure)) * c.n for c in sel) / n if n else None
+    return pooled_tokens_mean(cells, res.budget.benchmarks, res.budget.measure)
 
 
 def claim_a(results: Mapping[str, ResultsFile]) -> Claim:

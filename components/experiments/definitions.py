@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from components.config import Config, ConfigError, set_override
 from components.errors import UserError
-from components.experiments.results import BudgetInfo, ResultsFile
+from components.experiments.results import BudgetInfo, ResultsFile, pooled_tokens_mean
 
 BASELINE_SYSTEM = "mas_untrained"
 """the free-for-all MAS: the system whose token use B is a fraction of"""
@@ -136,11 +136,9 @@ def budget_from_baseline(baseline: ResultsFile, fraction: float, cfg: Config, so
                               f"add it to eval.baselines and rerun `--only {baseline.name}`")
     train_benches = {s.split("/", 1)[0] for s in cfg.data.train_sources}
     benches = [b for b in cells if b in train_benches] or list(cells)
-    n = sum(cells[b].n for b in benches)
-    total = sum(getattr(cells[b], f"tokens_{measure}") for b in benches)
-    if n == 0 or total <= 0:
+    mean = pooled_tokens_mean(cells, benches, measure)
+    if mean is None or mean <= 0:
         raise ExperimentError(f"{source}: {BASELINE_SYSTEM} has no {measure} tokens on {benches}; cannot set B")
-    mean = total / n
     return BudgetInfo(fraction=fraction, target=fraction * mean, measure=measure,
                       figure=f"tokens_{measure}_mean", system=BASELINE_SYSTEM, benchmarks=benches,
                       baseline_mean=mean, source=Path(source).name)

@@ -68,6 +68,13 @@ class BudgetInfo(_Strict):
     """results file the figure was read from (relative name, e.g. ``baselines.json``)"""
 
 
+def pooled_tokens_mean(cells: dict[str, EvalCell], benchmarks: list[str], measure: str) -> float | None:
+    """Tokens of ``measure`` per item pooled over ``benchmarks`` (sum of tokens / sum of items): the
+    figure B is derived from; None when those cells hold no items."""
+    n = sum(cells[b].n for b in benchmarks)
+    return sum(getattr(cells[b], f"tokens_{measure}") for b in benchmarks) / n if n else None
+
+
 class ResultsFile(_Strict):
     """Everything the report needs about one experiment (no transcripts: kilobytes, not megabytes)."""
 

@@ -132,6 +132,10 @@ def test_budget_is_the_matching_per_episode_figure_of_the_untrained_mas():
     no_mas = make_results("baselines", {"single_cot": {"gsm8k": cell(0.2, 10)}}, kind="baselines")
     with pytest.raises(ExperimentError, match=r"baselines.json: no 'mas_untrained' system \(has: single_cot\)"):
         budget_from_baseline(no_mas, 0.5, other, "baselines.json")
+    for empty in ({**cell(0.0, 0), "n": 0}, cell(0.0, 0)):  # no items, or items that generated nothing
+        silent = make_results("baselines", {"mas_untrained": {"gsm8k": empty}}, kind="baselines")
+        with pytest.raises(ExperimentError, match=r"no completion tokens on \['gsm8k'\]; cannot set B"):
+            budget_from_baseline(silent, 0.5, _tiny_cfg(), "baselines.json")
 
 
 def test_stale_baselines_file_is_refused():

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from bench.train_step import BenchSettings, SideResult, build_policy, chat_prompt, letter_parity_reward
+from components.data.item import Item
 
 
 def _text(completion: Any) -> str:
@@ -36,7 +37,7 @@ def _text(completion: Any) -> str:
     return str(completion)
 
 
-def run_trl(s: BenchSettings, items: list[dict[str, Any]]) -> SideResult:
+def run_trl(s: BenchSettings, items: list[Item]) -> SideResult:
     """One warm-up generation batch + ``s.steps`` timed ones through ``GRPOTrainer.train``."""
     import warnings
 

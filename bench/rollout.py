@@ -19,18 +19,15 @@ import time
 import torch
 
 from components.config import MasConfig
+from components.data.item import Item
 from components.mas.engine import RolloutEngine
 from components.models.tiny import build_tiny_model
 
 
-def _items(q: int) -> list[dict]:
-    return [{"id": f"bench/{i}", "benchmark": "gsm8k", "split": "test", "choices": None, "meta": {},
-             "question": f"Tom has {i + 3} apples and buys {2 * i + 5} more. How many apples does he have?",
-             "answer": str(3 * i + 8), "answer_type": "numeric"} for i in range(q)]
-
-
-def _score(item: dict, prediction: str) -> tuple[bool, str | None, str | None]:
-    return item["answer"] in prediction, None, None
+def _items(q: int) -> list[Item]:
+    return [Item(id=f"bench/{i}", benchmark="gsm8k", split="test", answer=str(3 * i + 8), answer_type="numeric",
+                 question=f"Tom has {i + 3} apples and buys {2 * i + 5} more. How many apples does he have?")
+            for i in range(q)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     model.to(args.device)
     cfg = MasConfig(agents=args.agents, rounds=args.rounds, topology="complete", max_message_tokens=args.tokens,
                     temperature=0.8, top_p=1.0)
-    engine = RolloutEngine(model, tok, cfg, device=args.device, score_fn=_score,
-                           extract_fn=lambda item, text: None, min_new_tokens=args.tokens)
+    engine = RolloutEngine(model, tok, cfg, device=args.device, min_new_tokens=args.tokens)
     items = _items(args.questions)
     print(f"settings: model=tiny-random llama (hidden 64, 2 layers) device={args.device} "
           f"threads={torch.get_num_threads()} questions={args.questions} G={args.group} agents={args.agents} "

@@ -44,6 +44,7 @@ import torch
 if __package__ in (None, ""):  # `python bench/train_step.py`: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from components.data.item import Item  # noqa: E402
 from components.errors import UserError  # noqa: E402
 
 MODELS = ("tiny-random", "smollm2-shape")
@@ -198,7 +199,7 @@ def build_policy(s: BenchSettings) -> tuple[Any, Any]:
     return model.to(device=s.device, dtype=s.dtype).eval(), tok
 
 
-def load_questions(n: int, data_dir: str) -> tuple[list[dict[str, Any]], str]:
+def load_questions(n: int, data_dir: str) -> tuple[list[Item], str]:
     """``n`` GSM8K training records and where they came from (prepared parquet, else synthetic)."""
     path = Path(data_dir) / "gsm8k" / "train.parquet"
     if path.is_file():
@@ -211,16 +212,16 @@ def load_questions(n: int, data_dir: str) -> tuple[list[dict[str, Any]], str]:
                  "question": f"Tom has {i + 3} apples and buys {2 * i + 5} more. How many apples does he have?"}
                 for i in range(n)]
         source = "synthetic GSM8K-like questions (no prepared data/gsm8k/train.parquet)"
-    items = [{**r, "benchmark": "gsm8k", "split": "train", "choices": None, "answer_type": "numeric", "meta": {}}
-             for r in rows]
+    items = [Item(id=str(r["id"]), benchmark="gsm8k", split="train", question=str(r["question"]),
+                  answer=str(r["answer"]), answer_type="numeric") for r in rows]
     return items, source
 
 
-def chat_prompt(item: dict[str, Any]) -> list[dict[str, str]]:
+def chat_prompt(item: Item) -> list[dict[str, str]]:
     """The exact system + user messages our single-agent (single_cot) engine frames for ``item``."""
     from components.mas.roles import system_prompt, task_family, user_prompt
 
-    system = system_prompt(task_family(item["answer_type"]), "solver", 0, 1, "<silent>", allow_silence=False)
+    system = system_prompt(task_family(item.answer_type), "solver", 0, 1, "<silent>", allow_silence=False)
     return [{"role": "system", "content": system}, {"role": "user", "content": user_prompt(item)}]
 
 
@@ -233,7 +234,7 @@ def _in_order_sampler() -> type:
         """Hands out items in list order (bench only): step k gets items k*Q..k*Q+Q-1, exactly
         the prompts TRL's unshuffled RepeatSampler gives its k-th generation batch."""
 
-        def next_batch(self, n: int) -> list[dict[str, Any]]:
+        def next_batch(self, n: int) -> list[Item]:
             out = [self.items[(self.cursor + i) % len(self.items)] for i in range(n)]
             self.cursor += n
             return out
@@ -241,13 +242,15 @@ def _in_order_sampler() -> type:
     return InOrderSampler
 
 
-def run_ours(s: BenchSettings, items: list[dict[str, Any]]) -> SideResult:
+def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
     """Our GSPOTrainer: single_cot engine (1 agent, 1 round), TorchEngine, 4 mini-batches."""
     from components.config import Config
     from components.gspo.distributed import DistInfo
     from components.gspo.engines import build_engine
     from components.gspo.trainer import GSPOTrainer, seed_everything
     from components.mas.baselines import single_cot_engine
+    from components.mas.environment import Environment
+    from components.scoring.result import ScoreResult
 
     InOrderSampler = _in_order_sampler()
 
@@ -263,12 +266,14 @@ def run_ours(s: BenchSettings, items: list[dict[str, Any]]) -> SideResult:
     seed_everything(s.seed)
     model, tok = build_policy(s)
     engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=cfg.gspo.steps * cfg.gspo.minibatches)
-    rollout = single_cot_engine(
-        engine.module, tok, cfg.mas, device=s.device, min_new_tokens=s.tokens,
-        score_fn=lambda item, text: (letter_parity_reward(text) > 0, None, None),
-        extract_fn=lambda item, text: text)  # the final answer is the message itself
-    trainer = GSPOTrainer(cfg, engine, rollout, items, DistInfo(rank=0, world_size=1, local_rank=0, is_main=True),
-                          pad_id=int(tok.pad_token_id))
+    rollout = single_cot_engine(engine.module, tok, cfg.mas, device=s.device, min_new_tokens=s.tokens)
+
+    def judge(items: list[Item], episodes: list) -> None:  # the reward TRL's side gets: the message itself
+        for ep in episodes:
+            ep.grade = ScoreResult(letter_parity_reward(ep.messages[0].text) > 0, None, None)
+
+    trainer = GSPOTrainer(cfg, engine, Environment(rollout, judge), items,
+                          DistInfo(rank=0, world_size=1, local_rank=0, is_main=True), pad_id=int(tok.pad_token_id))
     trainer.sampler = InOrderSampler(items, s.seed)  # the questions TRL sees (shuffle_dataset=False), in order
     trainer.train_step()  # warm-up: allocator, kernels, tokenizer caches
     _sync(s.device)

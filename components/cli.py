@@ -85,6 +85,7 @@ def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
 def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
     from components.data.prepare import load_split
     from components.mas.engine import RolloutEngine
+    from components.mas.environment import Environment
     from components.mas.transcript import episodes_summary, format_transcript
     from components.models import load_policy
     from components.reward.reward import apply_rewards
@@ -95,7 +96,7 @@ def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
     items = load_split(Path(args.data or cfg.data.out_dir), args.benchmark, args.split)[: args.limit]
     model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype)
     engine = RolloutEngine(model, tok, cfg.mas)
-    episodes = engine.rollout(items, args.group_size, seed=args.seed, greedy=args.greedy)
+    episodes = Environment(engine).play(items, args.group_size, seed=args.seed, greedy=args.greedy)
     apply_rewards(episodes, cfg.reward, cfg.reward.lambda_tok)
     for ep in episodes:
         print(format_transcript(ep, tok))

@@ -93,7 +93,8 @@ class RewardConfig(_Section):
 class BudgetConfig(_Section):
     enabled: bool = Field(True, description="steer lambda_tok with dual ascent")
     target: float = Field(400.0, gt=0.0, description="B: target mean tokens per episode (token_measure)")
-    lr: float = Field(0.05, gt=0.0, description="eta: dual ascent step size")
+    lr: float = Field(0.05, gt=0.0, description="eta: dual ascent step size (integral gain)")
+    kp: float = Field(0.0, ge=0.0, description="proportional gain on the budget error (0 = plain dual ascent)")
     lambda_min: float = Field(0.0, ge=0.0, description="lower bound of lambda_tok")
     lambda_max: float = Field(10.0, gt=0.0, description="upper bound of lambda_tok")
 

@@ -1,4 +1,4 @@
-"""Offline-safety environment defaults (DESIGN.md §4), applied by the project itself.
+"""Offline-safety environment defaults applied by the project itself.
 
 Imported first by ``components/__init__.py`` so every entry point (CLI, flows, DVC stages,
 tests) makes no outside connection unless the user asks for the hub. Values already set by

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from components.data.adapters import Record
+from components.data.item import Item
 from components.data.sources import load_benchmark, resolve_mirror
 from components.data.spec import DataError, DataValidationError, get_spec
 from components.io import atomic_dir, write_json_atomic
@@ -207,18 +208,15 @@ def prepare(
     return PrepareReport(results, Path(out_dir) / MANIFEST, round(time.perf_counter() - t0, 3), manifest)
 
 
-def load_split(data_dir: str | os.PathLike[str], benchmark: str, split: str) -> list[dict[str, Any]]:
-    """Records of one prepared split, ``meta`` decoded to a dict and ``choices`` a list or None."""
+def load_split(data_dir: str | os.PathLike[str], benchmark: str, split: str) -> list[Item]:
+    """Typed items of one prepared split (``meta`` decoded once, here)."""
     spec = get_spec(benchmark)
     path = Path(data_dir) / benchmark / f"{split}.parquet"
     if split not in spec.expected:
         raise DataError(f"{benchmark}: unknown split {split!r} (splits: {', '.join(spec.expected)})")
     if not path.is_file():
         raise DataError(f"{path}: not found; run `agent-gspo prepare --benchmarks {benchmark}` first")
-    rows = pq.read_table(path).to_pylist()
-    for row in rows:
-        row["meta"] = json.loads(row["meta"]) if row.get("meta") else {}
-    return rows
+    return [Item.from_record(row, f"{path} row {k}") for k, row in enumerate(pq.read_table(path).to_pylist())]
 
 
 def load_manifest(data_dir: str | os.PathLike[str]) -> dict[str, Any]:

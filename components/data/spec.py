@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from components.data.item import ANSWER_TYPES  # noqa: F401  (re-exported: one list of answer types)
 from components.errors import UserError
 
 RECORD_COLUMNS = ("id", "benchmark", "split", "question", "choices", "answer", "answer_type", "meta")
-"""Column order of every prepared parquet file (the normalised record, DESIGN.md §3)."""
+"""Column order of every prepared parquet file (the normalised record, docs/architecture.md)."""
 
-ANSWER_TYPES = ("numeric", "choice", "math", "code")
 
 
 class DataError(UserError):

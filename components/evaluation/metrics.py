@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from components.mas.records import Episode
+from components.scoring.result import ScoreResult
 
 TOKEN_KINDS = ("prompt", "completion", "communicated", "total")
 
@@ -85,15 +86,26 @@ class EpisodeStats:
     total_tokens: int
     turns: int
     messages: list[MessageStat]
-    correct: bool = False
-    extracted: str | None = None
-    score_error: str | None = None
+    grade: ScoreResult | None = None
+    """set by grading (evaluation grades the compacted episodes of every system in one batch)"""
+
+    @property
+    def correct(self) -> bool:
+        return self.grade is not None and bool(self.grade.correct)
+
+    @property
+    def extracted(self) -> str | None:
+        return None if self.grade is None else self.grade.extracted
+
+    @property
+    def score_error(self) -> str | None:
+        return None if self.grade is None else self.grade.error
 
     @classmethod
     def from_episode(cls, ep: Episode) -> EpisodeStats:
         return cls(ep.question_id, ep.final_answer, ep.prompt_tokens, ep.completion_tokens, ep.communicated_tokens,
                    ep.total_tokens, ep.turns, [MessageStat(m.agent_id, m.round, m.silent) for m in ep.messages],
-                   ep.correct, ep.extracted, ep.score_error)
+                   ep.grade)
 
 
 EpisodeLike = Episode | EpisodeStats

@@ -15,10 +15,10 @@ must sample to be anything but k copies of CoT, so it samples at ``mas.temperatu
 with a seed derived from ``eval.seed``, benchmark, system and batch index. Same inputs -> same numbers.
 
 Batching: greedy systems pool the items of all benchmarks into shared engine calls (see
-:func:`_run_benchmarks`); self-consistency batches per benchmark. Grading is deferred: the engine
-is given a no-op ``score_fn`` and every episode (all systems, all benchmarks) is graded in ONE call
-to :func:`components.scoring.score_many`, so HumanEval programs run in parallel sandboxes and
-math-verify runs in its bounded worker pool.
+:func:`_run_benchmarks`); self-consistency batches per benchmark. Each batch is rolled out and
+voted on at once; grading is deferred: every episode (all systems, all benchmarks) is graded in ONE
+call to the one grader (:func:`components.mas.environment.grade_episodes`), so HumanEval programs
+run in parallel sandboxes and math-verify runs in its bounded worker pool.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import BENCHMARKS, Config
+from components.data.item import Item
 from components.errors import UserError
 from components.evaluation.metrics import (
     EpisodeLike,
@@ -44,6 +45,8 @@ from components.evaluation.metrics import (
 )
 from components.evaluation.report import render_markdown, write_reports
 from components.evaluation.sampling import derived_seed, sample_items
+from components.mas.environment import grade_episodes
+from components.mas.voting import vote
 
 log = logging.getLogger(__name__)
 
@@ -82,42 +85,17 @@ class EvalReport:
     """seconds per system (rollouts) and for grading; not part of the reproducible numbers"""
 
 
-def _no_score(item: dict, prediction: str) -> tuple[bool, str | None, str | None]:
-    """Placeholder grader: real grading happens once per benchmark in :func:`grade`."""
-    return False, None, None
-
-
 def file_sha256(path: Path) -> str | None:
     """sha256 of a file's bytes, None when it does not exist."""
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
-def _grading_meta(item: dict) -> dict:
-    """``meta`` plus the record's ``choices`` (the choice grader matches option texts, as ``agent-gspo score`` does)."""
-    meta = dict(item.get("meta") or {})
-    if item.get("choices") is not None and "choices" not in meta:
-        meta["choices"] = list(item["choices"])
-    return meta
-
-
-def grade(pairs: Sequence[tuple[dict, EpisodeLike]], timeout_s: float) -> None:
-    """Score ``(item, episode)`` pairs in one parallel batch; sets correct / extracted / score_error."""
-    from components.scoring import score_many  # lazy: heavy imports (math-verify, sandbox)
-
-    if not pairs:
-        return
-    requests = [(item["answer_type"], ep.final_answer, str(item["answer"]), _grading_meta(item)) for item, ep in pairs]
-    results = score_many(requests, timeout_s=timeout_s)
-    for (_, ep), res in zip(pairs, results, strict=True):
-        ep.correct, ep.extracted, ep.score_error = bool(res.correct), res.extracted, res.error
-
-
-def _length_key(item: dict) -> int:
+def _length_key(item: Item) -> int:
     """Prompt-length proxy (characters of question and options)."""
-    return len(str(item.get("question") or "")) + sum(len(str(c)) for c in item.get("choices") or [])
+    return len(item.question) + sum(len(c) for c in item.choices or ())
 
 
-def run_system(system: System, items: Sequence[dict], *, batch_size: int, seed: int, benchmark: str,
+def run_system(system: System, items: Sequence[Item], *, batch_size: int, seed: int, benchmark: str,
                compact: bool = False) -> list[EpisodeLike]:
     """One episode per item (returned in ``items`` order), ``batch_size`` questions per engine call.
     ``compact`` turns each batch's episodes into :class:`EpisodeStats` at once (bounded memory).
@@ -137,16 +115,17 @@ def run_system(system: System, items: Sequence[dict], *, batch_size: int, seed: 
     bar = tqdm(starts, desc=f"evaluate {system.name} ({benchmark})", unit="batch", leave=False, disable=len(starts) < 2)
     for b, start in enumerate(bar):
         idx = order[start:start + batch_size]
-        out = system.engine.rollout([items[k] for k in idx], 1, seed=derived_seed(seed, benchmark, system.name, b),
-                                    greedy=system.greedy)
+        batch = [items[k] for k in idx]
+        out = system.engine.rollout(batch, 1, seed=derived_seed(seed, benchmark, system.name, b), greedy=system.greedy)
         if len(out) != len(idx):
             raise EvalInputError(f"system {system.name!r}: engine returned {len(out)} episodes for {len(idx)} items")
+        vote(out, batch, system.engine.cfg)
         for k, ep in zip(idx, out, strict=True):
             episodes[k] = EpisodeStats.from_episode(ep) if compact else ep
     return [ep for ep in episodes if ep is not None]
 
 
-def _run_benchmarks(system: System, items: dict[str, list[dict]], *, batch_size: int, seed: int,
+def _run_benchmarks(system: System, items: dict[str, list[Item]], *, batch_size: int, seed: int,
                     timings: dict[str, float]) -> dict[str, list[EpisodeLike]]:
     """Episodes of one system on every benchmark, ``{benchmark: episodes in item order}``.
 
@@ -204,7 +183,7 @@ def build_systems(cfg: Config, policy: tuple[Any, Any], baselines: Sequence[str]
     from components.mas.baselines import baseline_engine
     from components.mas.engine import RolloutEngine
 
-    kw = {"device": device, "score_fn": _no_score, **engine_kw}
+    kw = {"device": device, **engine_kw}
     systems = [System(MAIN_SYSTEM, RolloutEngine(*policy, cfg.mas, **kw), greedy=True)]
     for name in baselines:
         weights = (base or policy) if name == "mas_untrained" else policy
@@ -255,7 +234,7 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
         "data_dir": str(data_dir), "data_manifest_sha256": file_sha256(data_dir / "manifest.json"),
         "config_hash": cfg.hash(), "seed": ev.seed, "limit": limit, "batch_size": ev.batch_size,
         "self_consistency_k": ev.self_consistency_k, "split": split, "base_model": cfg.model.name,
-        "item_ids": {b: [str(i["id"]) for i in its] for b, its in items.items()},
+        "item_ids": {b: [i.id for i in its] for b, its in items.items()},
     }
     if systems is None:
         device = _device()
@@ -284,9 +263,10 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     per_system = {s.name: _run_benchmarks(s, items, batch_size=ev.batch_size, seed=ev.seed, timings=timings)
                   for s in systems}
     t0 = time.perf_counter()
-    by_id = {b: {str(i["id"]): i for i in its} for b, its in items.items()}  # ids need only be unique per benchmark
-    grade([(by_id[b][e.question_id], e) for eps in per_system.values() for b, bench_eps in eps.items()
-           for e in bench_eps], ev.code_timeout_s)  # every episode at once: the most parallel sandboxes and workers
+    by_id = {b: {i.id: i for i in its} for b, its in items.items()}  # ids need only be unique per benchmark
+    pairs = [(by_id[b][e.question_id], e) for eps in per_system.values() for b, bench_eps in eps.items()
+             for e in bench_eps]  # every episode at once: the most parallel sandboxes and workers
+    grade_episodes([p[0] for p in pairs], [p[1] for p in pairs], timeout_s=ev.code_timeout_s)
     timings["grading"] += time.perf_counter() - t0
     for b in benchmarks:
         rows += [aggregate(b, name, per_system[name][b]) for name in names]

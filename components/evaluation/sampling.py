@@ -12,29 +12,26 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from components.data.item import Item
 from components.errors import UserError
 
 
 class SamplingError(UserError):
-    """Bad sampling input: a non-positive limit or items without ids / with duplicate ids."""
+    """Bad sampling input: a non-positive limit or duplicate item ids."""
 
 
 def _rank(seed: int, item_id: str) -> str:
     return hashlib.sha256(f"{seed}:{item_id}".encode()).hexdigest()
 
 
-def sample_items(items: Sequence[dict], limit: int | None, seed: int, *, where: str = "items") -> list[dict]:
+def sample_items(items: Sequence[Item], limit: int | None, seed: int, *, where: str = "items") -> list[Item]:
     """The first ``limit`` items ranked by ``sha256(f"{seed}:{id}")`` (all items when ``limit`` is None).
 
     The returned list is in ranking order (stable across runs). ``where`` names the source in errors.
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise SamplingError(f"{where}: limit must be a positive integer or null (eval.limit / --limit), got {limit!r}")
-    ids = []
-    for k, item in enumerate(items):
-        if "id" not in item or item["id"] is None:
-            raise SamplingError(f"{where}: item {k} has no 'id'")
-        ids.append(str(item["id"]))
+    ids = [item.id for item in items]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
         raise SamplingError(f"{where}: duplicate item ids {dup}; ids must be unique for a stable sample")

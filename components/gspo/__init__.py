@@ -1,14 +1,13 @@
 """GSPO: policy losses (registered by name) and group-relative advantages.
 
-The trainer, engines and checkpoints live in sibling modules written separately; this package
-init only re-exports the pure loss / advantage API so ``from components.gspo import gspo_loss``
-works without importing any engine.
+The trainer, engines and checkpoints live in sibling modules; this package init only re-exports
+the pure loss / advantage API so ``from components.gspo import gspo_loss`` works without importing
+any engine.
 """
 
 from components.gspo.advantages import (
     AdvantageInputError,
     AdvResult,
-    broadcast_to_messages,
     group_advantages,
     make_group_ids,
 )
@@ -30,7 +29,6 @@ __all__ = [
     "AdvantageInputError",
     "GspoInputError",
     "LossOutput",
-    "broadcast_to_messages",
     "get_policy_loss",
     "group_advantages",
     "gspo_loss",

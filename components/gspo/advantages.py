@@ -1,11 +1,12 @@
-"""Group-relative advantages for GSPO, and their broadcast from episodes to agent messages.
+"""Group-relative advantages for GSPO.
 
 GSPO (arXiv 2507.18071) and GRPO use Â_i = (r_i − mean(r_group)) / std(r_group) over the G
 responses sampled for one query. In Agent-GSPO one *episode* is a response (G episodes per
-question) and each agent message of an episode is a GSPO sequence that inherits the episode's
-advantage (:func:`broadcast_to_messages`). Finer grouping — per (question, agent, round), which
-multi-agent RL work found necessary when roles see different prompts — is done by the caller
-passing finer group ids, built with :func:`make_group_ids`.
+question) and each agent message of an episode is a GSPO sequence whose reward is the episode's
+(or, with per-agent credit, its own shaped reward; see :mod:`components.gspo.step_batch`).
+Finer grouping — per (question, agent, round), which multi-agent RL work found necessary when
+roles see different prompts — is done by the caller passing finer group ids, built with
+:func:`make_group_ids`.
 
 Conventions (decided here, documented for the trainer and the README):
 - std is the sample std (Bessel-corrected, ``torch.std`` default), as in TRL and verl GRPO.
@@ -26,8 +27,7 @@ from torch import Tensor
 
 from components.errors import UserError
 
-__all__ = ["MODES", "AdvResult", "AdvantageInputError", "broadcast_to_messages", "group_advantages",
-           "make_group_ids"]
+__all__ = ["MODES", "AdvResult", "AdvantageInputError", "group_advantages", "make_group_ids"]
 
 MODES = ("group", "batch", "none")
 
@@ -57,8 +57,7 @@ def _group_stats(rewards: Tensor, inverse: Tensor, n_groups: int) -> tuple[Tenso
     return mean, std, gmax == gmin
 
 
-def group_advantages(rewards: Tensor, group_ids: Tensor, *, mode: str = "group", std_floor: float = 1e-6,
-                     scale_by_std: bool = True) -> AdvResult:
+def group_advantages(rewards: Tensor, group_ids: Tensor, *, mode: str = "group", std_floor: float = 1e-6) -> AdvResult:
     """Normalise episode rewards into advantages.
 
     Args:
@@ -68,7 +67,6 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, *, mode: str = "group",
               "batch": (r − mean) / max(std, std_floor) over all N;
               "none": raw rewards, no baseline.
         std_floor: lower bound on the std divisor (avoids blowing up near-equal rewards).
-        scale_by_std: False gives r − mean only (Dr. GRPO style), in "group" and "batch" modes.
 
     Returns:
         AdvResult(advantages [N] float32, zero_spread_groups, n_groups).
@@ -98,18 +96,14 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, *, mode: str = "group",
     zero_spread = int(flat.sum())
 
     if mode == "group":
-        adv = r - mean[inverse]
-        if scale_by_std:
-            adv = adv / std.clamp(min=std_floor)[inverse]
+        adv = (r - mean[inverse]) / std.clamp(min=std_floor)[inverse]
         adv = adv.masked_fill(flat[inverse], 0.0)
     elif mode == "batch":
         if bool((r == r[0]).all()):
             adv = torch.zeros_like(r)
         else:
-            adv = r - r.mean()
-            if scale_by_std:
-                std_all = r.std() if r.numel() > 1 else torch.zeros((), dtype=r.dtype)
-                adv = adv / std_all.clamp(min=std_floor)
+            std_all = r.std() if r.numel() > 1 else torch.zeros((), dtype=r.dtype)
+            adv = (r - r.mean()) / std_all.clamp(min=std_floor)
     else:
         adv = r.clone()
     return AdvResult(adv.to(torch.float32).to(rewards.device), zero_spread, n_groups)
@@ -137,28 +131,3 @@ def make_group_ids(*keys: Sequence[Hashable]) -> Tensor:
             raise AdvantageInputError(
                 f"make_group_ids: key values must be hashable, got row {row!r}") from exc
     return torch.tensor(ids, dtype=torch.long)
-
-
-def broadcast_to_messages(episode_adv: Tensor, message_episode_index: Tensor) -> Tensor:
-    """Give each message its episode's advantage.
-
-    Args:
-        episode_adv: [E] advantages per episode.
-        message_episode_index: [M] integer index in [0, E) of the episode of each message.
-
-    Returns:
-        [M] advantages, same dtype/device as ``episode_adv``.
-    """
-    if episode_adv.dim() != 1 or message_episode_index.dim() != 1:
-        raise AdvantageInputError(
-            f"broadcast_to_messages: need episode_adv [E] and message_episode_index [M], "
-            f"got {tuple(episode_adv.shape)} and {tuple(message_episode_index.shape)}")
-    if message_episode_index.is_floating_point() or message_episode_index.dtype == torch.bool:
-        raise AdvantageInputError("broadcast_to_messages: message_episode_index must be integer, "
-                                  f"got {message_episode_index.dtype}")
-    idx = message_episode_index.long().to(episode_adv.device)
-    e = episode_adv.shape[0]
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= e):
-        raise AdvantageInputError(f"broadcast_to_messages: episode index out of range [0, {e}): "
-                                  f"min {int(idx.min())}, max {int(idx.max())}")
-    return episode_adv.index_select(0, idx)

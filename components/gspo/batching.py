@@ -33,20 +33,17 @@ class SequenceBatch:
     """[B, C] long (pad where completion_mask is 0)"""
     completion_mask: torch.Tensor
     """[B, C] float"""
-    behaviour_logp: torch.Tensor
-    """[B, C] float, log-probs recorded by the rollout engine"""
 
     def to(self, device: torch.device | str) -> SequenceBatch:
         return SequenceBatch(*(t.to(device) for t in (self.input_ids, self.prompt_lens, self.completion_ids,
-                                                       self.completion_mask, self.behaviour_logp)))
+                                                       self.completion_mask)))
 
     def select(self, idx: torch.Tensor) -> SequenceBatch:
         """Rows ``idx``, trimmed to their own ``max p_r + C`` columns (small mini-batches stay cheap)."""
         idx = idx.to(self.input_ids.device)
         lens = self.prompt_lens[idx]
         width = int(lens.max()) + self.completion_ids.shape[1]
-        return SequenceBatch(self.input_ids[idx, :width], lens, self.completion_ids[idx],
-                             self.completion_mask[idx], self.behaviour_logp[idx])
+        return SequenceBatch(self.input_ids[idx, :width], lens, self.completion_ids[idx], self.completion_mask[idx])
 
 
 def pack_messages(messages: Sequence[Message], pad_id: int) -> SequenceBatch:
@@ -59,7 +56,6 @@ def pack_messages(messages: Sequence[Message], pad_id: int) -> SequenceBatch:
     input_ids = torch.full((b, p + c), pad_id, dtype=torch.long)
     completion_ids = torch.full((b, c), pad_id, dtype=torch.long)
     completion_mask = torch.zeros((b, c), dtype=torch.float32)
-    behaviour = torch.zeros((b, c), dtype=torch.float32)
     for i, m in enumerate(messages):
         if not m.prompt_ids:
             raise ValueError(f"message {i} (agent {m.agent_id}, round {m.round}) has an empty prompt")
@@ -69,9 +65,8 @@ def pack_messages(messages: Sequence[Message], pad_id: int) -> SequenceBatch:
             input_ids[i, lp:lp + lc] = torch.tensor(m.completion_ids, dtype=torch.long)
             completion_ids[i, :lc] = input_ids[i, lp:lp + lc]
             completion_mask[i, :lc] = 1.0
-            behaviour[i, :lc] = torch.tensor(m.logprobs[:lc], dtype=torch.float32)
     lens = torch.tensor([len(m.prompt_ids) for m in messages], dtype=torch.long)
-    return SequenceBatch(input_ids, lens, completion_ids, completion_mask, behaviour)
+    return SequenceBatch(input_ids, lens, completion_ids, completion_mask)
 
 
 def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0) -> torch.Tensor:

@@ -5,7 +5,7 @@ Why these exist: the same training code runs as one plain process (tests, laptop
 obvious single-process answer when no process group exists (``all_gather_objects`` returns
 ``[obj]``, ``barrier`` does nothing), so callers never branch on "am I distributed?".
 
-Decision on when a default process group is created (DESIGN §4):
+Decision on when a default process group is created:
 
 * ``world_size > 1``: always (nccl on CUDA, gloo otherwise).
 * ``world_size == 1`` and ``for_deepspeed=True``: yes, through
@@ -150,7 +150,7 @@ def is_distributed() -> bool:
 
 
 def shutdown_distributed() -> None:
-    """Destroy the default process group (DESIGN: always at exit). Safe to call twice.
+    """Destroy the default process group (always, at exit). Safe to call twice.
 
     No barrier first: after a failure on one rank a barrier would hang the others. When
     DeepSpeed's comm layer holds the group, its own ``destroy_process_group`` is used: it also

@@ -1,19 +1,21 @@
 """Training engines: one small interface over DeepSpeed and plain torch.
 
-The GSPO trainer only ever calls ``backward(loss)`` once per micro-batch, ``step()`` after
-``grad_accum`` of them, ``zero_grad()``, and uses ``engine.module`` (the unwrapped Hugging Face
-model) for forward passes, generation and ``save_pretrained``. Both engines honour that contract:
+The GSPO trainer only ever calls ``update(micro_batches)`` once per mini-batch and uses
+``engine.module`` (the unwrapped Hugging Face model) for forward passes, generation and
+``save_pretrained``. The engine owns gradient accumulation:
 
-* ``backward(loss)`` takes the micro-batch loss and divides it by ``grad_accum`` (so the update
-  uses the mean over micro-batches, DeepSpeed's ``scale_wrt_gas`` semantics);
-* ``step()`` must follow exactly ``grad_accum`` ``backward`` calls (otherwise
-  :class:`EngineUsageError`); it averages gradients over ranks, clips to ``grad_clip``,
-  updates, advances the LR schedule and returns the pre-clipping global gradient norm.
+* ``update([(rows_1, loss_fn_1), ..., (rows_k, loss_fn_k)])`` calls each ``loss_fn`` (the forward
+  of one micro-batch, returning its mean loss over its ``rows`` sequences), back-propagates it
+  weighted by ``rows_i / Σ rows``, and then makes one optimizer update. The accumulated gradient
+  is therefore exactly the gradient of the mean loss over the whole mini-batch, however unevenly
+  it was split (a test compares it with the full-batch update). It then averages gradients over
+  ranks, clips to ``grad_clip``, steps the optimizer and the LR schedule, zeroes the gradients
+  and returns the pre-clipping global gradient norm.
 
-DeepSpeed (DESIGN §4): a torch ``AdamW`` is passed in (no JIT-compiled DeepSpeed optimizer), the
-config comes from :func:`deepspeed_config`. DeepSpeed's managed accumulation wants ``step()``
-after *every* micro-batch; :class:`DeepSpeedEngine` issues those intermediate calls inside
-``backward`` so its public ``step()`` means "one optimizer update" exactly like the torch engine.
+DeepSpeed: a torch ``AdamW`` is passed in (no JIT-compiled DeepSpeed optimizer), the config comes
+from :func:`deepspeed_config` with ``managed_gradient_accumulation: false``: ``backward`` only
+accumulates (``scale_wrt_gas=False``: the weights above do the scaling) and ``step()`` is the
+accumulation boundary, so any number of micro-batches makes one update.
 
 Torch: gradients are all-reduced explicitly in ``step()`` instead of through
 ``DistributedDataParallel``. DDP only synchronises gradients when the forward pass goes through
@@ -27,7 +29,7 @@ import contextlib
 import logging
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +48,12 @@ DS_STATE_DIR = "deepspeed"
 DS_TAG = "state"
 
 
+MicroBatch = tuple[int, Callable[[], torch.Tensor]]
+"""(rows, loss_fn): loss_fn runs the micro-batch's forward and returns its mean loss over ``rows``"""
+
+
 class EngineUsageError(UserError):
-    """The engine was driven in a way that would silently train wrongly (e.g. step() too early)."""
+    """The engine was driven in a way that would silently train wrongly (e.g. an empty update)."""
 
 
 class TrainEngine(ABC):
@@ -58,12 +64,8 @@ class TrainEngine(ABC):
     restores_weights: bool = False
     """True when ``load_checkpoint_state`` also restores the module weights"""
 
-    def __init__(self, grad_accum: int, info: DistInfo) -> None:
-        if grad_accum < 1:
-            raise EngineUsageError(f"gspo.grad_accum={grad_accum} must be >= 1")
-        self.grad_accum = grad_accum
+    def __init__(self, info: DistInfo) -> None:
         self.dist = info
-        self._micro = 0
 
     # -- model access -------------------------------------------------------------------------
     @property
@@ -86,17 +88,29 @@ class TrainEngine(ABC):
         yield
 
     # -- optimisation -------------------------------------------------------------------------
-    @abstractmethod
-    def backward(self, loss: torch.Tensor) -> None:
-        """Accumulate gradients of one micro-batch's scalar ``loss`` (divided by grad_accum)."""
+    def update(self, micro_batches: Sequence[MicroBatch]) -> float:
+        """One optimizer update from weighted micro-batches (see the module docstring); grad norm."""
+        if not micro_batches:
+            raise EngineUsageError("update() needs at least one micro-batch")
+        rows = [int(r) for r, _ in micro_batches]
+        if min(rows) < 1:
+            raise EngineUsageError(f"update(): every micro-batch needs >= 1 row, got {rows}")
+        total = sum(rows)
+        for r, loss_fn in micro_batches:
+            loss = loss_fn()
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise EngineUsageError(f"a micro-batch loss must be a scalar tensor, got {type(loss).__name__} "
+                                       f"{tuple(getattr(loss, 'shape', ()))}")
+            self._backward(loss * (r / total))
+        return self._step()
 
     @abstractmethod
-    def step(self) -> float:
-        """One optimizer update after ``grad_accum`` backward calls; returns the grad norm."""
+    def _backward(self, loss: torch.Tensor) -> None:
+        """Accumulate the gradient of an already weighted micro-batch loss."""
 
     @abstractmethod
-    def zero_grad(self) -> None:
-        """Drop accumulated gradients."""
+    def _step(self) -> float:
+        """Average over ranks, clip, update, advance the schedule, zero the gradients; grad norm."""
 
     @property
     @abstractmethod
@@ -117,19 +131,6 @@ class TrainEngine(ABC):
     def load_checkpoint_state(self, folder: Path) -> None:
         """Restore what :meth:`save_checkpoint_state` wrote. Collective: all ranks call."""
 
-    def _check_loss(self, loss: torch.Tensor) -> None:
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise EngineUsageError(f"backward() needs a scalar loss tensor, got {type(loss).__name__} "
-                                   f"{tuple(getattr(loss, 'shape', ()))}")
-        if self._micro >= self.grad_accum:
-            raise EngineUsageError(f"backward() called {self._micro + 1} times without step(); "
-                                   f"gspo.grad_accum={self.grad_accum}")
-
-    def _check_step(self) -> None:
-        if self._micro != self.grad_accum:
-            raise EngineUsageError(f"step() after {self._micro} backward() calls; gspo.grad_accum="
-                                   f"{self.grad_accum} micro-batches are needed per update")
-
 
 def _trainable(model: nn.Module) -> list[nn.Parameter]:
     params = [p for p in model.parameters() if p.requires_grad]
@@ -148,10 +149,10 @@ class TorchEngine(TrainEngine):
     kind = "torch"
 
     def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
-                 grad_accum: int = 1, schedule: str = "constant", warmup_steps: int = 0,
-                 total_steps: int = 1, info: DistInfo | None = None) -> None:
+                 schedule: str = "constant", warmup_steps: int = 0, total_steps: int = 1,
+                 info: DistInfo | None = None) -> None:
         info = info or (init_distributed() if not is_distributed() else dist_info())
-        super().__init__(grad_accum, info)
+        super().__init__(info)
         self._model = model.to(info.device)
         self.grad_clip = grad_clip
         self._params = _trainable(self._model)
@@ -168,10 +169,8 @@ class TorchEngine(TrainEngine):
     def module(self) -> nn.Module:
         return self._model
 
-    def backward(self, loss: torch.Tensor) -> None:
-        self._check_loss(loss)
-        (loss / self.grad_accum).backward()
-        self._micro += 1
+    def _backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
 
     def _all_reduce_grads(self) -> None:
         """Average gradients over ranks in one flat buffer per dtype (missing grads count as 0)."""
@@ -191,23 +190,18 @@ class TorchEngine(TrainEngine):
                 p.grad.copy_(flat[offset: offset + n].view_as(p.grad))
                 offset += n
 
-    def step(self) -> float:
-        self._check_step()
+    def _step(self) -> float:
         if is_distributed() and dist.get_world_size() > 1:
             self._all_reduce_grads()
         norm = float(torch.nn.utils.clip_grad_norm_(self._params, self.grad_clip))
-        self._micro = 0
         if not math.isfinite(norm):
             self.skipped_steps += 1
-            self.optimizer.zero_grad(set_to_none=True)
-            return norm
-        self.optimizer.step()
-        self.scheduler.step()
-        self._steps += 1
-        return norm
-
-    def zero_grad(self) -> None:
+        else:
+            self.optimizer.step()
+            self.scheduler.step()
+            self._steps += 1
         self.optimizer.zero_grad(set_to_none=True)
+        return norm
 
     @property
     def lr(self) -> float:
@@ -227,7 +221,6 @@ class TorchEngine(TrainEngine):
         self.scheduler.load_state_dict(state["scheduler"])
         self._steps = int(state["steps"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
-        self._micro = 0
 
     def save_checkpoint_state(self, folder: Path) -> None:
         if self.dist.is_main:
@@ -245,9 +238,10 @@ class TorchEngine(TrainEngine):
 def deepspeed_config(cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig, world_size: int, on_gpu: bool) -> dict[str, Any]:
     """The DeepSpeed JSON config for our loop.
 
-    ``train_micro_batch_size_per_gpu`` is 1 because the trainer packs its own micro-batches and
-    calls ``backward`` per micro-batch; DeepSpeed only uses these numbers for bookkeeping and for
-    the ``1 / gradient_accumulation_steps`` loss scaling. bf16 on GPU (fp32 master weights in the
+    ``train_micro_batch_size_per_gpu`` and ``gradient_accumulation_steps`` are 1 and DeepSpeed's
+    managed accumulation is off: the engine's ``update`` weights and accumulates micro-batches
+    itself and every ``step()`` is one update (DeepSpeed uses the batch numbers only for
+    bookkeeping). bf16 on GPU (fp32 master weights in the
     ZeRO optimizer), plain fp32 on CPU. ``zero_allow_untested_optimizer`` admits torch AdamW.
     """
     zero: dict[str, Any] = {"stage": int(cfg_ds.zero_stage)}
@@ -255,8 +249,9 @@ def deepspeed_config(cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig, world_size: 
         zero["stage3_gather_16bit_weights_on_model_save"] = True
     return {
         "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": int(cfg_gspo.grad_accum),
-        "train_batch_size": int(cfg_gspo.grad_accum) * int(world_size),
+        "gradient_accumulation_steps": 1,
+        "managed_gradient_accumulation": False,
+        "train_batch_size": int(world_size),
         "gradient_clipping": float(cfg_gspo.grad_clip),
         "zero_optimization": zero,
         "bf16": {"enabled": bool(on_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported())},
@@ -291,7 +286,7 @@ class DeepSpeedEngine(TrainEngine):
         import deepspeed  # imported here: the torch path must work without DeepSpeed installed
 
         logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-        super().__init__(cfg_gspo.grad_accum, info)
+        super().__init__(info)
         self.zero_stage = int(cfg_ds.zero_stage)
         on_gpu = torch.cuda.is_available()
         self.config = deepspeed_config(cfg_gspo, cfg_ds, info.world_size, on_gpu)
@@ -320,12 +315,8 @@ class DeepSpeedEngine(TrainEngine):
         with deepspeed.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=None):
             yield
 
-    def backward(self, loss: torch.Tensor) -> None:
-        self._check_loss(loss)
-        self._ds.backward(loss)  # divides by gradient_accumulation_steps
-        self._micro += 1
-        if self._micro < self.grad_accum:
-            self._ds.step()  # managed accumulation: advances DeepSpeed's micro-step, no update
+    def _backward(self, loss: torch.Tensor) -> None:
+        self._ds.backward(loss, scale_wrt_gas=False)
 
     def _local_grad_norm(self) -> float | None:
         """Stage 0 fp32 path: DeepSpeed clips but does not record the norm, so measure it here."""
@@ -334,18 +325,14 @@ class DeepSpeedEngine(TrainEngine):
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
-    def step(self) -> float:
-        self._check_step()
+    def _step(self) -> float:
         before = self._local_grad_norm()
         self._ds.step()
-        self._micro = 0
+        self._ds.zero_grad()
         norm = self._ds.get_global_grad_norm()
         if norm is None:
             norm = before if before is not None else float("nan")
         return float(norm)
-
-    def zero_grad(self) -> None:
-        self._ds.zero_grad()
 
     @property
     def lr(self) -> float:
@@ -368,7 +355,6 @@ class DeepSpeedEngine(TrainEngine):
         if loaded is None:
             raise EngineUsageError(f"{path}: DeepSpeed could not load this checkpoint (world size or ZeRO "
                                    f"stage changed since it was written?)")
-        self._micro = 0
 
 
 def build_engine(model: nn.Module, cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig, total_steps: int) -> TrainEngine:
@@ -379,6 +365,6 @@ def build_engine(model: nn.Module, cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig
         return DeepSpeedEngine(model, cfg_gspo, cfg_ds, total_steps)
     if cfg_gspo.engine == "torch":
         return TorchEngine(model, lr=cfg_gspo.lr, weight_decay=cfg_gspo.weight_decay, grad_clip=cfg_gspo.grad_clip,
-                           grad_accum=cfg_gspo.grad_accum, schedule=cfg_gspo.lr_schedule,
+                           schedule=cfg_gspo.lr_schedule,
                            warmup_steps=cfg_gspo.warmup_steps, total_steps=total_steps)
     raise EngineUsageError(f"gspo.engine: unknown engine {cfg_gspo.engine!r} (allowed: deepspeed, torch)")

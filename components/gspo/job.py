@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from components.config import Config
+from components.data.item import Item
 from components.errors import UserError
 
 StepCallback = Callable[[int, dict[str, float]], None]
@@ -38,12 +39,12 @@ class TrainResult:
     plots: list[Path] = field(default_factory=list)
 
 
-def load_train_items(cfg: Config, data_dir: Path | None = None) -> list[dict[str, Any]]:
+def load_train_items(cfg: Config, data_dir: Path | None = None) -> list[Item]:
     """Training questions from the prepared parquet of ``data.train_sources`` ("bench/split")."""
     from components.data.prepare import load_split
 
     data_dir = Path(data_dir or cfg.data.out_dir)
-    items: list[dict[str, Any]] = []
+    items: list[Item] = []
     for source in cfg.data.train_sources:
         if "/" not in source:
             raise UserError(f"data.train_sources: {source!r} must be 'benchmark/split' (e.g. gsm8k/train)")
@@ -89,13 +90,14 @@ def _progress_line(step: int, total: int, m: dict[str, float]) -> str:
 
 def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, out_dir: str | Path | None = None,
           data_dir: Path | None = None, track: bool = True, on_step: StepCallback | None = None,
-          items: list[dict[str, Any]] | None = None) -> TrainResult:
+          items: list[Item] | None = None) -> TrainResult:
     """Run (or resume) GSPO training as configured; see the module docstring."""
     from components.gspo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from components.gspo.distributed import init_distributed, shutdown_distributed
     from components.gspo.engines import build_engine
     from components.gspo.trainer import GSPOTrainer, seed_everything
     from components.mas.engine import RolloutEngine
+    from components.mas.environment import Environment
     from components.models import load_policy
 
     out = Path(out_dir or cfg.gspo.out_dir)
@@ -113,8 +115,8 @@ def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, ou
         if cfg.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=cfg.gspo.steps)
-        rollout = RolloutEngine(engine.module, tokenizer, cfg.mas, device=device)
-        trainer = GSPOTrainer(cfg, engine, rollout, train_items, info, pad_id=int(tokenizer.pad_token_id))
+        env = Environment(RolloutEngine(engine.module, tokenizer, cfg.mas, device=device))
+        trainer = GSPOTrainer(cfg, engine, env, train_items, info, pad_id=int(tokenizer.pad_token_id))
         run_id = None
         ckpt = latest_checkpoint(out) if resume else None
         if ckpt is not None:

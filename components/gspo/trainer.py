@@ -3,12 +3,13 @@
 One step:
   1. take the next ``questions_per_step`` training questions (deterministic cursor, reshuffled
      per epoch by the seed) and keep this rank's shard;
-  2. roll out G multi-agent episodes per question with the current policy;
-  3. reward every episode with the current λ_tok; gather (question, reward) from all ranks and
-     group-normalise advantages (per question, or per question×agent×round);
-  4. recompute the old log-probs once (π_old = the policy before this step's updates);
-  5. μ mini-batch updates with the GSPO loss (off-policy after the first, so clipping acts);
-  6. dual ascent on λ_tok with the global mean token use; metrics; checkpoint.
+  2. play G multi-agent episodes per question with the current policy (rollout → vote → grade);
+  3. reward every episode with the current λ_tok;
+  4. build the step batch: one all-gather gives group-normalised advantages and all-rank metrics
+     (:class:`components.gspo.step_batch.StepBatch`);
+  5. recompute π_old once, then μ mini-batch updates with the policy loss named by ``gspo.level``
+     (off-policy after the first, so clipping acts); the engine owns gradient accumulation;
+  6. dual ascent on λ_tok with the all-rank mean token use; metrics (the job checkpoints).
 
 The trainer is engine-agnostic (``TrainEngine``: DeepSpeed or torch) and distributed-agnostic
 (world size 1 is the ordinary case). Everything is driven by the typed :class:`Config`.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,15 +27,14 @@ import numpy as np
 import torch
 
 from components.config import Config
-from components.gspo.advantages import group_advantages, make_group_ids
-from components.gspo.batching import completion_logprobs, minibatch_indices, pack_messages
-from components.gspo.distributed import DistInfo, all_gather_objects
-from components.gspo.loss import gspo_loss
-from components.mas.records import Episode, Message
+from components.data.item import Item
+from components.gspo.batching import completion_logprobs, minibatch_indices
+from components.gspo.distributed import DistInfo
+from components.gspo.loss import LossOutput, get_policy_loss
+from components.gspo.step_batch import StepBatch
+from components.mas.records import Episode
 from components.reward.budget import DualBudgetController
-from components.reward.reward import apply_rewards, message_rewards
-
-MetricSink = Callable[[dict[str, float], int], None]
+from components.reward.reward import apply_rewards
 
 
 @dataclass
@@ -45,11 +45,11 @@ class QuestionSampler:
     run draws exactly the questions an uninterrupted run would.
     """
 
-    items: Sequence[dict[str, Any]]
+    items: Sequence[Item]
     seed: int
     cursor: int = 0
 
-    def next_batch(self, n: int) -> list[dict[str, Any]]:
+    def next_batch(self, n: int) -> list[Item]:
         out = []
         for _ in range(n):
             epoch, pos = divmod(self.cursor, len(self.items))
@@ -72,86 +72,27 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _message_advantages(episodes: list[Episode], cfg: Config, dist: DistInfo,
-                        lambda_tok: float) -> tuple[list[Message], torch.Tensor, dict[str, float]]:
-    """Flatten local episodes into messages with their advantages (global group statistics).
-
-    Rewards of every rank are gathered first so a group split across ranks is normalised over
-    all its members. With ``per_agent_credit`` each message carries its own shaped reward.
-    """
-    local: list[tuple[str, int, int, float]] = []  # (question, agent, round, reward) per message
-    messages: list[Message] = []
-    for ep in episodes:
-        rewards = (message_rewards(ep, cfg.reward, lambda_tok) if cfg.reward.per_agent_credit
-                   else [ep.reward] * len(ep.messages))
-        for m, r in zip(ep.messages, rewards, strict=True):
-            local.append((ep.question_id, m.agent_id, m.round, float(r)))
-            messages.append(m)
-    gathered = all_gather_objects(local) if dist.world_size > 1 else [local]
-    rows = [row for part in gathered for row in part]
-    offset = sum(len(part) for part in gathered[: dist.rank])
-    keys: list[Sequence[Any]] = [[r[0] for r in rows]]
-    if cfg.gspo.group_by_agent_round:
-        keys += [[r[1] for r in rows], [r[2] for r in rows]]
-    rewards = torch.tensor([r[3] for r in rows], dtype=torch.float32)
-    adv = group_advantages(rewards, make_group_ids(*keys), mode=cfg.gspo.adv_norm,
-                           std_floor=cfg.gspo.adv_std_floor)
-    mine = adv.advantages[offset: offset + len(local)]
-    stats = {"train/zero_adv_groups": float(adv.zero_spread_groups), "train/adv_groups": float(adv.n_groups)}
-    return messages, mine, stats
-
-
-def episode_metrics(episodes: list[Episode], prefix: str = "train") -> dict[str, float]:
-    """Means over episodes under the contract metric names."""
-    if not episodes:
-        return {}
-    n = len(episodes)
-
-    def mean(f: Callable[[Episode], float]) -> float:
-        return float(sum(f(e) for e in episodes) / n)
-
-    return {
-        f"{prefix}/reward": mean(lambda e: e.reward),
-        f"{prefix}/accuracy": mean(lambda e: float(e.correct)),
-        f"{prefix}/tokens_total": mean(lambda e: e.total_tokens),
-        f"{prefix}/tokens_completion": mean(lambda e: e.completion_tokens),
-        f"{prefix}/tokens_communicated": mean(lambda e: e.communicated_tokens),
-        f"{prefix}/turns": mean(lambda e: e.turns),
-        f"{prefix}/repetition": mean(lambda e: e.repetition),
-        f"{prefix}/silence_rate": mean(lambda e: e.silence_rate),
-    }
-
-
-def silence_by_agent_round(episodes: list[Episode]) -> dict[str, float]:
-    """``silence/agent{a}_round{r}`` rates, for the silence-per-agent-and-round plot."""
-    counts: dict[tuple[int, int], list[int]] = {}
-    for ep in episodes:
-        for m in ep.messages:
-            c = counts.setdefault((m.agent_id, m.round), [0, 0])
-            c[0] += int(m.silent)
-            c[1] += 1
-    return {f"silence/agent{a}_round{r}": s / max(1, t) for (a, r), (s, t) in sorted(counts.items())}
-
-
 class GSPOTrainer:
-    """Runs GSPO steps on a rollout engine and a training engine.
+    """Runs GSPO steps: an environment plays episodes, a training engine updates the policy.
 
     Args:
         cfg: the validated config.
-        engine: a ``TrainEngine`` (``engine.module`` is the HF policy used for generation).
-        rollout: a ``RolloutEngine`` over ``engine.module``.
-        items: training questions (normalised records).
+        engine: a ``TrainEngine`` (``engine.module`` is the HF policy the environment generates with).
+        env: an :class:`components.mas.environment.Environment` over ``engine.module`` (anything
+            with ``play(items, group_size, seed=) -> graded episodes``).
+        items: training questions.
         dist: this process's rank info.
         pad_id: tokenizer pad id for packing.
     """
 
-    def __init__(self, cfg: Config, engine: Any, rollout: Any, items: Sequence[dict[str, Any]],
-                 dist: DistInfo, pad_id: int) -> None:
+    def __init__(self, cfg: Config, engine: Any, env: Any, items: Sequence[Item], dist: DistInfo,
+                 pad_id: int) -> None:
         if not items:
             raise ValueError("no training questions: check data.train_sources and run `agent-gspo prepare`")
-        self.cfg, self.engine, self.rollout, self.dist, self.pad_id = cfg, engine, rollout, dist, pad_id
+        self.cfg, self.engine, self.env, self.dist, self.pad_id = cfg, engine, env, dist, pad_id
         self.sampler = QuestionSampler(items, cfg.gspo.seed)
         self.controller = DualBudgetController.from_config(cfg.budget, cfg.reward)
+        self.loss_fn = get_policy_loss(cfg.gspo.level)
         self.step_idx = 0
         self.history: list[dict[str, float]] = []
         self.temperature = cfg.mas.temperature if cfg.mas.temperature > 0 else 1.0
@@ -201,71 +142,69 @@ class GSPOTrainer:
         self.controller.load_state_dict(state["controller"])
         self.history = list(state.get("history", []))
 
-    def _my_questions(self) -> list[dict[str, Any]]:
+    def _my_questions(self) -> list[Item]:
         batch = self.sampler.next_batch(self.cfg.gspo.questions_per_step)
         return batch[self.dist.rank:: self.dist.world_size]
 
-    def train_step(self) -> StepResult:
-        cfg, g = self.cfg, self.cfg.gspo
-        t0 = time.perf_counter()
-        questions = self._my_questions()
-        self.engine.eval()
-        with torch.no_grad(), self.engine.gathered_parameters():
-            episodes = self.rollout.rollout(questions, g.group_size, seed=g.seed * 100_003 + self.step_idx)
-        t_roll = time.perf_counter() - t0
-        lam = self.controller.lambda_tok
-        apply_rewards(episodes, cfg.reward, lam)
-        messages, adv, adv_stats = _message_advantages(episodes, cfg, self.dist, lam)
-        batch = pack_messages(messages, self.pad_id).to(self.device)
-        adv = adv.to(self.device)
+    def _old_logprobs(self, batch: StepBatch, parts: list[torch.Tensor]) -> torch.Tensor:
+        """π_old, recomputed once: [M, C]. The first mini-batch is scored before any update, so its own
+        forward IS π_old (the loss detaches it): only the later mini-batches' rows need this pass."""
+        seqs = batch.sequences
+        old = torch.zeros_like(seqs.completion_mask)
+        if len(parts) > 1:
+            later = torch.cat(parts[1:]).to(self.device)
+            old[later] = completion_logprobs(self.engine.module, seqs.select(later), self.temperature)
+        return old
+
+    def _update(self, batch: StepBatch) -> tuple[list[dict[str, float]], list[float]]:
+        """μ optimizer updates, one per mini-batch; each mini-batch is ``gspo.grad_accum`` micro-batches
+        weighted by their rows, so an update equals the full mini-batch's update."""
+        g, seqs = self.cfg.gspo, batch.sequences
         gen = torch.Generator().manual_seed(g.seed * 7919 + self.step_idx)
-        parts = minibatch_indices(len(messages), g.minibatches, gen)
-        # π_old, recomputed once. The first mini-batch is scored before any update, so its own
-        # forward IS π_old (detached below): only the later mini-batches' rows need the extra pass.
-        old_logp = torch.zeros_like(batch.completion_mask)
+        parts = minibatch_indices(len(batch.messages), g.minibatches, gen)
         with torch.no_grad():
-            if len(parts) > 1:
-                later = torch.cat(parts[1:]).to(self.device)
-                old_logp[later] = completion_logprobs(self.engine.module, batch.select(later), self.temperature)
-            ref_logp = self._ref_logprobs(batch)
+            old_logp = self._old_logprobs(batch, parts)
+            ref_logp = self._ref_logprobs(seqs)
         self.engine.train()
         loss_metrics: list[dict[str, float]] = []
         grad_norms: list[float] = []
         for k, idx in enumerate(parts):
-            # grad_accum micro-batches per optimizer update (the engine divides each loss by it)
-            for micro in torch.tensor_split(idx, g.grad_accum):
-                empty = micro.numel() == 0
-                micro = idx[:1] if empty else micro
-                sub = batch.select(micro)
+
+            def micro_loss(rows: torch.Tensor, first: bool = k == 0) -> torch.Tensor:
+                rows = rows.to(self.device)
+                sub = seqs.select(rows)
                 logp = completion_logprobs(self.engine.module, sub, self.temperature)
-                old = logp.detach() if k == 0 else old_logp[micro.to(self.device)]
-                out = gspo_loss(logp, old, adv[micro.to(self.device)], sub.completion_mask,
-                                eps_low=g.eps_low, eps_high=g.eps_high, level=g.level,
-                                ref_logp=None if ref_logp is None else ref_logp[micro], kl_beta=g.kl_beta)
-                self.engine.backward(out.loss * 0.0 if empty else out.loss)
-                if not empty:
-                    loss_metrics.append(out.metrics | {"gspo/loss": float(out.loss.detach())})
-            grad_norms.append(float(self.engine.step()))
-            self.engine.zero_grad()
-        # global episode statistics drive the dual update and the logged metrics
-        tokens = [float(e.tokens(cfg.reward.token_measure)) for e in episodes]
-        if self.dist.world_size > 1:
-            tokens = [t for part in all_gather_objects(tokens) for t in part]
-        mean_tokens = float(np.mean(tokens)) if tokens else 0.0
-        metrics = episode_metrics(episodes)
-        metrics.update({k: float(np.mean([m[k] for m in loss_metrics])) for k in loss_metrics[0]})
-        metrics.update(adv_stats)
-        metrics["gspo/grad_norm"] = float(np.mean(grad_norms))
-        metrics["train/lambda_tok"] = lam
-        metrics["train/budget"] = self.controller.target
-        metrics["train/budget_tokens"] = mean_tokens
+                out: LossOutput = self.loss_fn(
+                    logp, logp.detach() if first else old_logp[rows], batch.advantages[rows], sub.completion_mask,
+                    eps_low=g.eps_low, eps_high=g.eps_high, kl_beta=g.kl_beta,
+                    ref_logp=None if ref_logp is None else ref_logp[rows])
+                loss_metrics.append(out.metrics | {"gspo/loss": float(out.loss.detach())})
+                return out.loss
+
+            micro = [m for m in torch.tensor_split(idx, g.grad_accum) if m.numel()]
+            grad_norms.append(self.engine.update([(int(m.numel()), lambda m=m: micro_loss(m)) for m in micro]))
+        return loss_metrics, grad_norms
+
+    def train_step(self) -> StepResult:
+        """Play → reward → batch (one gather) → μ updates → dual ascent → metrics."""
+        cfg, g = self.cfg, self.cfg.gspo
+        t0 = time.perf_counter()
+        self.engine.eval()
+        with torch.no_grad(), self.engine.gathered_parameters():
+            episodes = self.env.play(self._my_questions(), g.group_size, seed=g.seed * 100_003 + self.step_idx)
+        t_roll = time.perf_counter() - t0
+        lam = self.controller.lambda_tok
+        apply_rewards(episodes, cfg.reward, lam)
+        batch = StepBatch.build(episodes, cfg, self.dist, lam, self.pad_id, self.device)
+        loss_metrics, grad_norms = self._update(batch)
         if cfg.budget.enabled:
-            self.controller.update(mean_tokens)
-        gen_tokens = sum(m.completion_tokens for m in messages)
-        metrics["perf/rollout_tokens_per_s"] = gen_tokens / max(t_roll, 1e-9)
-        metrics["perf/step_s"] = time.perf_counter() - t0
-        metrics.update(silence_by_agent_round(episodes))
+            self.controller.update(batch.mean_tokens)
+        metrics = dict(batch.metrics)
+        metrics |= {k: float(np.mean([m[k] for m in loss_metrics])) for k in loss_metrics[0]}
+        metrics |= {"gspo/grad_norm": float(np.mean(grad_norms)), "train/lambda_tok": lam,
+                    "train/budget": self.controller.target,
+                    "perf/rollout_tokens_per_s": sum(m.completion_tokens for m in batch.messages) / max(t_roll, 1e-9),
+                    "perf/step_s": time.perf_counter() - t0}
         self.step_idx += 1
         self.history.append({"step": float(self.step_idx)} | metrics)
         return StepResult(self.step_idx, metrics, episodes)
-

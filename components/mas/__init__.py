@@ -16,7 +16,8 @@ _EXPORTS = {
     "role_names": "roles", "system_prompt": "roles", "task_family": "roles",
     "format_transcript": "transcript", "episodes_summary": "transcript",
     "run_baseline": "baselines", "baseline_engine": "baselines", "BASELINES": "baselines",
-    "generate_batch": "decode",
+    "Decoder": "decode", "Sampling": "decode", "Environment": "environment", "grade_episodes": "environment",
+    "vote": "voting",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from components.config import MasConfig
+from components.data.item import Item
 from components.errors import UserError
 from components.mas.engine import RolloutEngine
+from components.mas.environment import Environment
 from components.mas.records import Episode
 
 BASELINES = ("single_cot", "self_consistency", "mas_untrained")
@@ -59,7 +61,7 @@ def baseline_engine(name: str, model, tokenizer, cfg: MasConfig, *, k: int = 5, 
     return _BUILDERS[name](model, tokenizer, cfg, **kw)
 
 
-def run_baseline(name: str, model, tokenizer, cfg: MasConfig, items: list[dict], *, seed: int,
+def run_baseline(name: str, model, tokenizer, cfg: MasConfig, items: list[Item], *, seed: int,
                  k: int = 5, greedy: bool = False, **kw) -> list[Episode]:
-    """One episode per item with the named baseline (``kw`` goes to RolloutEngine: device, score_fn...)."""
-    return baseline_engine(name, model, tokenizer, cfg, k=k, **kw).rollout(items, 1, seed=seed, greedy=greedy)
+    """One graded episode per item with the named baseline (``kw`` goes to RolloutEngine: device, ...)."""
+    return Environment(baseline_engine(name, model, tokenizer, cfg, k=k, **kw)).play(items, 1, seed=seed, greedy=greedy)

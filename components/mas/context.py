@@ -1,6 +1,6 @@
 """Prompt assembly in token ids: task + delivered messages, under a context budget.
 
-Why ids and not text: DESIGN §3 says token ids end to end. A receiver sees exactly the ids the
+Why ids and not text: token ids end to end (docs/architecture.md). A receiver sees exactly the ids the
 sender generated (its completion without EOS), framed by a short header; nothing is decoded and
 re-tokenised, so token counts and the trainer's recomputed log-probs refer to the same sequence.
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from components.mas.prefill import PrefixStore, prefill
+from components.mas.prefill import CacheLayout, PrefixPlan, prefill
 
 LogitsProcessor = Callable[[torch.Tensor, int], torch.Tensor]
 """(logits (B, V) float32, step) -> logits (B, V)"""
@@ -76,7 +76,7 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -
     return torch.minimum(idx, last)
 
 
-def _is_stop_reply(toks: torch.Tensor, lengths: torch.Tensor, replies: list[list[int]]) -> torch.Tensor:
+def _is_stop_reply(toks: torch.Tensor, lengths: torch.Tensor, replies: tuple[tuple[int, ...], ...]) -> torch.Tensor:
     """[B] bool: the row's completion so far is exactly one of ``replies`` (only checked while
     completions are no longer than the longest reply, so it costs a few early steps)."""
     hit = torch.zeros(toks.shape[0], dtype=torch.bool, device=toks.device)
@@ -88,77 +88,108 @@ def _is_stop_reply(toks: torch.Tensor, lengths: torch.Tensor, replies: list[list
     return hit
 
 
-@torch.no_grad()
-def generate_batch(model, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int, pad_id: int,
-                   temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
-                   generator: torch.Generator | None = None, min_new_tokens: int = 0,
-                   logits_processor: LogitsProcessor | None = None, device: str | torch.device = "cpu",
-                   static_cache: bool = False, step_fn: Callable | None = None,
-                   stop_replies: list[list[int]] | None = None, prefix_lens: list[int] | None = None,
-                   prefix_store: PrefixStore | None = None, share_heads: bool = True) -> Generation:
-    """Sample completions for every prompt in one batched decode.
+@dataclass(frozen=True)
+class Sampling:
+    """How one call samples: length limits and the sampling distribution."""
 
-    prompts: B id lists (any lengths; prefilled right-padded, see prefill.py). Rows stop at ``eos_id`` or after
-    ``max_new_tokens``; EOS is masked for the first ``min_new_tokens`` steps (benchmarks use this
-    for fixed-length messages). ``static_cache`` (CUDA only, checked by the caller) swaps the
-    DynamicCache for a StaticCache so that a compiled ``step_fn`` sees fixed shapes.
-    ``stop_replies``: complete replies (the silence marker's id variants): a row whose whole
-    completion so far equals one of them stops there, so silence costs only the marker's tokens.
-    ``prefix_lens`` / ``prefix_store``: reusable prompt prefixes; ``share_heads``: prefill heads common
-    to several rows once (both in :mod:`components.mas.prefill`; exact, so off only for checks).
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    greedy: bool = False
+    """argmax decoding (log-probs then at temperature 1)"""
+    min_new_tokens: int = 0
+    """EOS is masked for this many steps (benchmarks use it for fixed-length messages)"""
+
+    @property
+    def temp(self) -> float:
+        """The temperature log-probs are taken at: 1 when greedy or temperature 0."""
+        return 1.0 if self.greedy or self.temperature <= 0 else float(self.temperature)
+
+
+@dataclass(frozen=True)
+class StopIds:
+    """Token ids that end or pad a reply."""
+
+    eos: int
+    pad: int
+    replies: tuple[tuple[int, ...], ...] = ()
+    """complete replies (the silence marker's id variants): a row whose whole completion so far
+    equals one of them stops there, so silence costs only the marker's tokens"""
+
+
+class Decoder:
+    """Batched sampling with one model: ``generate`` runs one call (see the module docstring).
+
+    ``static_cache`` (CUDA only, checked by the caller) swaps the DynamicCache for a StaticCache and
+    compiles the model, so the one-token steps see fixed shapes. ``logits_processor`` (tests,
+    benchmarks) is applied to every step's logits before sampling and is part of the distribution.
     """
-    b = len(prompts)
-    if b == 0:
-        return Generation([], [], 0)
-    if min(len(p) for p in prompts) == 0:
-        raise ValueError("generate_batch needs non-empty prompts")
-    kw = cache_kwarg(model)
-    pre = prefill(model, prompts, pad_id=pad_id, max_new_tokens=max_new_tokens, device=device,
-                  static_cache=static_cache, cache_kw=kw, prefix_lens=prefix_lens, store=prefix_store,
-                  share_heads=share_heads)
-    cache, full_mask, col = pre.cache, pre.mask, pre.last_col
-    forward = step_fn or model
-    last_ids = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=device)
-    last_pos = torch.tensor([len(p) - 1 for p in prompts], dtype=torch.long, device=device)
-    mask = full_mask if static_cache else full_mask[:, : col + 1]
-    out = forward(input_ids=last_ids[:, None], attention_mask=mask, position_ids=last_pos[:, None],
-                  use_cache=True, **{kw: cache})
-    temp = 1.0 if greedy or temperature <= 0 else float(temperature)
-    toks = torch.full((b, max_new_tokens), pad_id, dtype=torch.long, device=device)
-    lps = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)
-    done = torch.zeros(b, dtype=torch.bool, device=device)
-    lengths = torch.zeros(b, dtype=torch.long, device=device)
-    steps = 0
-    for t in range(max_new_tokens):
-        logits = out.logits[:, -1, :].float()
-        if logits_processor is not None:
-            logits = logits_processor(logits, t)
-        if t < min_new_tokens:
-            logits[:, eos_id] = float("-inf")
-        logp_all = torch.log_softmax(logits / temp, dim=-1)
-        if greedy or temperature <= 0:
-            nxt = logits.argmax(-1)
-        else:
-            probs = logp_all.exp()
-            if top_p < 1.0:
-                probs = _top_p_filter(probs, top_p)
-            nxt = sample_from(probs, generator)
-        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        toks[:, t] = nxt
-        lps[:, t] = logp_all.gather(-1, nxt[:, None]).squeeze(-1)
-        lengths += (~done).long()
-        done = done | (nxt == eos_id)
-        if stop_replies and t < max(len(v) for v in stop_replies):
-            done = done | _is_stop_reply(toks[:, : t + 1], lengths, stop_replies)
-        steps = t + 1
-        if t == max_new_tokens - 1 or bool(done.all()):
-            break
-        last_pos = last_pos + 1
-        full_mask[:, col + 1 + t] = 1
-        if not static_cache:
-            mask = full_mask[:, : col + t + 2]
-        out = forward(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
-                      use_cache=True, **{kw: cache})
-    toks_l, lps_l, lens = toks.cpu().tolist(), lps.cpu().tolist(), lengths.cpu().tolist()
-    return Generation([toks_l[r][:lens[r]] for r in range(b)], [lps_l[r][:lens[r]] for r in range(b)], steps,
-                      pre.reused_tokens)
+
+    def __init__(self, model, stops: StopIds, *, device: str | torch.device = "cpu", static_cache: bool = False,
+                 logits_processor: LogitsProcessor | None = None) -> None:
+        self.model, self.stops, self.device = model, stops, torch.device(device)
+        self.static_cache = static_cache
+        self.logits_processor = logits_processor
+        self.step_fn = torch.compile(model, dynamic=True) if static_cache else model
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], sampling: Sampling, generator: torch.Generator | None = None,
+                 plan: PrefixPlan | None = None) -> Generation:
+        """Sample a completion for every prompt (B id lists of any lengths) in one batched decode.
+
+        Rows stop at EOS, at a stop reply, or after ``sampling.max_new_tokens``. ``plan``: reusable
+        prompt prefixes (see prefill.py; exact, so they never change the ids).
+        """
+        b = len(prompts)
+        if b == 0:
+            return Generation([], [], 0)
+        if min(len(p) for p in prompts) == 0:
+            raise ValueError("Decoder.generate needs non-empty prompts")
+        stops, device, n_new = self.stops, self.device, sampling.max_new_tokens
+        layout = CacheLayout(stops.pad, n_new, device, cache_kwarg(self.model), self.static_cache)
+        pre = prefill(self.model, prompts, layout, plan or PrefixPlan())
+        cache, full_mask, col = pre.cache, pre.mask, pre.last_col
+        last_ids = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=device)
+        last_pos = torch.tensor([len(p) - 1 for p in prompts], dtype=torch.long, device=device)
+        mask = full_mask if self.static_cache else full_mask[:, : col + 1]
+        out = self.step_fn(input_ids=last_ids[:, None], attention_mask=mask, position_ids=last_pos[:, None],
+                           use_cache=True, **{layout.cache_kw: cache})
+        toks = torch.full((b, n_new), stops.pad, dtype=torch.long, device=device)
+        lps = torch.zeros((b, n_new), dtype=torch.float32, device=device)
+        done = torch.zeros(b, dtype=torch.bool, device=device)
+        lengths = torch.zeros(b, dtype=torch.long, device=device)
+        longest_reply = max((len(v) for v in stops.replies), default=0)
+        steps = 0
+        for t in range(n_new):
+            logits = out.logits[:, -1, :].float()
+            if self.logits_processor is not None:
+                logits = self.logits_processor(logits, t)
+            if t < sampling.min_new_tokens:
+                logits[:, stops.eos] = float("-inf")
+            logp_all = torch.log_softmax(logits / sampling.temp, dim=-1)
+            if sampling.greedy or sampling.temperature <= 0:
+                nxt = logits.argmax(-1)
+            else:
+                probs = logp_all.exp()
+                if sampling.top_p < 1.0:
+                    probs = _top_p_filter(probs, sampling.top_p)
+                nxt = sample_from(probs, generator)
+            nxt = torch.where(done, torch.full_like(nxt, stops.pad), nxt)
+            toks[:, t] = nxt
+            lps[:, t] = logp_all.gather(-1, nxt[:, None]).squeeze(-1)
+            lengths += (~done).long()
+            done = done | (nxt == stops.eos)
+            if t < longest_reply:
+                done = done | _is_stop_reply(toks[:, : t + 1], lengths, stops.replies)
+            steps = t + 1
+            if t == n_new - 1 or bool(done.all()):
+                break
+            last_pos = last_pos + 1
+            full_mask[:, col + 1 + t] = 1
+            if not self.static_cache:
+                mask = full_mask[:, : col + t + 2]
+            out = self.step_fn(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
+                               use_cache=True, **{layout.cache_kw: cache})
+        toks_l, lps_l, lens = toks.cpu().tolist(), lps.cpu().tolist(), lengths.cpu().tolist()
+        return Generation([toks_l[r][:lens[r]] for r in range(b)], [lps_l[r][:lens[r]] for r in range(b)], steps,
+                          pre.reused_tokens)

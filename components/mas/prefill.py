@@ -45,6 +45,31 @@ class PrefixStore:
 
 
 @dataclass
+class PrefixPlan:
+    """Which prompt prefixes a call may reuse (both savings are exact, see the module docstring)."""
+
+    lens: list[int] | None = None
+    """per row, the length of its reusable frame prefix (0 = none); None: no prefixes"""
+    store: PrefixStore | None = None
+    """prefixes stored by earlier calls of the same rollout (None: neither read nor write)"""
+    share_heads: bool = True
+    """prefill heads common to several rows once (:func:`shared_heads`); off only for checks"""
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """What the KV cache of one call looks like: fixed for a decoder, except ``max_new_tokens``."""
+
+    pad_id: int
+    max_new_tokens: int
+    device: Any
+    cache_kw: str
+    """the model's name for the cache argument (see :func:`components.mas.decode.cache_kwarg`)"""
+    static: bool = False
+    """a StaticCache (fixed shapes for a compiled step); turns off dedup, shared heads and stored prefixes"""
+
+
+@dataclass
 class Prefill:
     cache: Any
     mask: torch.Tensor
@@ -132,37 +157,34 @@ def _prefill_heads(model: Any, heads: list[tuple[int, ...]], pad_id: int, device
             for i, h in enumerate(heads)]
 
 
-def _seeds(model: Any, uniq: list[list[int]], prefix_lens: list[int] | None, store: PrefixStore | None,
-           share_heads: bool, pad_id: int, device: Any, cache_kw: str
+def _seeds(model: Any, uniq: list[list[int]], u_lens: list[int] | None, plan: PrefixPlan, layout: CacheLayout
            ) -> tuple[list[int], list[PrefixKV | None], int, bool]:
     """Per unique row: (reused length q, its key/values or None); tokens not prefilled; whether the
     seeds came from the store. Stored frame prefixes (later rounds) first, else shared heads."""
-    q = _reusable(uniq, prefix_lens, store)
+    q = _reusable(uniq, u_lens, plan.store)
     if any(q):
-        assert store is not None
-        return q, [store.entries[tuple(p[:n])] for p, n in zip(uniq, q, strict=True)], sum(q), True
+        assert plan.store is not None
+        return q, [plan.store.entries[tuple(p[:n])] for p, n in zip(uniq, q, strict=True)], sum(q), True
     none: list[PrefixKV | None] = [None] * len(uniq)
-    if not share_heads or len(uniq) < 2:
+    if not plan.share_heads or len(uniq) < 2:
         return q, none, 0, False
     q, heads, donor = shared_heads(uniq)
     saved = sum(q) - sum(map(len, heads))
     if saved < MIN_SHARED_HEAD:
         return [0] * len(uniq), none, 0, False
-    kv = _prefill_heads(model, heads, pad_id, device, cache_kw)
+    kv = _prefill_heads(model, heads, layout.pad_id, layout.device, layout.cache_kw)
     seeds = [[(k[:, :n], v[:, :n]) for k, v in kv[d]] if n else None for n, d in zip(q, donor, strict=True)]
     return q, seeds, saved, False
 
 
 @torch.no_grad()
-def prefill(model: Any, prompts: list[list[int]], *, pad_id: int, max_new_tokens: int, device: Any,
-            static_cache: bool, cache_kw: str, prefix_lens: list[int] | None = None,
-            store: PrefixStore | None = None, share_heads: bool = True) -> Prefill:
+def prefill(model: Any, prompts: list[list[int]], layout: CacheLayout, plan: PrefixPlan) -> Prefill:
     """Fill a KV cache with ``prompts[r][:-1]`` for every row; see the module docstring.
 
-    ``prefix_lens[r]``: length of row r's reusable prefix (0 = none). With a ``store``, prefixes
+    ``plan.lens[r]``: length of row r's reusable prefix (0 = none). With a ``plan.store``, prefixes
     already stored are reused, and a call that reused none stores the prefixes it computed.
-    ``share_heads``: prefill heads common to several rows once (:func:`shared_heads`).
     """
+    pad_id, max_new_tokens, device, static_cache = layout.pad_id, layout.max_new_tokens, layout.device, layout.static
     b = len(prompts)
     slot: dict[tuple[int, ...], int] = {}
     inverse = [slot.setdefault(tuple(p), len(slot)) for p in prompts]
@@ -172,11 +194,11 @@ def prefill(model: Any, prompts: list[list[int]], *, pad_id: int, max_new_tokens
     first_row = {u: r for r, u in reversed(list(enumerate(inverse)))}
     rows = [first_row[u] for u in range(len(first_row))]
     uniq = [prompts[r] for r in rows]
-    u_lens = None if prefix_lens is None else [prefix_lens[r] for r in rows]
+    u_lens = None if plan.lens is None else [plan.lens[r] for r in rows]
     if static_cache:
         q, seeds, saved, from_store = [0] * len(uniq), [None] * len(uniq), 0, False
     else:
-        q, seeds, saved, from_store = _seeds(model, uniq, u_lens, store, share_heads, pad_id, device, cache_kw)
+        q, seeds, saved, from_store = _seeds(model, uniq, u_lens, plan, layout)
     p_cols = max(q)
     r_cols = max(len(p) - 1 - n for p, n in zip(uniq, q, strict=True))
     last_col = p_cols + r_cols
@@ -203,7 +225,7 @@ def prefill(model: Any, prompts: list[list[int]], *, pad_id: int, max_new_tokens
         for i, (p, n) in enumerate(zip(uniq, q, strict=True)):
             rest = p[n:-1]
             ids[i, : len(rest)] = torch.tensor(rest, dtype=torch.long)
-        kwargs: dict[str, Any] = {"use_cache": True, "logits_to_keep": 1, cache_kw: cache}
+        kwargs: dict[str, Any] = {"use_cache": True, "logits_to_keep": 1, layout.cache_kw: cache}
         if static_cache:  # a static cache always takes the whole mask buffer (fixed shapes for compile)
             kwargs["attention_mask"] = mask
         elif p_cols:  # holes between each head/prefix and the rest: explicit mask and positions
@@ -211,8 +233,8 @@ def prefill(model: Any, prompts: list[list[int]], *, pad_id: int, max_new_tokens
             kwargs["attention_mask"] = mask[sel, : p_cols + r_cols]
             kwargs["position_ids"] = (torch.tensor(q)[:, None] + torch.arange(r_cols)[None, :]).to(device)
         model(input_ids=ids.to(device), **kwargs)
-    if store is not None and u_lens is not None and not from_store and not static_cache:
-        _store_prefixes(cache, store, uniq, u_lens, q, p_cols)
+    if plan.store is not None and u_lens is not None and not from_store and not static_cache:
+        _store_prefixes(cache, plan.store, uniq, u_lens, q, p_cols)
     if dedup:
         cache.batch_select_indices(torch.tensor(inverse, device=device))
     return Prefill(cache, mask, last_col, saved)

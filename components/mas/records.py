@@ -1,14 +1,26 @@
-"""Episode records returned by the rollout engine (DESIGN.md §3).
+"""Episode records returned by the rollout engine, and filled in by the steps after it.
 
-Token ids end to end: every count below is computed from the ids the policy generated, never
-by re-tokenising text. ``prompt_ids`` is kept so the trainer can recompute log-probs of exactly
-the sequence the behaviour policy saw; it is left out of ``to_dict(compact=True)``.
+Token ids end to end: every count below is computed from the ids the policy generated, never by
+re-tokenising text. ``prompt_ids`` is kept so the trainer can recompute log-probs of exactly the
+sequence the behaviour policy saw; it is left out of ``to_dict(compact=True)``.
+
+Who fills what (each field is written by exactly one step, see docs/architecture.md):
+
+* the rollout engine (:mod:`components.mas.engine`) creates the episode and its messages;
+* voting (:mod:`components.mas.voting`) sets ``final_answer``;
+* grading (:mod:`components.scoring.grader`, via :mod:`components.mas.environment`) sets ``grade``;
+* the reward (:mod:`components.reward.reward`) sets ``reward``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from components.scoring.result import ScoreResult
+
+if TYPE_CHECKING:
+    from components.reward.reward import RewardBreakdown
 
 
 @dataclass
@@ -28,11 +40,15 @@ class Message:
     logprobs: list[float]
     """behaviour-policy log-prob of each completion id (same length as completion_ids)"""
     silent: bool
-    """the agent emitted the silence marker: not delivered, no communication cost"""
-    recipients: list[int]
+    """the reply was the silence token (or empty): not delivered, no communication cost"""
+    recipients: list[int] = field(default_factory=list)
     """agents this message was delivered to (empty when silent)"""
     text: str = ""
     """decoded completion, for transcripts and answer extraction only"""
+    private: bool = False
+    """this agent was given the item's private fact (split-information items)"""
+    silence_prob: float = 0.0
+    """probability the policy gave the silence token as this reply's first token (exploration rate)"""
 
     @property
     def prompt_tokens(self) -> int:
@@ -56,17 +72,26 @@ class Episode:
     group_index: int
     benchmark: str
     messages: list[Message]
-    final_answer: str
-    """the aggregated answer text (majority over extracted answers, or the decision agent's text)"""
-    correct: bool
-    task_score: float | None = None
-    """partial credit in [0, 1] when the task defines one (else r_task = correct)"""
-    extracted: str | None = None
-    score_error: str | None = None
-    repetition: float = 0.0
-    """mean n-gram overlap of messages with earlier messages of the episode, 0..1"""
-    reward: float = 0.0
-    reward_parts: dict[str, float] = field(default_factory=dict)
+    calls_skipped: int = 0
+    """agent turns the protocol did not prompt (retired by silence, or nothing new to read)"""
+    final_answer: str = ""
+    """the aggregated answer text, set by voting"""
+    grade: ScoreResult | None = None
+    """set by grading; None until then"""
+    reward: RewardBreakdown | None = None
+    """set by the reward step; None until then"""
+
+    @property
+    def correct(self) -> bool:
+        return self.grade is not None and bool(self.grade.correct)
+
+    @property
+    def extracted(self) -> str | None:
+        return None if self.grade is None else self.grade.extracted
+
+    @property
+    def score_error(self) -> str | None:
+        return None if self.grade is None else self.grade.error
 
     @property
     def prompt_tokens(self) -> int:
@@ -108,7 +133,7 @@ class Episode:
         if compact:
             for m in out["messages"]:
                 m["prompt_tokens"] = len(m.pop("prompt_ids"))
-        out.update(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+        out.update(correct=self.correct, prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                    communicated_tokens=self.communicated_tokens, total_tokens=self.total_tokens,
                    turns=self.turns, silence_rate=self.silence_rate)
         return out

@@ -1,6 +1,6 @@
 """Role prompts per task family, for N agents sharing one policy.
 
-Agents differ only by their system prompt (one shared policy, DESIGN §1). Roles rotate
+Agents differ only by their system prompt (one shared policy). Roles rotate
 solver / critic / verifier / summariser so any N works. Every multi-agent prompt tells the agent
 that replying exactly with the silence marker is allowed (and costs no communication) when it has
 nothing useful to add, and how to state the final answer for the family so the scorer can read it.
@@ -8,6 +8,7 @@ nothing useful to add, and how to state the final answer for the family so the s
 
 from __future__ import annotations
 
+from components.data.item import Item
 from components.errors import UserError
 
 ROLE_CYCLE = ("solver", "critic", "verifier", "summariser")
@@ -69,13 +70,13 @@ def system_prompt(family: str, role: str, agent_id: int, n_agents: int, silence_
     return " ".join(parts)
 
 
-def user_prompt(item: dict) -> str:
+def user_prompt(item: Item) -> str:
     """The task text: the question, lettered options for multiple choice, the signature for code."""
-    family = task_family(item["answer_type"])
-    question = str(item["question"]).rstrip()
-    if family == "choice" and item.get("choices"):
+    family = task_family(item.answer_type)
+    question = item.question.rstrip()
+    if family == "choice" and item.choices:
         letters = "ABCDEFGHIJ"
-        opts = "\n".join(f"({letters[i]}) {c}" for i, c in enumerate(item["choices"]))
+        opts = "\n".join(f"({letters[i]}) {c}" for i, c in enumerate(item.choices))
         return f"Question: {question}\nOptions:\n{opts}"
     if family == "code":
         return f"Complete this Python function:\n```python\n{question}\n```"

@@ -38,7 +38,7 @@ def format_transcript(episode: Episode, tokenizer=None) -> str:
 
 
 def episodes_summary(episodes: list[Episode]) -> dict[str, float]:
-    """Means over episodes (the vocabulary of DESIGN §3 metric names, without the prefix).
+    """Means over episodes (the metric vocabulary of docs/architecture.md, without the prefix).
 
     ``silence_rate`` is pooled over all messages (silent messages / messages), not a mean of
     per-episode rates, so episodes with more messages weigh more — the quantity the reward sees.
@@ -56,5 +56,5 @@ def episodes_summary(episodes: list[Episode]) -> dict[str, float]:
         "turns": fmean(e.turns for e in episodes),
         "messages": n_msgs / len(episodes),
         "silence_rate": sum(m.silent for e in episodes for m in e.messages) / max(1, n_msgs),
-        "repetition": fmean(e.repetition for e in episodes),
+        "repetition": fmean(e.reward.repetition if e.reward is not None else 0.0 for e in episodes),
     }

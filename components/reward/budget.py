@@ -2,18 +2,26 @@
 
 The constrained problem  max E[r_task − …]  s.t.  E[tokens] ≤ B  has the Lagrangian
 E[r] − λ·(E[tokens]/B − 1). The policy (GSPO) ascends in θ; the controller does projected dual
-ascent in λ after every rollout batch:
+ascent in λ after every rollout batch, with an optional proportional term (the PID Lagrangian of
+Stooke et al., 2020, without the derivative):
 
-    λ ← clip(λ + η · (mean_tokens / B − 1), λ_min, λ_max)
+    e   = mean_tokens / B − 1                          (the constraint violation, normalised by B)
+    I  ← clip(I + η · e, λ_min, λ_max)                 (plain dual ascent: the integral term)
+    λ   = clip(I + k_p · e, λ_min, λ_max)
 
-so λ grows while the batch is over budget and decays (to λ_min) while it is under. The
-constraint is normalised by B so that η does not depend on the size of the budget.
+so λ grows while the batch is over budget and decays (to λ_min) while it is under. With
+``k_p = 0`` (the default) λ is the dual-ascent iterate itself. Pure integral control lags the
+policy, so token use overshoots B and oscillates around it; the proportional term reacts to the
+current error at once and damps that (measured in the README). The constraint is normalised by B
+so that η and k_p do not depend on the size of the budget.
 
 **Which tokens B counts:** B is a mean per *episode* under ``RewardConfig.token_measure``
 (completion, communicated or total tokens, the same count the reward's token penalty uses), and
-``mean_tokens`` passed to :meth:`DualBudgetController.update` must be the batch mean of
-``episode.tokens(cfg.token_measure)``. Hand-written: it is one line of arithmetic plus
-checkpointable state; no library offers it in a form worth the dependency.
+``mean_tokens`` passed to :meth:`DualBudgetController.update` is the mean of
+``episode.tokens(cfg.token_measure)`` over the step's episodes of ALL ranks (the trainer takes it
+from :class:`components.gspo.step_batch.StepBatch`), so every rank steers λ identically.
+Hand-written: it is one line of arithmetic plus checkpointable state; no library offers it in a
+form worth the dependency.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from typing import Any
 from components.config import BudgetConfig, RewardConfig
 from components.errors import UserError
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""2 adds ``kp`` and ``integral``; version-1 states (pure dual ascent) load with k_p = 0, I = λ"""
 
 
 class BudgetError(UserError):
@@ -52,9 +61,12 @@ class DualBudgetController:
     """
 
     def __init__(self, target: float, lr: float, lambda_init: float, lambda_min: float = 0.0,
-                 lambda_max: float = 10.0, enabled: bool = True) -> None:
+                 lambda_max: float = 10.0, enabled: bool = True, kp: float = 0.0) -> None:
         self.target = _finite("budget.target", target)
         self.lr = _finite("budget.lr", lr)
+        self.kp = _finite("budget.kp", kp)
+        if self.kp < 0:
+            raise BudgetError(f"budget.kp: the proportional gain must be >= 0 (got {kp!r})")
         self.lambda_min = _finite("budget.lambda_min", lambda_min)
         self.lambda_max = _finite("budget.lambda_max", lambda_max)
         lam = _finite("reward.lambda_tok", lambda_init)
@@ -69,6 +81,8 @@ class DualBudgetController:
             raise BudgetError(f"reward.lambda_tok: initial value {lambda_init!r} lies outside "
                               f"[budget.lambda_min, budget.lambda_max] = [{lambda_min!r}, {lambda_max!r}]")
         self.lambda_tok = lam
+        self.integral = lam
+        """the dual-ascent iterate I (equal to λ when k_p = 0)"""
         self.enabled = bool(enabled)
         self.step = 0
         self.history: list[dict[str, float]] = []
@@ -77,7 +91,8 @@ class DualBudgetController:
     def from_config(cls, budget: BudgetConfig, reward: RewardConfig) -> DualBudgetController:
         """Controller from ``budget.*`` with λ starting at ``reward.lambda_tok``."""
         return cls(target=budget.target, lr=budget.lr, lambda_init=reward.lambda_tok,
-                   lambda_min=budget.lambda_min, lambda_max=budget.lambda_max, enabled=budget.enabled)
+                   lambda_min=budget.lambda_min, lambda_max=budget.lambda_max, enabled=budget.enabled,
+                   kp=budget.kp)
 
     def update(self, mean_tokens: float) -> float:
         """One projected dual-ascent step from a batch's mean tokens per episode; returns the new λ."""
@@ -86,21 +101,21 @@ class DualBudgetController:
             raise BudgetError(f"mean_tokens must be >= 0 (got {mean_tokens!r})")
         used = self.lambda_tok
         if self.enabled:
-            raw = used + self.lr * (m / self.target - 1.0)
-            self.lambda_tok = min(self.lambda_max, max(self.lambda_min, raw))
+            error = m / self.target - 1.0
+            self.integral = self._clip(self.integral + self.lr * error)
+            self.lambda_tok = self._clip(self.integral + self.kp * error)
         self.step += 1
         self.history.append({"step": self.step, "mean_tokens": m, "budget": self.target,
                              "lambda_used": used, "lambda": self.lambda_tok})
         return self.lambda_tok
 
-    def metrics(self) -> dict[str, float]:
-        """Current values under the shared metric names (``train/lambda_tok``, ``train/budget``)."""
-        return {"train/lambda_tok": self.lambda_tok, "train/budget": self.target}
+    def _clip(self, value: float) -> float:
+        return min(self.lambda_max, max(self.lambda_min, value))
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state for checkpoints (floats round-trip exactly through JSON)."""
-        return {"version": STATE_VERSION, "target": self.target, "lr": self.lr,
-                "lambda_min": self.lambda_min, "lambda_max": self.lambda_max,
+        return {"version": STATE_VERSION, "target": self.target, "lr": self.lr, "kp": self.kp,
+                "lambda_min": self.lambda_min, "lambda_max": self.lambda_max, "integral": self.integral,
                 "lambda_tok": self.lambda_tok, "enabled": self.enabled, "step": self.step,
                 "history": copy.deepcopy(self.history)}
 
@@ -113,15 +128,16 @@ class DualBudgetController:
         missing = [k for k in required if k not in state]
         if missing:
             raise BudgetError(f"budget controller state: missing keys {missing}")
-        if state["version"] != STATE_VERSION:
+        if state["version"] not in (1, STATE_VERSION):
             raise BudgetError(f"budget controller state: version {state['version']!r} "
-                              f"(this code reads {STATE_VERSION})")
+                              f"(this code reads 1 and {STATE_VERSION})")
         fresh = DualBudgetController(state["target"], state["lr"], state["lambda_tok"], state["lambda_min"],
-                                     state["lambda_max"], state["enabled"])
+                                     state["lambda_max"], state["enabled"], state.get("kp", 0.0))
+        fresh.integral = _finite("integral", state.get("integral", state["lambda_tok"]))
         self.__dict__.update(fresh.__dict__)
         self.step = int(state["step"])
         self.history = copy.deepcopy(list(state["history"]))
 
     def __repr__(self) -> str:
-        return (f"DualBudgetController(target={self.target}, lr={self.lr}, lambda_tok={self.lambda_tok}, "
+        return (f"DualBudgetController(target={self.target}, lr={self.lr}, kp={self.kp}, lambda_tok={self.lambda_tok}, "
                 f"bounds=[{self.lambda_min}, {self.lambda_max}], step={self.step}, enabled={self.enabled})")

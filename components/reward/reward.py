@@ -2,12 +2,12 @@
 
     R = r_task − λ_tok · tokens / B_norm − λ_turn · turns − λ_rep · repetition
 
-``r_task`` ∈ [0, 1] is ``episode.task_score`` when the scorer gave partial credit, else
-``episode.correct``; ``tokens`` is ``episode.tokens(cfg.token_measure)``
-(completion, communicated or total tokens of the whole episode); ``B_norm`` (``cfg.token_norm``)
-puts the token term on the scale of r_task; ``turns`` counts non-silent messages; ``repetition``
-is the mean n-gram overlap of non-silent messages with earlier ones (0..1). ``λ_tok`` is passed
-in, not read from the config, because the dual budget controller steers it during training.
+``r_task`` is 1 when the episode's graded final answer is correct, else 0; ``tokens`` is
+``episode.tokens(cfg.token_measure)`` (completion, communicated or total tokens of the whole
+episode); ``B_norm`` (``cfg.token_norm``) puts the token term on the scale of r_task; ``turns``
+counts non-silent messages; ``repetition`` is the mean n-gram overlap of non-silent messages with
+earlier ones (0..1). ``λ_tok`` is passed in, not read from the config, because the dual budget
+controller steers it during training.
 
 Per-agent credit (:func:`message_rewards`): every message gets r_task minus its own share of
 the cost. The shares add up exactly to the episode's cost, so shaped credit redistributes the
@@ -26,6 +26,7 @@ from components.mas.records import Episode, Message
 from components.reward.repetition import episode_repetition, message_repetitions
 
 PART_KEYS = ("task", "tokens_penalty", "turn_penalty", "repetition_penalty", "tokens")
+"""the parts logged per episode (``reward/<part>``)"""
 
 
 class RewardError(UserError):
@@ -36,7 +37,8 @@ class RewardError(UserError):
 class RewardBreakdown:
     """One episode's reward and its parts (penalties are positive numbers that are subtracted)."""
 
-    reward: float
+    total: float
+    """R = task − tokens_penalty − turn_penalty − repetition_penalty"""
     task: float
     """r_task: 1.0 if the episode's final answer is correct, else 0.0"""
     tokens_penalty: float
@@ -82,9 +84,9 @@ def _repetition_inputs(episode: Episode) -> tuple[list[bool], list[list[int]]]:
 
 
 def task_reward(episode: Episode) -> float:
-    """r_task ∈ [0, 1]: the scorer's partial credit when it gave one, else 1/0 for correct."""
-    if episode.task_score is not None:
-        return float(min(1.0, max(0.0, episode.task_score)))
+    """r_task: 1.0 for a correct (graded) final answer, else 0.0."""
+    if episode.grade is None:
+        raise RewardError(f"episode {episode.question_id!r}/{episode.group_index} was not graded before the reward")
     return 1.0 if episode.correct else 0.0
 
 
@@ -98,19 +100,16 @@ def compute_reward(episode: Episode, cfg: RewardConfig, lambda_tok: float) -> Re
     tokens_penalty = lam * tokens / cfg.token_norm
     turn_penalty = cfg.lambda_turn * turns
     repetition_penalty = cfg.lambda_rep * repetition
-    reward = task - tokens_penalty - turn_penalty - repetition_penalty
-    return RewardBreakdown(reward=reward, task=task, tokens_penalty=tokens_penalty, turn_penalty=turn_penalty,
+    total = task - tokens_penalty - turn_penalty - repetition_penalty
+    return RewardBreakdown(total=total, task=task, tokens_penalty=tokens_penalty, turn_penalty=turn_penalty,
                            repetition_penalty=repetition_penalty, tokens=tokens, turns=turns,
                            repetition=repetition)
 
 
 def apply_rewards(episodes: Iterable[Episode], cfg: RewardConfig, lambda_tok: float) -> None:
-    """Fill ``repetition``, ``reward`` and ``reward_parts`` of every episode in place."""
+    """Set ``episode.reward`` (a :class:`RewardBreakdown`) of every episode in place."""
     for episode in episodes:
-        b = compute_reward(episode, cfg, lambda_tok)
-        episode.repetition = b.repetition
-        episode.reward = b.reward
-        episode.reward_parts = b.parts()
+        episode.reward = compute_reward(episode, cfg, lambda_tok)
 
 
 def message_costs(episode: Episode, cfg: RewardConfig, lambda_tok: float) -> list[dict[str, float]]:

@@ -4,7 +4,7 @@
 and users without a tracking server pass ``tracker_factory=None``; :func:`mlflow_tracker_factory`
 builds the real one from :class:`components.tracking.Tracker`.
 
-Search metrics (``search/...``) are not part of the fixed DESIGN.md vocabulary that
+Search metrics (``search/...``) are not part of the fixed metric vocabulary (docs/architecture.md) that
 ``Tracker.log_metrics`` enforces, so :func:`log_search_metrics` writes them through the run's
 public ``client``/``run_id`` (a :class:`Tracker` exposes both); names that are in the
 vocabulary still go through ``log_metrics`` and its checks.

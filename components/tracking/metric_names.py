@@ -1,4 +1,4 @@
-"""The metric vocabulary (DESIGN.md §3) and parameter flattening.
+"""The metric vocabulary (docs/architecture.md) and parameter flattening.
 
 Kept free of MLflow imports so evaluation, training and DVC code can validate names cheaply.
 A metric name outside the vocabulary raises ``ValueError``: it is a programming error, and
@@ -21,7 +21,7 @@ METRIC_NAMES: frozenset[str] = frozenset({
     "gspo/clip_frac_low", "gspo/clip_frac_high", "gspo/ratio_mean", "gspo/approx_kl", "gspo/grad_norm",
     "perf/rollout_tokens_per_s", "perf/step_s",
 })
-"""Fixed metric names (DESIGN.md §3); per-benchmark evaluation metrics match :data:`EVAL_METRIC_RE`."""
+"""Fixed metric names (docs/architecture.md); per-benchmark evaluation metrics match :data:`EVAL_METRIC_RE`."""
 
 EXTRA_METRIC_NAMES: frozenset[str] = frozenset({
     "train/budget_tokens", "train/zero_adv_groups", "train/adv_groups", "gspo/loss", "gspo/kl_ref",

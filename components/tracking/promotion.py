@@ -1,6 +1,6 @@
 """Promotion gate: move ``@champion`` only when accuracy holds AND tokens do not grow.
 
-Rule (DESIGN.md §1: the point of Agent-GSPO is the token economy, so a model that is as
+Rule (the point of Agent-GSPO is the token economy, so a model that is as
 accurate but more expensive must not win):
 
 * no champion yet: the candidate becomes ``@champion`` iff accuracy >= ``min_accuracy``,

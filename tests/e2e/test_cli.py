@@ -29,7 +29,7 @@ def data_dir(prepared_data: Path) -> Path:
 def test_score_gold_solutions_is_100_percent(data_dir, tmp_path):
     preds = tmp_path / "preds.jsonl"
     records = load_split(data_dir, "gsm8k", "test")
-    preds.write_text("".join(json.dumps({"id": r["id"], "prediction": r["meta"]["solution"]}) + "\n" for r in records))
+    preds.write_text("".join(json.dumps({"id": r.id, "prediction": r.meta["solution"]}) + "\n" for r in records))
     out = tmp_path / "scored.jsonl"
     res = _cli("score", "--benchmark", "gsm8k", "--predictions", str(preds), "--data", str(data_dir), "--out", str(out))
     assert res.returncode == 0, res.stderr

@@ -1,5 +1,5 @@
 """Learning proof on CPU: the GSPO trainer, reward and dual budget do what the paper claims, in
-miniature, with the tiny random policy and fixed seeds (see tests/learning_env.py for the tasks).
+miniature, with the tiny random policy and fixed seeds (see tests/helpers/learning_env.py for the tasks).
 
 Numbers seen on 2 CPU cores are printed (``pytest -s``). These are fixed-seed demonstrations,
 deterministic on CPU, not statistics. One shared tiny policy separates the agents' roles only
@@ -10,19 +10,15 @@ the tests run long enough for that (see each docstring for what other seeds did)
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from learning_env import agent_silence, make_run  # noqa: E402
+from helpers.learning_env import agent_silence, make_run  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.usefixtures("one_thread")]
 
-TALK = ["mas.agents=3", "budget.target=16", "reward.token_norm=16", "budget.lr=0.05", "budget.lambda_max=3",
-        "gspo.lr=0.005"]
+TALK = ["mas.agents=3", "budget.target=16", "reward.token_norm=16", "budget.lr=0.1", "budget.kp=1.0",
+        "budget.lambda_max=3", "gspo.lr=0.005"]
 TALK_STEPS = 60
 
 

@@ -25,11 +25,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import dist_worker
 
 from components.gspo.distributed import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER = Path(__file__).with_name("_dist_worker.py")
+WORKER = Path(dist_worker.__file__)
 ENGINES = "torch,deepspeed:2,deepspeed:3"
 TIMEOUT_S = 420
 
@@ -57,20 +58,14 @@ def _launch(cmd: list[str], out: Path) -> dict:
 
 def _reference_weights() -> dict[str, torch.Tensor]:
     """One process, torch engine, loss over both shards' rows: what averaged gradients must give."""
-    sys.path.insert(0, str(WORKER.parent))
-    try:
-        import _dist_worker as w
-    finally:
-        sys.path.pop(0)
+    w = dist_worker
     from components.gspo.engines import TorchEngine
 
     eng = TorchEngine(w.tiny_model(100), lr=1e-2, grad_clip=1.0, schedule="cosine", warmup_steps=1,
                       total_steps=w.STEPS)
     for step in range(w.STEPS):
         ids = torch.cat([w.step_items(step, r, 2) for r in range(2)])  # [4, SEQ], shards are equal-sized
-        eng.backward(eng.module(input_ids=ids, labels=ids).loss)
-        eng.step()
-        eng.zero_grad()
+        eng.update([(int(ids.shape[0]), lambda ids=ids: eng.module(input_ids=ids, labels=ids).loss)])
     return {k: v.detach().float().clone() for k, v in eng.module.state_dict().items()}
 
 

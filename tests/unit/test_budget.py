@@ -40,7 +40,6 @@ def test_update_rule_is_projected_dual_ascent():
     assert [h["step"] for h in c.history] == [1, 2, 3, 4, 5, 6, 7]
     assert c.history[0] == {"step": 1, "mean_tokens": 600.0, "budget": 400.0, "lambda_used": 0.2,
                             "lambda": pytest.approx(0.25)}
-    assert c.metrics() == {"train/lambda_tok": 1.0, "train/budget": 400.0}
 
 
 def test_closed_loop_tracks_budget():
@@ -109,3 +108,27 @@ def test_bad_settings_and_states_raise_user_errors():
         c.load_state_dict({"version": 1})
     with pytest.raises(BudgetError, match="version"):
         c.load_state_dict({**c.state_dict(), "version": 99})
+
+
+def test_proportional_term_reacts_at_once_and_integral_carries_the_rest():
+    """λ = clip(I + k_p·e): one step over budget by 50 % gives I = λ0 + η/2 and λ = I + k_p/2; an
+    on-budget step then leaves I and drops the proportional part."""
+    c = DualBudgetController(target=100, lr=0.2, lambda_init=1.0, kp=2.0)
+    assert c.update(150) == pytest.approx(1.0 + 0.1 + 1.0)
+    assert c.integral == pytest.approx(1.1)
+    assert c.update(100) == pytest.approx(1.1)
+    plain = DualBudgetController(target=100, lr=0.2, lambda_init=1.0)
+    assert plain.update(150) == pytest.approx(1.1) and plain.integral == plain.lambda_tok
+    with pytest.raises(BudgetError, match="budget.kp"):
+        DualBudgetController(target=100, lr=0.2, lambda_init=1.0, kp=-1)
+
+
+def test_state_round_trip_keeps_the_integral_and_reads_version_1():
+    c = DualBudgetController(target=100, lr=0.2, lambda_init=1.0, kp=2.0)
+    c.update(150)
+    d = DualBudgetController(target=1, lr=1, lambda_init=0.0)
+    d.load_state_dict(json.loads(json.dumps(c.state_dict())))
+    assert (d.kp, d.integral, d.lambda_tok) == (c.kp, c.integral, c.lambda_tok)
+    old = {k: v for k, v in c.state_dict().items() if k not in ("kp", "integral")} | {"version": 1}
+    d.load_state_dict(old)
+    assert d.kp == 0.0 and d.integral == d.lambda_tok == c.lambda_tok

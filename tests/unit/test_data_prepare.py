@@ -71,8 +71,8 @@ def test_manifest_and_roundtrip(baseline):
         man["totals"]["rows"] == man["totals"]["expected_rows"] == 1319 + 7473 + 1000 + 508 + 500 + 164 + 600
     )
     rows = load_split(baseline, "aqua", "test")
-    assert len(rows) == 254 and isinstance(rows[0]["meta"], dict) and len(rows[0]["choices"]) == 5
-    assert load_split(baseline, "gsm8k", "test")[0]["choices"] is None
+    assert len(rows) == 254 and rows[0].meta["options"][0].startswith("A)") and len(rows[0].choices) == 5
+    assert load_split(baseline, "gsm8k", "test")[0].choices is None
     with pytest.raises(DataError, match="unknown split 'val'"):
         load_split(baseline, "gsm8k", "val")
     with pytest.raises(DataError, match="run `agent-gspo prepare --benchmarks mmlu`"):
@@ -181,7 +181,7 @@ def test_validate_prepared_dir_and_tampered_parquet(out_dir, tmp_path):
     assert (
         rep.success and "**PASSED**: 3/3" in rep.markdown and (tmp_path / "ok.md").read_text() == rep.markdown
     )
-    rows = load_split(out_dir, "multiarith", "test")
+    rows = [it.to_record() for it in load_split(out_dir, "multiarith", "test")]
     rows[10]["answer"] = "12 apples"
     rows[11]["choices"] = ["a", "b"]
     pq.write_table(records_to_table(rows), out_dir / "multiarith/test.parquet")

@@ -50,9 +50,7 @@ def test_torch_engine_step_changes_weights_and_returns_norm() -> None:
     before = copy.deepcopy(model.state_dict())
     eng = TorchEngine(model, lr=1e-2, grad_clip=1.0, total_steps=10)
     eng.train()
-    eng.backward(lm_loss(eng.module, 0))
-    norm = eng.step()
-    eng.zero_grad()
+    norm = eng.update([(2, lambda: lm_loss(eng.module, 0))])
     assert math.isfinite(norm) and norm > 0
     changed = [k for k, v in eng.module.state_dict().items() if not torch.equal(v, before[k])]
     assert "model.embed_tokens.weight" in changed and len(changed) >= 5
@@ -60,34 +58,48 @@ def test_torch_engine_step_changes_weights_and_returns_norm() -> None:
     assert all(p.grad is None for p in eng.module.parameters())
 
 
-def test_grad_accum_averages_micro_batches() -> None:
-    """Two micro-batches with grad_accum=2 give the same update as their mean loss in one."""
+def seq_loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of each row's mean token loss: the GSPO aggregation (per sequence, then over rows)."""
+    logits = model(input_ids=ids).logits[:, :-1]  # [B, T-1, V]
+    per_tok = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [B, T-1]
+    return per_tok.mean(-1).mean()
+
+
+@pytest.mark.parametrize("split", [[1, 5], [3, 3], [2, 1, 3]])
+def test_uneven_micro_batches_give_the_full_batch_update(split: list[int]) -> None:
+    """Micro-batches weighted by their rows: any split of 6 rows updates like the whole 6 at once.
+    (Dividing each micro-batch mean by the number of micro-batches instead gives the rows of a
+    small micro-batch more weight: the [1, 5] split then fails this test.)"""
+    ids = torch.randint(0, VOCAB, (6, 8), generator=torch.Generator().manual_seed(7))  # [B=6, T=8]
     a, b = tiny_model(), tiny_model()
-    ea = TorchEngine(a, lr=1e-2, grad_clip=100.0, grad_accum=2)
-    eb = TorchEngine(b, lr=1e-2, grad_clip=100.0, grad_accum=1)
-    ea.backward(lm_loss(a, 1))
-    ea.backward(lm_loss(a, 2))
-    na = ea.step()
-    eb.backward((lm_loss(b, 1) + lm_loss(b, 2)) / 2)
-    nb = eb.step()
+    ea = TorchEngine(a, lr=1e-2, grad_clip=100.0)
+    eb = TorchEngine(b, lr=1e-2, grad_clip=100.0)
+    grads: dict[str, list[torch.Tensor]] = {"a": [], "b": []}
+    for key, eng in (("a", ea), ("b", eb)):  # the gradient the optimizer sees (Adam's first step hides scale)
+        step = eng.optimizer.step
+        eng.optimizer.step = lambda *x, key=key, eng=eng, step=step: (
+            grads[key].extend(p.grad.clone() for p in eng.module.parameters()), step(*x))[-1]
+    parts = torch.split(ids, split)
+    na = ea.update([(len(p), lambda p=p: seq_loss(a, p)) for p in parts])
+    nb = eb.update([(6, lambda: seq_loss(b, ids))])
     assert na == pytest.approx(nb, rel=1e-5)
-    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
-        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-7)
+    for ga, gb in zip(grads["a"], grads["b"], strict=True):
+        torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-7)
 
 
-def test_step_before_enough_micro_batches_is_an_error() -> None:
-    eng = TorchEngine(tiny_model(), lr=1e-3, grad_accum=2)
-    eng.backward(lm_loss(eng.module, 0))
-    with pytest.raises(EngineUsageError, match="grad_accum=2"):
-        eng.step()
+def test_bad_updates_are_user_errors() -> None:
+    eng = TorchEngine(tiny_model(), lr=1e-3)
+    with pytest.raises(EngineUsageError, match="at least one"):
+        eng.update([])
+    with pytest.raises(EngineUsageError, match=">= 1 row"):
+        eng.update([(0, lambda: lm_loss(eng.module, 0))])
     with pytest.raises(EngineUsageError, match="scalar"):
-        eng.backward(torch.ones(3, requires_grad=True))
+        eng.update([(1, lambda: torch.ones(3, requires_grad=True))])
 
 
 def test_clipping_bounds_the_update() -> None:
     eng = TorchEngine(tiny_model(), lr=1e-3, grad_clip=1e-3)
-    eng.backward(lm_loss(eng.module, 0) * 1000)
-    norm = eng.step()
+    norm = eng.update([(1, lambda: lm_loss(eng.module, 0) * 1000)])
     assert norm > 1e-3  # returned norm is the pre-clipping one
 
 
@@ -95,8 +107,7 @@ def test_non_finite_gradient_skips_the_update() -> None:
     model = tiny_model()
     eng = TorchEngine(model, lr=1e-2)
     before = copy.deepcopy(model.state_dict())
-    eng.backward(lm_loss(model, 0) * float("nan"))
-    assert math.isnan(eng.step())
+    assert math.isnan(eng.update([(1, lambda: lm_loss(model, 0) * float("nan"))]))
     assert eng.skipped_steps == 1 and eng.optimizer_steps == 0
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
@@ -106,8 +117,7 @@ def test_lr_property_follows_warmup() -> None:
     lrs = []
     for i in range(6):
         lrs.append(eng.lr)
-        eng.backward(lm_loss(eng.module, i))
-        eng.step()
+        eng.update([(1, lambda i=i: lm_loss(eng.module, i))])
     assert lrs == pytest.approx([1 / 3, 2 / 3, 1.0, 0.75, 0.5, 0.25])
 
 
@@ -145,8 +155,8 @@ def test_deepspeed_config_from_cfg(tmp_path) -> None:
     g = GspoConfig(grad_accum=4, grad_clip=0.5)
     conf = deepspeed_config(g, DeepSpeedConfig(zero_stage=3), world_size=2, on_gpu=False)
     assert conf["zero_optimization"]["stage"] == 3
-    assert conf["gradient_accumulation_steps"] == 4
-    assert conf["train_batch_size"] == 4 * 2 * conf["train_micro_batch_size_per_gpu"]
+    assert conf["gradient_accumulation_steps"] == 1 and conf["managed_gradient_accumulation"] is False
+    assert conf["train_batch_size"] == 2 * conf["train_micro_batch_size_per_gpu"]
     assert conf["gradient_clipping"] == 0.5 and conf["bf16"]["enabled"] is False
     assert "optimizer" not in conf  # the torch AdamW is passed in, no DeepSpeed op
     path = write_deepspeed_config(tmp_path / "ds.json", g, DeepSpeedConfig(zero_stage=2), 1, False)

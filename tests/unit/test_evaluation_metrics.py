@@ -13,6 +13,7 @@ from components.evaluation.metrics import (
     summarise,
 )
 from components.mas.records import Episode, Message
+from components.scoring.result import ScoreResult
 
 
 def _msg(agent, rnd, prompt, completion, silent=False, recipients=(1, 2)):
@@ -21,7 +22,7 @@ def _msg(agent, rnd, prompt, completion, silent=False, recipients=(1, 2)):
 
 
 def _ep(qid, correct, msgs, error=None):
-    return Episode(qid, 0, "gsm8k", msgs, "x", correct, score_error=error)
+    return Episode(qid, 0, "gsm8k", msgs, final_answer="x", grade=ScoreResult(correct, None, error))
 
 
 def test_standard_error_values():

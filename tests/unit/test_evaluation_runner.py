@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from components.config import Config
+from components.config import Config, MasConfig
 from components.evaluation.runner import EvalInputError, System, eval_metrics, evaluate
 from components.mas.records import Episode, Message
 from components.tracking.metric_names import validate_metrics
@@ -35,16 +35,17 @@ class FakeEngine:
 
     def __init__(self, right=True):
         self.right, self.calls = right, []
+        self.cfg = MasConfig(agents=2, rounds=1)
 
     def rollout(self, items, group_size, *, seed, greedy=False):
         self.calls.append((len(items), seed, greedy))
         out = []
         for it in items:
-            even = int(it["id"].rsplit("/", 1)[1]) % 2 == 0
-            ans = it["answer"] if (even and self.right) else "zzz 999"
-            msgs = [Message(it["id"], 0, 0, "solver", 0, [1] * 5, [2] * 3, [0.0] * 3, False, [1], ans),
-                    Message(it["id"], 0, 1, "critic", 0, [1] * 5, [3], [0.0], True, [], "<silent>")]
-            out.append(Episode(it["id"], 0, it["benchmark"], msgs, f"The answer is {ans}", False))
+            even = int(it.id.rsplit("/", 1)[1]) % 2 == 0
+            ans = it.answer if (even and self.right) else "zzz 999"
+            msgs = [Message(it.id, 0, 0, "solver", 0, [1] * 5, [2] * 3, [0.0] * 3, False, [1], f"The answer is {ans}"),
+                    Message(it.id, 0, 1, "critic", 0, [1] * 5, [3], [0.0], True, [], "<silent>")]
+            out.append(Episode(it.id, 0, it.benchmark, msgs))
         return out
 
 

@@ -4,25 +4,27 @@ import random
 
 import pytest
 
+from components.data.item import Item
 from components.errors import UserError
 from components.evaluation.sampling import SamplingError, derived_seed, sample_items
 
-ITEMS = [{"id": f"gsm8k/test/{i}", "q": i} for i in range(50)]
+ITEMS = [Item(id=f"gsm8k/test/{i}", benchmark="gsm8k", question=f"q{i}", answer=str(i), answer_type="numeric")
+         for i in range(50)]
 
 
 def test_same_seed_same_ids_regardless_of_file_order():
-    a = [i["id"] for i in sample_items(ITEMS, 7, seed=1234)]
+    a = [i.id for i in sample_items(ITEMS, 7, seed=1234)]
     shuffled = ITEMS[:]
     random.Random(0).shuffle(shuffled)
-    b = [i["id"] for i in sample_items(shuffled, 7, seed=1234)]
+    b = [i.id for i in sample_items(shuffled, 7, seed=1234)]
     assert a == b and len(a) == len(set(a)) == 7
 
 
 def test_other_seed_other_sample_and_limits_are_nested():
-    a = [i["id"] for i in sample_items(ITEMS, 10, seed=1)]
-    assert a != [i["id"] for i in sample_items(ITEMS, 10, seed=2)]
-    assert [i["id"] for i in sample_items(ITEMS, 4, seed=1)] == a[:4]
-    assert a != [i["id"] for i in ITEMS[:10]]  # not just the head of the file
+    a = [i.id for i in sample_items(ITEMS, 10, seed=1)]
+    assert a != [i.id for i in sample_items(ITEMS, 10, seed=2)]
+    assert [i.id for i in sample_items(ITEMS, 4, seed=1)] == a[:4]
+    assert a != [i.id for i in ITEMS[:10]]  # not just the head of the file
 
 
 def test_no_limit_returns_all_and_large_limit_is_clamped():
@@ -36,11 +38,9 @@ def test_bad_limit_is_user_error(limit):
         sample_items(ITEMS, limit, seed=0, where="data/gsm8k/test")
 
 
-def test_duplicate_or_missing_ids_are_user_errors():
+def test_duplicate_ids_are_user_errors():
     with pytest.raises(UserError, match="duplicate item ids"):
-        sample_items([{"id": "a"}, {"id": "a"}], 1, seed=0)
-    with pytest.raises(UserError, match="item 1 has no 'id'"):
-        sample_items([{"id": "a"}, {"q": 1}], 1, seed=0)
+        sample_items([ITEMS[0], ITEMS[0]], 1, seed=0)
 
 
 def test_derived_seed_is_stable_and_distinct():

@@ -3,14 +3,11 @@ runner's wiring (which experiment runs first, which B each gets) with a fake in 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_experiments_fixtures import SETTINGS, baselines, cell, make_results  # noqa: E402
+from helpers.experiments_fixtures import SETTINGS, baselines, cell, make_results  # noqa: E402
 
 from components.config import Config, ConfigError, load_config  # noqa: E402
 from components.experiments import (  # noqa: E402

@@ -4,13 +4,10 @@ table numbers equal to the JSON, atomic writes, bad files named in the error).""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_experiments_fixtures import baselines, cell, history, trained  # noqa: E402
+from helpers.experiments_fixtures import baselines, cell, history, trained  # noqa: E402
 
 from components.experiments import ResultsFileError, build_report, load_results, write_results  # noqa: E402
 from components.experiments.report import accuracy_cell  # noqa: E402

@@ -34,7 +34,7 @@ PREFECT_TEMPLATE = INFRA / "k8s" / "prefect-base-job-template.json"
 SBATCH = INFRA / "slurm" / "train.sbatch"
 DS_CONFIGS = {2: INFRA / "deepspeed" / "zero2.json", 3: INFRA / "deepspeed" / "zero3.json"}
 
-# The CLI contract (DESIGN.md §3). TODO(lead): derive from components.cli's parser.
+# The CLI contract (docs/architecture.md).
 KNOWN_SUBCOMMANDS = {"prepare", "validate", "train", "search", "evaluate", "promote", "score", "run"}
 KNOWN_GLOBAL_OPTIONS = {"--profile", "--params"}
 KNOWN_MODULES = {"components.gspo.train_main"}

@@ -4,11 +4,13 @@ import pytest
 import torch
 
 from components.config import MasConfig
+from components.data.item import Item
 from components.errors import UserError
 from components.mas.baselines import baseline_engine, run_baseline
 from components.mas.records import Episode, Message
 from components.mas.transcript import episodes_summary, format_transcript
 from components.models.tiny import build_tiny_model
+from components.scoring.result import ScoreResult
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +21,9 @@ def tiny():
     torch.set_num_threads(threads)
 
 
-ITEMS = [{"id": "b/0", "benchmark": "aqua", "split": "test", "question": "Pick", "choices": ["1", "2"],
-          "answer": "A", "answer_type": "choice", "meta": {}}]
-KW = dict(score_fn=lambda item, pred: (False, None, None), extract_fn=lambda item, text: text[:1] or None)
+ITEMS = [Item(id="b/0", benchmark="aqua", split="test", question="Pick", choices=("1", "2"), answer="A",
+              answer_type="choice")]
+KW: dict = {}
 
 
 def test_single_cot_is_one_turn(tiny):
@@ -58,7 +60,7 @@ def _episode():
     msgs = [Message("q", 0, 0, "solver", 0, [1] * 10, [5, 6, 7], [-1.0] * 3, False, [1, 2], "The answer is 4"),
             Message("q", 0, 1, "critic", 0, [1] * 12, [9, 2], [-0.5] * 2, True, [], "<silent>"),
             Message("q", 0, 2, "verifier", 1, [1] * 20, [8], [-0.1], False, [], "4")]
-    return Episode("q", 0, "gsm8k", msgs, final_answer="The answer is 4", correct=True, extracted="4")
+    return Episode("q", 0, "gsm8k", msgs, final_answer="The answer is 4", grade=ScoreResult(True, "4", None))
 
 
 def test_transcript_and_summary():
@@ -67,7 +69,7 @@ def test_transcript_and_summary():
     assert "agent 2 (critic) prompt=12 completion=2 SILENT" in text
     assert "-> 2,3 communicated=6" in text and "-> nobody communicated=0" in text
     assert "communicated=6 total=48 turns=2" in text and "correct=True" in text
-    bad = Episode("r", 1, "gsm8k", [], final_answer="", correct=False)
+    bad = Episode("r", 1, "gsm8k", [], final_answer="", grade=ScoreResult(False, None, None))
     s = episodes_summary([ep, bad])
     assert s["episodes"] == 2 and s["accuracy"] == 0.5
     assert s["tokens_communicated"] == 3.0 and s["tokens_completion"] == 3.0 and s["turns"] == 1.0

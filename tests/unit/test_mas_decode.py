@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import torch
 
-from components.mas.decode import generate_batch, sample_from
+from components.mas.decode import Decoder, Sampling, StopIds, sample_from
+from components.mas.prefill import PrefixPlan
 from components.models.tiny import build_tiny_model
+
+
+def generate(model, tok, prompts, new: int, *, min_new: int = 0, replies=(), **plan):
+    """Greedy decode of ``prompts`` with ``new`` tokens; ``plan`` = PrefixPlan fields."""
+    decoder = Decoder(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id), tuple(map(tuple, replies))))
+    return decoder.generate(prompts, Sampling(new, greedy=True, min_new_tokens=min_new), None, PrefixPlan(**plan))
 
 
 def test_sampler_matches_the_distribution_and_never_draws_zero_mass():
@@ -38,15 +45,13 @@ def test_repeated_prompts_are_prefilled_once_and_decode_like_lone_rows():
     calls = []
     hook = model.register_forward_pre_hook(lambda m, a, kw: calls.append(kw["input_ids"].shape), with_kwargs=True)
     try:
-        gen = generate_batch(model, prompts, max_new_tokens=6, eos_id=int(tok.eos_token_id),
-                             pad_id=int(tok.pad_token_id), greedy=True, min_new_tokens=6)
+        gen = generate(model, tok, prompts, 6, min_new=6)
     finally:
         hook.remove()
     assert calls[0] == (2, len(p1) - 1)  # the prefill saw the 2 unique prompts only
     assert all(shape[0] == 5 for shape in calls[1:])
     for r, p in enumerate(prompts):
-        lone = generate_batch(model, [p], max_new_tokens=6, eos_id=int(tok.eos_token_id),
-                              pad_id=int(tok.pad_token_id), greedy=True, min_new_tokens=6)
+        lone = generate(model, tok, [p], 6, min_new=6)
         assert gen.ids[r] == lone.ids[0]
         torch.testing.assert_close(torch.tensor(gen.logprobs[r]), torch.tensor(lone.logprobs[0]), atol=1e-5, rtol=0)
 
@@ -58,26 +63,24 @@ def test_stored_prefixes_are_reused_and_decode_like_a_fresh_prefill():
 
     model, tok = build_tiny_model(0)
     model.eval()
-    kw = dict(max_new_tokens=6, eos_id=int(tok.eos_token_id), pad_id=int(tok.pad_token_id), greedy=True,
-              min_new_tokens=6)
     prefixes = [list(range(5, 30)), list(range(40, 52)), list(range(60, 100))]
     suffix = [7, 8, 9]
     store = PrefixStore()
     first = [p + suffix for p in prefixes]
-    stored = generate_batch(model, first, prefix_lens=[len(p) for p in prefixes], prefix_store=store, **kw)
+    stored = generate(model, tok, first, 6, min_new=6, lens=[len(p) for p in prefixes], store=store)
     assert set(store.entries) == {tuple(p) for p in prefixes} and stored.reused_tokens == 0
     tails = [[11, 12, 13, 14, 15, 16, 17], [21], [31, 32, 33]]
     second = [p + t + suffix for p, t in zip(prefixes, tails, strict=True)]
     lens = [len(p) for p in prefixes]
-    reused = generate_batch(model, second, prefix_lens=lens, prefix_store=store, **kw)
+    reused = generate(model, tok, second, 6, min_new=6, lens=lens, store=store)
     assert reused.reused_tokens == sum(lens)
-    fresh = generate_batch(model, second, share_heads=False, **kw)
+    fresh = generate(model, tok, second, 6, min_new=6, share_heads=False)
     assert reused.ids == fresh.ids
     for a, b in zip(reused.logprobs, fresh.logprobs, strict=True):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
     # a row whose prefix is not stored: nothing is reused (no mixed layouts), same ids
     mixed = second[:2] + [list(range(200, 230)) + suffix]
-    out = generate_batch(model, mixed, prefix_lens=lens[:2] + [30], prefix_store=store, **kw)
+    out = generate(model, tok, mixed, 6, min_new=6, lens=lens[:2] + [30], store=store)
     assert out.reused_tokens == 0 and out.ids[:2] == fresh.ids[:2]
 
 
@@ -85,21 +88,19 @@ def test_rollout_reuses_frame_prefixes_in_later_rounds():
     """A 3-agent, 2-round rollout serves round 2's frame prefixes from round 1, and round 2's
     greedy messages equal a fresh prefill of the same prompts (no store)."""
     from components.config import MasConfig
+    from components.data.item import Item
     from components.mas.engine import RolloutEngine
 
     model, tok = build_tiny_model(0)
-    items = [{"id": f"t/{i}", "benchmark": "gsm8k", "split": "test", "question": f"What is {i} + 3?",
-              "choices": None, "answer": str(i + 3), "answer_type": "numeric", "meta": {}} for i in range(3)]
+    items = [Item(id=f"t/{i}", benchmark="gsm8k", question=f"What is {i} + 3?", answer=str(i + 3),
+                  answer_type="numeric") for i in range(3)]
     cfg = MasConfig(agents=3, rounds=2, max_message_tokens=8)
-    eng = RolloutEngine(model, tok, cfg, score_fn=lambda item, text: (False, None, None),
-                        extract_fn=lambda item, text: None)
+    eng = RolloutEngine(model, tok, cfg)
     eps = eng.rollout(items, 1, seed=0, greedy=True)
     assert eng.last_stats.prefix_tokens_reused > 0
     for rnd in (0, 1):  # round 1: shared heads, then stored from the seeded layout; round 2: reused
         msgs = [m for ep in eps for m in ep.messages if m.round == rnd]
-        plain = generate_batch(model, [m.prompt_ids for m in msgs], max_new_tokens=8, eos_id=int(tok.eos_token_id),
-                               pad_id=int(tok.pad_token_id), greedy=True, stop_replies=eng.marker_variants,
-                               share_heads=False)
+        plain = generate(model, tok, [m.prompt_ids for m in msgs], 8, replies=eng.marker_variants, share_heads=False)
         assert plain.ids == [m.completion_ids for m in msgs]
         for m, lps in zip(msgs, plain.logprobs, strict=True):
             torch.testing.assert_close(torch.tensor(m.logprobs), torch.tensor(lps), atol=1e-5, rtol=0)
@@ -130,18 +131,16 @@ def test_shared_heads_are_prefilled_once_and_decode_like_a_plain_prefill():
     head_a, head_b = list(range(5, 45)), list(range(50, 80))
     prompts = [head_a + [90, 91, 92], head_b + [93], head_a + [94, 95], list(range(100, 120)),
                head_b + [96, 97, 98, 99], head_a + [90, 91, 92]]  # the last one repeats row 0
-    kw = dict(max_new_tokens=5, eos_id=int(tok.eos_token_id), pad_id=int(tok.pad_token_id), greedy=True,
-              min_new_tokens=5)
     calls = []
     hook = model.register_forward_pre_hook(lambda m, a, k: calls.append(tuple(k["input_ids"].shape)), with_kwargs=True)
     try:
-        shared = generate_batch(model, prompts, **kw)
+        shared = generate(model, tok, prompts, 5, min_new=5)
     finally:
         hook.remove()
     assert calls[0] == (2, 40)  # the two heads, once each
     assert calls[1] == (5, 19)  # the 5 unique prompts' rests (the longest rest: 20 - 1 ids of the lone row)
     assert shared.reused_tokens == 2 * 40 + 2 * 30 - (40 + 30)  # unique rows; the repeat costs nothing anyway
-    plain = generate_batch(model, prompts, share_heads=False, **kw)
+    plain = generate(model, tok, prompts, 5, min_new=5, share_heads=False)
     assert shared.ids == plain.ids
     for a, b in zip(shared.logprobs, plain.logprobs, strict=True):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)

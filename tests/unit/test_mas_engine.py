@@ -4,10 +4,13 @@ import pytest
 import torch
 
 from components.config import MasConfig
+from components.data.item import Item, ItemError
 from components.errors import UserError
-from components.mas.decode import generate_batch
-from components.mas.engine import RolloutEngine, RolloutInputError, _EpisodeState, _Turn
+from components.mas.decode import Decoder, Sampling, StopIds
+from components.mas.engine import RolloutEngine, RolloutInputError
+from components.mas.environment import Environment
 from components.mas.records import Message
+from components.mas.voting import majority
 from components.models.tiny import SILENCE_MARKER, build_tiny_model
 
 
@@ -21,19 +24,14 @@ def tiny():
 
 
 def _items(n=2):
-    return [{"id": f"t/{i}", "benchmark": "gsm8k", "split": "test", "question": f"What is {i} + 3?",
-             "choices": None, "answer": str(i + 3), "answer_type": "numeric", "meta": {}} for i in range(n)]
-
-
-def _score(item, pred):
-    return item["answer"] in pred, None, None
+    return [Item(id=f"t/{i}", benchmark="gsm8k", split="test", question=f"What is {i} + 3?", answer=str(i + 3),
+                 answer_type="numeric") for i in range(n)]
 
 
 def _engine(tiny, **cfg_kw):
-    eng_kw = {k: cfg_kw.pop(k) for k in ("logits_processor", "extract_fn") if k in cfg_kw}
+    eng_kw = {k: cfg_kw.pop(k) for k in ("logits_processor",) if k in cfg_kw}
     cfg = MasConfig(**{"agents": 3, "rounds": 2, "max_message_tokens": 12, **cfg_kw})
-    eng_kw.setdefault("extract_fn", lambda item, text: text[:2] or None)
-    return RolloutEngine(tiny[0], tiny[1], cfg, score_fn=_score, **eng_kw)
+    return RolloutEngine(tiny[0], tiny[1], cfg, **eng_kw)
 
 
 def _contains(seq, sub):
@@ -91,7 +89,7 @@ def _force_silence(tok):
 
 def test_forced_silence(tiny):
     eng = _engine(tiny, logits_processor=_force_silence(tiny[1]))
-    eps = eng.rollout(_items(2), 2, seed=0)
+    eps = Environment(eng).play(_items(2), 2, seed=0)
     for ep in eps:
         assert all(m.silent and m.recipients == [] for m in ep.messages)
         assert ep.communicated_tokens == 0 and ep.turns == 0 and ep.silence_rate == 1.0
@@ -120,14 +118,12 @@ def test_batched_equals_one_at_a_time_greedy(tiny):
     prompts = [tok.encode(t, add_special_tokens=False) for t in
                ["What is 2 + 3?", "The answer is 42 and the critic agrees with the verifier", "hi",
                 "<|im_start|>user\nLet us solve the problem step by step.<|im_end|>\n<|im_start|>assistant\n"]]
-    kw = dict(max_new_tokens=10, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, greedy=True)
-    batched = generate_batch(model, prompts, **kw)
+    decoder, sampling = Decoder(model, StopIds(tok.eos_token_id, tok.pad_token_id)), Sampling(10, greedy=True)
+    batched = decoder.generate(prompts, sampling)
     for p, ids, lps in zip(prompts, batched.ids, batched.logprobs, strict=True):
-        one = generate_batch(model, [p], **kw)
+        one = decoder.generate([p], sampling)
         assert one.ids[0] == ids
         assert max(abs(a - b) for a, b in zip(one.logprobs[0], lps, strict=True)) < 1e-4
-    static = generate_batch(model, prompts, static_cache=True, **kw)  # the CUDA path's cache, on CPU
-    assert static.ids == batched.ids
 
 
 def test_logprobs_match_recomputed_sequence(tiny):
@@ -191,65 +187,49 @@ def test_decision_agent_reads_last_round(tiny):
     for m in ep.messages[:-1]:
         if not m.silent and m.round == 1:
             assert m.recipients == [3]
+    final = Environment(eng).play(_items(1), 1, seed=0)[0].final_answer
     if not decider.silent and decider.text.strip():
-        assert ep.final_answer == decider.text
+        assert final == decider.text
 
 
-def test_majority_vote_tie_goes_to_earliest_agent(tiny):
-    eng = _engine(tiny, agents=4, rounds=1, extract_fn=lambda item, text: text.split()[0] if text else None)
-    st = _EpisodeState(_items(1)[0], 0)
-    for agent, text, silent in [(0, "", False), (1, "7 because", False), (2, "5 since", False),
-                                (3, "5 indeed", True)]:
-        msg = Message("t/0", 0, agent, "r", 0, [], [1], [0.0], silent, [], text)
-        st.turns.append(_Turn(msg, 0, [1]))
-    assert eng._majority(st) == ("7 because", "7")  # 7 vs 5 tie (silent 5 ignored) -> agent 1
-    st.turns[0].msg.text = "5 too"
-    assert eng._majority(st) == ("5 too", "5")
+def test_majority_vote_tie_goes_to_earliest_agent():
+    msgs = [Message("t/0", 0, agent, "r", 0, [], [1], [0.0], False, [], text)
+            for agent, text in [(0, "no idea"), (1, "7 because"), (2, "it is 5")]]
+    assert majority(_items(1)[0], msgs) == ("7 because", "7")  # 7 vs 5 tie; agent 0 gave no answer -> agent 1
+    msgs[0].text = "5 too"
+    assert majority(_items(1)[0], msgs) == ("5 too", "5")
 
 
 def test_bad_items_raise_user_errors(tiny):
     eng = _engine(tiny)
-    with pytest.raises(RolloutInputError, match=r"item 0 .*lacks key\(s\) \['answer_type'\]"):
+    with pytest.raises(ItemError, match=r"items\[0\] .*lacks key\(s\) \['answer_type'\]"):
         eng.rollout([{"id": "x", "benchmark": "b", "question": "q", "answer": "1"}], 1, seed=0)
     with pytest.raises(UserError, match="answer_type 'essay'"):
-        eng.rollout([{**_items(1)[0], "answer_type": "essay"}], 1, seed=0)
+        eng.rollout([{**_items(1)[0].to_record(), "answer_type": "essay"}], 1, seed=0)
     with pytest.raises(RolloutInputError, match="group_size"):
         eng.rollout(_items(1), 0, seed=0)
 
 
-def test_default_scoring_goes_through_components_scoring(tiny, monkeypatch):
-    """Without score_fn/extract_fn the engine calls score_answer (voting) and score_many (final)."""
-    import sys
-    import types
-    from dataclasses import dataclass
+def test_environment_grades_with_the_one_grader_in_one_batch(tiny, monkeypatch):
+    """play() = rollout -> vote -> ONE grade_many call over every episode (the same grader as evaluation)."""
+    import components.scoring.grader as grader
+    from components.scoring.result import ScoreResult
 
-    @dataclass(frozen=True)
-    class ScoreResult:
-        correct: bool
-        extracted: str | None
-        error: str | None
+    calls = []
 
-    calls = {"answer": 0, "many": []}
-    fake = types.ModuleType("components.scoring")
+    def fake_grade_many(pairs, **kw):
+        calls.append(list(pairs))
+        return [ScoreResult(True, "9", None) for _ in pairs]
 
-    def score_answer(answer_type, prediction, gold, meta=None):
-        calls["answer"] += 1
-        return ScoreResult(False, "9", None)
-
-    def score_many(items):
-        calls["many"].append(items)
-        return [ScoreResult(True, "9", None) for _ in items]
-
-    fake.score_answer, fake.score_many = score_answer, score_many
-    monkeypatch.setitem(sys.modules, "components.scoring", fake)
+    monkeypatch.setattr(grader, "grade_many", fake_grade_many)
     eng = RolloutEngine(tiny[0], tiny[1], MasConfig(agents=2, rounds=1, max_message_tokens=6))
-    eps = eng.rollout(_items(2), 2, seed=0)
-    assert len(calls["many"]) == 1 and len(calls["many"][0]) == 4  # one batched grading call
-    assert calls["many"][0][0][0] == "numeric" and calls["many"][0][0][2] == "3"
-    assert calls["answer"] == sum(not m.silent for e in eps for m in e.messages)
+    eps = Environment(eng).play(_items(2), 2, seed=0)
+    assert len(calls) == 1 and len(calls[0]) == 4
+    assert [item.id for item, _ in calls[0]] == ["t/0", "t/0", "t/1", "t/1"]
+    assert [text for _, text in calls[0]] == [e.final_answer for e in eps]
     assert all(e.correct and e.extracted == "9" for e in eps)
 
 
 def test_static_cache_flag_is_ignored_on_cpu(tiny):
     eng = _engine(tiny, static_cache=True)
-    assert eng.static is False and eng._step_fn is None
+    assert eng.decoder.static_cache is False and eng.decoder.step_fn is tiny[0]

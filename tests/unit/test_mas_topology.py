@@ -2,6 +2,7 @@
 
 import pytest
 
+from components.data.item import Item
 from components.errors import UserError
 from components.mas.context import PromptBuilder, truncate_blocks
 from components.mas.roles import role_names, system_prompt, task_family, user_prompt
@@ -88,5 +89,6 @@ def test_roles_rotate_and_prompts_mention_silence_and_format():
     assert task_family("numeric") == task_family("math") == "maths"
     with pytest.raises(UserError, match="answer_type 'essay'"):
         task_family("essay")
-    q = user_prompt({"question": "Pick one", "answer_type": "choice", "choices": ["red", "blue"]})
+    q = user_prompt(Item(id="x", benchmark="b", question="Pick one", answer="A", answer_type="choice",
+                         choices=("red", "blue")))
     assert "(A) red" in q and "(B) blue" in q

@@ -20,6 +20,7 @@ from components.reward import (
     message_rewards,
     ngram_repetition,
 )
+from components.scoring.result import ScoreResult
 
 
 def msg(agent: int, rnd: int, completion: list[int], silent: bool = False, prompt_len: int = 10,
@@ -32,7 +33,7 @@ def msg(agent: int, rnd: int, completion: list[int], silent: bool = False, promp
 
 def episode(messages: list[Message], correct: bool = True) -> Episode:
     return Episode(question_id="q1", group_index=0, benchmark="gsm8k", messages=messages,
-                   final_answer="5", correct=correct)
+                   final_answer="5", grade=ScoreResult(correct, "5", None))
 
 
 # ---- repetition -------------------------------------------------------------------------------
@@ -93,13 +94,13 @@ def test_compute_reward_arithmetic():
     assert b.tokens_penalty == pytest.approx(0.5 * 15 / 100)
     assert b.turn_penalty == pytest.approx(0.03)
     assert b.repetition_penalty == pytest.approx(0.2 * rep)
-    assert b.reward == pytest.approx(1.0 - 0.075 - 0.03 - 0.2 * rep)
+    assert b.total == pytest.approx(1.0 - 0.075 - 0.03 - 0.2 * rep)
     assert set(b.parts()) == set(PART_KEYS)
     assert b.parts()["tokens"] == 15.0 and b.parts()["task"] == 1.0
 
     wrong = compute_reward(sample_episode(correct=False), cfg, lambda_tok=0.5)
     assert wrong.task == 0.0
-    assert wrong.reward == pytest.approx(b.reward - 1.0)
+    assert wrong.total == pytest.approx(b.total - 1.0)
 
 
 @pytest.mark.parametrize("measure", ["completion", "communicated", "total"])
@@ -126,13 +127,11 @@ def test_apply_rewards_fills_in_place():
     apply_rewards(eps, cfg, lambda_tok=0.3)
     for ep in eps:
         b = compute_reward(ep, cfg, 0.3)
-        assert ep.reward == pytest.approx(b.reward)
-        assert ep.repetition == pytest.approx(b.repetition)
-        assert ep.reward_parts == b.parts()
+        assert ep.reward == b
     # all-silent episode: no turns, no repetition, only its silence tokens cost
-    assert eps[2].repetition == 0.0 and eps[2].reward_parts["turn_penalty"] == 0.0
-    assert eps[2].reward == pytest.approx(1.0 - 0.3 * 1 / 100)
-    assert eps[0].reward > eps[1].reward
+    assert eps[2].reward.repetition == 0.0 and eps[2].reward.turn_penalty == 0.0
+    assert eps[2].reward.total == pytest.approx(1.0 - 0.3 * 1 / 100)
+    assert eps[0].reward.total > eps[1].reward.total
 
 
 # ---- per-message attribution ------------------------------------------------------------------
@@ -149,7 +148,7 @@ def test_message_costs_sum_to_episode_cost(measure: str, correct: bool):
         assert sum(c[part] for c in costs) == pytest.approx(getattr(b, part))
     rewards = message_rewards(ep, cfg, lambda_tok=0.7)
     # sum of (r_task - reward_i) over messages == the episode's total cost
-    assert sum(b.task - r for r in rewards) == pytest.approx(b.task - b.reward)
+    assert sum(b.task - r for r in rewards) == pytest.approx(b.task - b.total)
 
 
 def test_message_rewards_charge_verbose_agent_more():
@@ -158,3 +157,9 @@ def test_message_rewards_charge_verbose_agent_more():
     assert r[1] > r[2] > r[0]
     # a silent message pays only for its own (marker) tokens
     assert r[1] == pytest.approx(1.0 - 1 / 100)
+
+
+def test_reward_refuses_an_ungraded_episode():
+    ep = Episode(question_id="q1", group_index=0, benchmark="gsm8k", messages=[msg(0, 0, [1, 2])])
+    with pytest.raises(RewardError, match="was not graded"):
+        compute_reward(ep, RewardConfig(), lambda_tok=0.1)

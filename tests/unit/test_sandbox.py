@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import grade_rows, grade_text
 
-from components.scoring import score_answer, score_many
 from components.scoring.sandbox import SandboxError, humaneval_program, run_many, run_program
 
 ROOT = os.geteuid() == 0
@@ -35,11 +35,11 @@ def test_correct_program_passes_and_reports_output() -> None:
 
 
 def test_humaneval_pass_and_fail() -> None:
-    assert score_answer("code", "    return a + b\n", "", META).correct
-    bad = score_answer("code", "    return a - b\n", "", META)
+    assert grade_text("code", "    return a + b\n", "", META).correct
+    bad = grade_text("code", "    return a - b\n", "", META)
     assert not bad.correct and bad.extracted.startswith("exception: AssertionError")
     fenced = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
-    assert score_answer("code", fenced, "", META).correct
+    assert grade_text("code", fenced, "", META).correct
 
 
 def test_infinite_loop_times_out() -> None:
@@ -62,7 +62,7 @@ def test_cpu_limit_and_other_failures() -> None:
 
 def test_exit_before_check_fails() -> None:
     for completion in ("    return a + b\nimport sys\nsys.exit(0)\n", "    return a + b\nimport os\nos._exit(0)\n"):
-        res = score_answer("code", completion, "", META)
+        res = grade_text("code", completion, "", META)
         assert not res.correct and res.extracted.startswith("early-exit"), res
 
 
@@ -172,7 +172,7 @@ def test_run_many_parallel_and_ordered() -> None:
 def test_score_many_code_mixed_with_other_types() -> None:
     items = [("code", "    return a + b\n", "", META), ("numeric", "#### 5", "5", {}),
              ("code", "    while True: pass\n", "", META), ("choice", "(B)", "B", {})]
-    results = score_many(items, timeout_s=2)
+    results = grade_rows(items, timeout_s=2)
     assert [r.correct for r in results] == [True, True, False, True]
     assert results[2].extracted.startswith("timeout")
 

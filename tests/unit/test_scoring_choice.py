@@ -1,8 +1,9 @@
 """Multiple-choice letter extraction, incl. prose that starts with the article "A"."""
 
 import pytest
+from helpers import grade_text
 
-from components.scoring import ScoringError, score_answer
+from components.data.item import Item, ItemError
 from components.scoring.choice import extract_choice
 
 CHOICES = ["12", "15", "18", "21"]
@@ -29,13 +30,13 @@ CASES = [
 @pytest.mark.parametrize(("prediction", "letter"), CASES)
 def test_letter_cases(prediction: str, letter: str) -> None:
     assert extract_choice(prediction, CHOICES) == letter
-    assert score_answer("choice", prediction, letter, {"choices": CHOICES}).correct
+    assert grade_text("choice", prediction, letter, {"choices": CHOICES}).correct
 
 
 def test_article_a_in_prose_is_not_a_choice() -> None:
     text = "A train leaves the station at 5 pm. A car follows it."
     assert extract_choice(text) is None
-    result = score_answer("choice", text, "A")
+    result = grade_text("choice", text, "A")
     assert not result.correct and result.extracted is None and result.error is None
 
 
@@ -56,7 +57,7 @@ def test_option_text_match_exactly_one() -> None:
 def test_aqua_prefixed_options() -> None:
     choices = ["A)125", "B)150", "C)225", "D)250", "E)275"]
     assert extract_choice("So the total is 225", choices) == "C"
-    assert score_answer("choice", "The answer is E", "E", {"choices": choices}).correct
+    assert grade_text("choice", "The answer is E", "E", {"choices": choices}).correct
 
 
 def test_letter_outside_choices_is_rejected() -> None:
@@ -65,11 +66,12 @@ def test_letter_outside_choices_is_rejected() -> None:
 
 
 def test_wrong_letter() -> None:
-    result = score_answer("choice", "The answer is (B)", "C", {"choices": CHOICES})
+    result = grade_text("choice", "The answer is (B)", "C", {"choices": CHOICES})
     assert (result.correct, result.extracted, result.error) == (False, "B", None)
 
 
 def test_bad_gold_and_meta() -> None:
-    assert score_answer("choice", "(A)", "Z").error
-    with pytest.raises(ScoringError):
-        score_answer("choice", "(A)", "A", {"choices": "ABCD"})
+    assert grade_text("choice", "(A)", "Z").error
+    with pytest.raises(ItemError, match="choices must be a list"):
+        Item.from_record({"id": "x", "benchmark": "mmlu", "question": "q", "answer": "A", "answer_type": "choice",
+                          "choices": "ABCD"})

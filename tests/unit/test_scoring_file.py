@@ -1,12 +1,14 @@
-"""score_answer dispatch, score_many ordering and the predictions-file scorer (agent-gspo score)."""
+"""The grader's dispatch, batch ordering and the predictions-file scorer (agent-gspo score)."""
 
 import json
 from pathlib import Path
 
 import pytest
+from helpers import grade_rows, grade_text
 
+from components.data.item import as_items
 from components.errors import UserError
-from components.scoring import ScoreResult, ScoringError, score_answer, score_many, score_predictions_file
+from components.scoring import ScoreResult, ScoringError, score_predictions_file
 
 RECORDS = [
     {"id": "gsm8k/test/0", "benchmark": "gsm8k", "split": "test", "question": "q", "choices": None,
@@ -28,7 +30,7 @@ def _write(path: Path, rows: list) -> Path:
 
 def test_unknown_answer_type() -> None:
     with pytest.raises(UserError, match="unknown answer_type 'essay'"):
-        score_answer("essay", "x", "y")
+        grade_text("essay", "x", "y")
 
 
 def test_score_result_is_frozen() -> None:
@@ -40,7 +42,7 @@ def test_score_result_is_frozen() -> None:
 def test_score_many_keeps_order() -> None:
     items = [("numeric", f"The answer is {i}", str(i if i % 2 else i + 1), {}) for i in range(10)]
     items.insert(3, ("math", "\\boxed{0.5}", "\\frac12", {}))
-    results = score_many(items, workers=2)
+    results = grade_rows(items, workers=2)
     assert [r.correct for r in results] == [False, True, False, True, True, False, True, False, True, False, True]
 
 
@@ -53,7 +55,7 @@ def test_predictions_file_end_to_end(tmp_path: Path) -> None:
         {"id": "humaneval/0", "prediction": "    return x * 2\n"},
     ])
     out = tmp_path / "out" / "scores.jsonl"
-    summary = score_predictions_file(RECORDS, preds, out)
+    summary = score_predictions_file(as_items(RECORDS), preds, out)
     assert summary == {"n": 4, "correct": 3, "accuracy": 0.75, "errors": 0, "missing_ids": [], "unknown_ids": []}
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [x["id"] for x in lines] == ["gsm8k/test/0", "aqua/test/0", "math500/0", "humaneval/0"]
@@ -64,7 +66,7 @@ def test_predictions_file_end_to_end(tmp_path: Path) -> None:
 
 def test_missing_ids_and_no_output(tmp_path: Path) -> None:
     preds = _write(tmp_path / "p.jsonl", [{"id": "aqua/test/0", "prediction": "C"}])
-    summary = score_predictions_file(RECORDS, preds, None)
+    summary = score_predictions_file(as_items(RECORDS), preds, None)
     assert summary["n"] == 1 and summary["correct"] == 1
     assert summary["missing_ids"] == ["gsm8k/test/0", "math500/0", "humaneval/0"]
 
@@ -72,24 +74,24 @@ def test_missing_ids_and_no_output(tmp_path: Path) -> None:
 def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
     preds = _write(tmp_path / "p.jsonl", [{"id": "aqua/test/0", "prediction": "C"}, '{"id": "x", pred'])
     with pytest.raises(ScoringError, match=r"p\.jsonl:2: malformed JSON"):
-        score_predictions_file(RECORDS, preds, tmp_path / "o.jsonl")
+        score_predictions_file(as_items(RECORDS), preds, tmp_path / "o.jsonl")
     assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_missing_keys_and_unknown_ids(tmp_path: Path) -> None:
     preds = _write(tmp_path / "p.jsonl", [{"id": "aqua/test/0"}])
     with pytest.raises(ScoringError, match=r"p\.jsonl:1: expected an object"):
-        score_predictions_file(RECORDS, preds, None)
+        score_predictions_file(as_items(RECORDS), preds, None)
     preds = _write(tmp_path / "q.jsonl", [{"id": "nope/1", "prediction": "1"}, {"id": "nope/2", "prediction": ""}])
     with pytest.raises(ScoringError, match="nope/1, nope/2"):
-        score_predictions_file(RECORDS, preds, None)
+        score_predictions_file(as_items(RECORDS), preds, None)
     preds = _write(tmp_path / "r.jsonl", [{"id": "aqua/test/0", "prediction": "C"}] * 2)
     with pytest.raises(ScoringError, match=r"r\.jsonl:2: duplicate id"):
-        score_predictions_file(RECORDS, preds, None)
+        score_predictions_file(as_items(RECORDS), preds, None)
     with pytest.raises(ScoringError, match="does not exist"):
-        score_predictions_file(RECORDS, tmp_path / "absent.jsonl", None)
+        score_predictions_file(as_items(RECORDS), tmp_path / "absent.jsonl", None)
 
 
 def test_code_record_without_test_is_user_error() -> None:
     with pytest.raises(ScoringError, match="meta lacks test"):
-        score_answer("code", "    return 1\n", "", {"prompt": "def f():\n", "entry_point": "f"})
+        grade_text("code", "    return 1\n", "", {"prompt": "def f():\n", "entry_point": "f"})

@@ -7,8 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from components.scoring import score_many
+from helpers import grade_rows
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +38,7 @@ def _report(name: str, results: list, rows: list, key) -> int:
 def test_gsm8k_worked_answers() -> None:
     rows = _jsonl(_mirror() / "gsm8k/test.jsonl")
     items = [("numeric", r["answer"], r["answer"].split("####")[-1].strip(), {}) for r in rows]
-    results = score_many(items)
+    results = grade_rows(items)
     assert _report("gsm8k test", results, rows, lambda r: r["question"][:60]) == len(rows) == 1319
 
 
@@ -47,18 +46,18 @@ def test_aqua_and_mmlu_letters() -> None:
     mirror = _mirror()
     rows = _jsonl(mirror / "aqua/test.json")
     items = [("choice", f"The answer is ({r['correct']})", r["correct"], {"choices": r["options"]}) for r in rows]
-    assert _report("aqua test", score_many(items), rows, lambda r: r["question"][:60]) == len(rows) == 254
+    assert _report("aqua test", grade_rows(items), rows, lambda r: r["question"][:60]) == len(rows) == 254
     mmlu = []
     for path in sorted((mirror / "mmlu/data/test").glob("*_test.csv")):
         with open(path, newline="", encoding="utf-8") as fh:
             mmlu.extend(csv.reader(fh))
     items = [("choice", f"The answer is ({r[5]})", r[5], {"choices": r[1:5]}) for r in mmlu]
-    assert _report("mmlu test", score_many(items), mmlu, lambda r: r[0][:60]) == len(mmlu) == 14042
+    assert _report("mmlu test", grade_rows(items), mmlu, lambda r: r[0][:60]) == len(mmlu) == 14042
 
 
 def test_math500_solutions_self_verify() -> None:
     rows = _jsonl(_mirror() / "math500/test.jsonl")
-    results = score_many([("math", r["solution"], r["answer"], {}) for r in rows])
+    results = grade_rows([("math", r["solution"], r["answer"], {}) for r in rows])
     assert _report("math500", results, rows, lambda r: r["unique_id"]) >= 498
 
 
@@ -66,4 +65,4 @@ def test_humaneval_canonical_solutions() -> None:
     rows = _jsonl(_mirror() / "humaneval/HumanEval.jsonl.gz")
     items = [("code", r["canonical_solution"], "",
               {"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]}) for r in rows]
-    assert _report("humaneval", score_many(items), rows, lambda r: r["task_id"]) == len(rows) == 164
+    assert _report("humaneval", grade_rows(items), rows, lambda r: r["task_id"]) == len(rows) == 164

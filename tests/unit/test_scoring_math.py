@@ -5,8 +5,8 @@ import signal
 import threading
 
 import pytest
+from helpers import grade_text
 
-from components.scoring import score_answer
 from components.scoring.math_grader import MathGraderPool, extract_math_answer, score_math
 
 
@@ -104,4 +104,4 @@ def test_works_from_threads(pool: MathGraderPool) -> None:
 
 
 def test_score_answer_dispatch_math() -> None:
-    assert score_answer("math", "\\boxed{\\dfrac{3}{6}}", "\\frac12").correct
+    assert grade_text("math", "\\boxed{\\dfrac{3}{6}}", "\\frac12").correct

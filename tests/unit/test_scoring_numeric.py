@@ -3,8 +3,8 @@
 from fractions import Fraction
 
 import pytest
+from helpers import grade_text
 
-from components.scoring import score_answer
 from components.scoring.numeric import canonical_number, extract_number, parse_number
 
 CASES = [
@@ -33,7 +33,7 @@ CASES = [
 
 @pytest.mark.parametrize(("prediction", "gold", "extracted"), CASES)
 def test_numeric_cases(prediction: str, gold: str, extracted: str) -> None:
-    result = score_answer("numeric", prediction, gold)
+    result = grade_text("numeric", prediction, gold)
     assert result.extracted == extracted
     assert result.correct, result
     assert result.error is None
@@ -48,18 +48,18 @@ def test_hash_beats_boxed_and_last_number() -> None:
 
 
 def test_wrong_number_is_wrong_without_error() -> None:
-    result = score_answer("numeric", "The answer is 71.", "72")
+    result = grade_text("numeric", "The answer is 71.", "72")
     assert (result.correct, result.extracted, result.error) == (False, "71", None)
 
 
 def test_no_number() -> None:
-    result = score_answer("numeric", "I don't know.", "72")
+    result = grade_text("numeric", "I don't know.", "72")
     assert result == type(result)(False, None, None)
 
 
 def test_relative_tolerance() -> None:
-    assert score_answer("numeric", "1000000.0005", "1000000").correct  # 5e-10 relative
-    assert not score_answer("numeric", "1000.01", "1000").correct  # 1e-5 relative
+    assert grade_text("numeric", "1000000.0005", "1000000").correct  # 5e-10 relative
+    assert not grade_text("numeric", "1000.01", "1000").correct  # 1e-5 relative
 
 
 def test_words_and_subtraction_are_not_negative() -> None:
@@ -68,7 +68,7 @@ def test_words_and_subtraction_are_not_negative() -> None:
 
 
 def test_bad_gold_reports_error() -> None:
-    result = score_answer("numeric", "5", "five")
+    result = grade_text("numeric", "5", "five")
     assert not result.correct and "gold" in (result.error or "")
 
 

@@ -73,11 +73,14 @@ def run_engine(kind: str, zero_stage: int, out: Path) -> dict[str, Any] | None:
     engine.train()
     for step in range(STEPS):
         ids = step_items(step, info.rank, info.world_size).to(info.device)
-        loss = engine.module(input_ids=ids, labels=ids).loss
-        engine.backward(loss)
-        norms.append(engine.step())
-        engine.zero_grad()
-        losses.append(float(loss.detach()))
+        seen: list[torch.Tensor] = []
+
+        def loss_fn(ids: torch.Tensor = ids, seen: list[torch.Tensor] = seen) -> torch.Tensor:
+            seen.append(engine.module(input_ids=ids, labels=ids).loss)
+            return seen[-1]
+
+        norms.append(engine.update([(int(ids.shape[0]), loss_fn)]))
+        losses.append(float(seen[-1].detach()))
     final = full_weights(engine)
     digests = all_gather_objects(digest(final))
     starts = all_gather_objects(start)

@@ -17,71 +17,57 @@ test then checks that training, not the prior, drives silence above 50 %.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from components.config import Config, load_config
+from components.data.item import Item
 from components.gspo.distributed import DistInfo
 from components.gspo.engines import build_engine
 from components.gspo.trainer import GSPOTrainer, seed_everything
 from components.mas.engine import RolloutEngine
+from components.mas.environment import Environment
 from components.models.tiny import SILENCE_MARKER, build_tiny_model
+from components.scoring.result import ScoreResult
 
-ITEMS = [{"id": f"toy/{i}", "benchmark": "gsm8k", "split": "train", "question": f"What is {i} plus {i}?",
-          "choices": None, "answer": str(2 * i), "answer_type": "numeric", "meta": {}} for i in range(16)]
-
-
-class _TaskEnv:
-    """Wraps a RolloutEngine; the subclass decides each episode's success (``judge``)."""
-
-    def __init__(self, engine: RolloutEngine) -> None:
-        self.engine = engine
-
-    @property
-    def last_stats(self) -> Any:
-        return self.engine.last_stats
-
-    def judge(self, episode: Any) -> None:
-        raise NotImplementedError
-
-    def rollout(self, items: list[dict], group_size: int, *, seed: int, greedy: bool = False) -> list:
-        episodes = self.engine.rollout(items, group_size, seed=seed, greedy=greedy)
-        for ep in episodes:
-            self.judge(ep)
-        return episodes
+ITEMS = [Item(id=f"toy/{i}", benchmark="gsm8k", split="train", question=f"What is {i} plus {i}?", answer=str(2 * i),
+              answer_type="numeric") for i in range(16)]
 
 
-class HelperTask(_TaskEnv):
+def helper_judge(helper_agent: int):
     """Success = the helper agent spoke in round 0."""
 
-    def __init__(self, engine: RolloutEngine, helper_agent: int = 0) -> None:
-        super().__init__(engine)
-        self.helper = helper_agent
-
-    def judge(self, episode: Any) -> None:
-        episode.correct = any(m.agent_id == self.helper and m.round == 0 and not m.silent
-                              for m in episode.messages)
+    def judge(items: list, episodes: list) -> None:
+        for ep in episodes:
+            ok = any(m.agent_id == helper_agent and m.round == 0 and not m.silent for m in ep.messages)
+            ep.grade = ScoreResult(ok, None, None)
+    return judge
 
 
-class TalkTask(_TaskEnv):
-    """Talking helps, with diminishing returns.
+def talk_threshold(question_id: str, max_useful: int) -> float:
+    """Tokens a question needs: ``max_useful · u²`` with u uniform in [0, 1) from the id's sha256."""
+    u = int.from_bytes(hashlib.sha256(question_id.encode()).digest()[:8], "big") / 2**64
+    return max_useful * u * u
 
-    Partial credit r_task = sqrt(min(1, spoken / max_useful)), spoken = non-silent completion
-    tokens of all agents; ``correct`` = r_task >= 0.5. The first speaker is worth the most, each
-    further one less, so the best token use depends on λ_tok: without a penalty the policy talks
-    as much as it can, and only the dual budget can hold it at a target in between.
+
+def talk_judge(max_useful: int):
+    """Talking helps, with diminishing returns: an episode succeeds when its agents' non-silent
+    completion tokens reach the question's threshold (:func:`talk_threshold`). Over questions,
+    P(success | s tokens spoken) = sqrt(min(1, s / max_useful)): the first tokens are worth the most,
+    so the best token use depends on λ_tok. Without a penalty the policy talks as much as it can,
+    and only the dual budget can hold it at a target in between.
     """
 
-    def __init__(self, engine: RolloutEngine, max_useful: int) -> None:
-        super().__init__(engine)
-        self.max_useful = max_useful
-
-    def judge(self, episode: Any) -> None:
-        spoken = sum(m.completion_tokens for m in episode.messages if not m.silent)
-        episode.task_score = min(1.0, spoken / self.max_useful) ** 0.5
-        episode.correct = episode.task_score >= 0.5
+    def judge(items: list, episodes: list) -> None:
+        for ep in episodes:
+            spoken = sum(m.completion_tokens for m in ep.messages if not m.silent)
+            first_ids = ",".join(str(m.completion_ids[0]) for m in ep.messages)
+            u = int.from_bytes(hashlib.sha256(f"{ep.question_id}:{ep.group_index}:{first_ids}".encode()).digest()[:8],
+                               "big") / 2**64
+            ep.grade = ScoreResult(spoken >= max_useful * u * u, None, None)
+    return judge
 
 
 @torch.no_grad()
@@ -107,7 +93,7 @@ def set_marker_prior(model: torch.nn.Module, engine: RolloutEngine, items: list[
 @dataclass
 class LearningRun:
     trainer: GSPOTrainer
-    task: Any
+    task: Environment
     cfg: Config
 
 
@@ -122,12 +108,12 @@ def make_run(overrides: list[str], *, seed: int = 0, prior: float = 0.04, helper
     cfg = load_config(overrides=base + overrides)
     seed_everything(seed)
     model, tok = build_tiny_model(seed)
-    rollout = RolloutEngine(model, tok, cfg.mas, score_fn=lambda item, text: (False, None, None),
-                            extract_fn=lambda item, text: None)
+    rollout = RolloutEngine(model, tok, cfg.mas)
     set_marker_prior(model, rollout, ITEMS, prior)
     engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=cfg.gspo.steps)
-    env: Any = (HelperTask(rollout, helper_agent) if task == "helper"
-                else TalkTask(rollout, cfg.mas.agents * cfg.mas.max_message_tokens))
+    judge = (helper_judge(helper_agent) if task == "helper"
+             else talk_judge(cfg.mas.agents * cfg.mas.max_message_tokens))
+    env = Environment(rollout, judge)
     trainer = GSPOTrainer(cfg, engine, env, ITEMS, DistInfo(rank=0, world_size=1, local_rank=0, is_main=True),
                           pad_id=int(tok.pad_token_id))
     return LearningRun(trainer, env, cfg)

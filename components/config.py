@@ -50,7 +50,8 @@ class ModelConfig(_Section):
                       description="alias (smollm2-135m-instruct, tiny-random), HF hub id or local folder")
     cache_dir: str = Field("~/.cache/agent-gspo/models", description="where converted models are cached")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="weights dtype; auto = bf16 on GPU, fp32 on CPU")
+        "auto", description="weights dtype; auto = bf16 on a bf16-capable GPU, else fp32; "
+                            "float16 is for evaluation only (training refuses it: no loss scaling)")
     lora_rank: int = Field(0, ge=0, description="LoRA rank (0 = full fine-tuning)")
     lora_alpha: int = Field(16, ge=1, description="LoRA alpha")
     gradient_checkpointing: bool = Field(False, description="trade compute for activation memory")
@@ -112,7 +113,7 @@ class GspoConfig(_Section):
     group_by_agent_round: bool = Field(False, description="normalise per (question, agent, round)")
     adv_std_floor: float = Field(1e-6, gt=0.0, description="floor on the group std")
     lr: float = Field(1e-6, gt=0.0, description="learning rate")
-    warmup_steps: int = Field(0, ge=0, description="linear warm-up steps")
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up, in optimizer updates (minibatches per step)")
     lr_schedule: Literal["constant", "cosine", "linear"] = Field("constant", description="schedule after warm-up")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
     grad_clip: float = Field(1.0, gt=0.0, description="max gradient norm")

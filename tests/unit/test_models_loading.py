@@ -126,9 +126,13 @@ def test_local_folder_round_trip_and_bad_folder(tmp_path):
         load_policy("  ")
 
 
-def test_dtype_and_device_resolution():
+def test_dtype_and_device_resolution(monkeypatch):
     assert resolve_dtype("auto", "cpu") == torch.float32
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert resolve_dtype("auto", "cuda:0") == torch.bfloat16
+    # a GPU without bf16 (pre-Ampere) trains in fp32: fp16 would need loss scaling
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert resolve_dtype("auto", "cuda:0") == torch.float32
     assert resolve_dtype("float16", "cpu") == torch.float16
     assert resolve_dtype(torch.bfloat16, "cpu") == torch.bfloat16
     with pytest.raises(DeviceError, match="model.dtype"):

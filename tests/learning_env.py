@@ -24,7 +24,7 @@ import torch
 
 from components.config import Config, load_config
 from components.gspo.distributed import DistInfo
-from components.gspo.engines import build_engine
+from components.gspo.engines import build_engine, planned_updates
 from components.gspo.trainer import GSPOTrainer, seed_everything
 from components.mas.engine import RolloutEngine
 from components.models.tiny import SILENCE_MARKER, build_tiny_model
@@ -125,7 +125,7 @@ def make_run(overrides: list[str], *, seed: int = 0, prior: float = 0.04, helper
     rollout = RolloutEngine(model, tok, cfg.mas, score_fn=lambda item, text: (False, None, None),
                             extract_fn=lambda item, text: None)
     set_marker_prior(model, rollout, ITEMS, prior)
-    engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=cfg.gspo.steps)
+    engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=planned_updates(cfg.gspo))
     env: Any = (HelperTask(rollout, helper_agent) if task == "helper"
                 else TalkTask(rollout, cfg.mas.agents * cfg.mas.max_message_tokens))
     trainer = GSPOTrainer(cfg, engine, env, ITEMS, DistInfo(rank=0, world_size=1, local_rank=0, is_main=True),

@@ -195,6 +195,36 @@ def test_cached_folder_converts_once_keyed_by_sha(monkeypatch, tmp_path):
     assert len(conversions) == 3
 
 
+def test_cached_folder_waits_for_a_conversion_in_progress_and_reuses_it(monkeypatch, tmp_path):
+    """While another process holds the conversion lock, a caller blocks; when the lock is released it
+    finds the finished folder and neither converts again nor swaps the folder its readers use."""
+    import threading
+
+    from filelock import FileLock
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"weights")
+    monkeypatch.setattr(smollm2, "find_gguf", lambda: gguf)
+    monkeypatch.setattr(smollm2, "convert_gguf", lambda src, out: pytest.fail("converted a complete folder"))
+    sha = smollm2.file_sha256(gguf)
+    folder = tmp_path / "cache" / f"{smollm2.ALIAS}-{sha[:16]}"
+    folder.parent.mkdir()
+    other = FileLock(str(folder.parent / f"{folder.name}.lock"))
+    other.acquire()  # "another process" is converting
+    got: list[Path] = []
+    waiter = threading.Thread(target=lambda: got.append(smollm2.cached_folder(tmp_path / "cache")))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and not got  # blocked on the lock, not converting alongside
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"x")
+    (folder / smollm2.MARKER).write_text(json.dumps({"sha256": sha}))
+    inode = folder.stat().st_ino
+    other.release()
+    waiter.join(10)
+    assert got == [folder] and folder.stat().st_ino == inode
+
+
 # ---- LoRA -------------------------------------------------------------------------------------
 
 def test_lora_adapters_and_disabled_reference(fake_tiny):

@@ -263,6 +263,18 @@ class Config(_Section):
     experiments: ExperimentsConfig = Field(default_factory=ExperimentsConfig)
     profile: str = Field("default", description="name of the applied profile")
 
+    @model_validator(mode="after")
+    def _reference_model_fits_zero3(self) -> Config:
+        # The KL reference is a frozen copy of the initial policy unless LoRA adapters can simply be
+        # switched off; a copy of a ZeRO-3-partitioned module holds no weights of its own.
+        g = self.gspo
+        if g.kl_beta > 0 and g.engine == "deepspeed" and self.deepspeed.zero_stage == 3 and self.model.lora_rank == 0:
+            raise ValueError(f"gspo.kl_beta={g.kl_beta} with gspo.engine=deepspeed and deepspeed.zero_stage=3 needs "
+                             "model.lora_rank > 0 (the reference policy is then the base model with adapters off); "
+                             "a full-weight reference copy of a ZeRO-3-partitioned model is not supported: use "
+                             "deepspeed.zero_stage <= 2, LoRA, or gspo.kl_beta=0")
+        return self
+
     def hash(self) -> str:
         """sha256 of the canonical JSON of this config (the 'config hash' in tags and checkpoints).
 
@@ -328,7 +340,8 @@ def _format_errors(exc: ValidationError, source: str) -> str:
                 msg += f" (allowed: {', '.join(section.annotation.model_fields)})"
             elif len(err["loc"]) == 1:
                 msg += f" (allowed sections: {', '.join(k for k in Config.model_fields if k != 'profile')})"
-        lines.append(f"  {path}: {msg} (got {err.get('input')!r})")
+        got = f" (got {err.get('input')!r})" if err["loc"] else ""  # at the root the input is the whole config
+        lines.append(f"  {path}: {msg}{got}")
     return "\n".join(lines)
 
 

@@ -48,8 +48,8 @@ from components.gspo.grad_sync import DEFAULT_BUCKET_MB, BucketedAllReduce
 from components.gspo.precision import MasterWeights, adamw, check_trainable_dtypes
 from components.gspo.schedule import build_scheduler
 
-__all__ = ["DeepSpeedEngine", "EngineUsageError", "TorchEngine", "TrainEngine", "build_engine",
-           "deepspeed_config", "planned_updates", "write_deepspeed_config"]
+__all__ = ["DeepSpeedEngine", "EngineUsageError", "TorchEngine", "TrainEngine", "build_engine", "deepspeed_config",
+           "planned_updates", "write_deepspeed_config"]
 
 TORCH_STATE_FILE = "engine_state.pt"
 DS_STATE_DIR = "deepspeed"
@@ -195,9 +195,7 @@ class TorchEngine(TrainEngine):
         """Averaged (over ranks) fp32 gradients into the master parameters' ``.grad``."""
         if self._reducer is not None:
             self._reducer.finish(self.master.set_grad)
-            for p, m in zip(self._params, self.master.params, strict=True):
-                if m is not p:
-                    p.grad = None  # the low-precision local gradient is spent
+            self.master.drop_model_grads()  # the low-precision local gradients are spent
         else:
             self.master.grads_from_model()
 
@@ -311,23 +309,20 @@ class DeepSpeedEngine(TrainEngine):
             self._ds.step()  # managed accumulation: advances DeepSpeed's micro-step, no update
 
     def _local_grad_norm(self) -> float | None:
-        """Stage 0 fp32 path: DeepSpeed clips but does not record the norm, so measure it here.
-
-        At stage 0 the averaged gradients sit in ``param.grad`` after the boundary backward."""
+        """Stage 0 fp32: DeepSpeed clips but does not record the norm; the averaged gradients sit in
+        ``param.grad`` after the boundary backward, so measure it here."""
         if self.zero_stage != 0 or self.config["bf16"]["enabled"]:
             return None
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
     def _skip_step(self) -> None:
-        """Stage 0 fp32: DeepSpeed has no overflow check there, so skip a non-finite update ourselves.
+        """Stage 0 fp32 has no overflow check in DeepSpeed: skip a non-finite update here.
 
-        DeepSpeed's ``step()`` still runs (its micro-step and boundary counters must advance) with
-        every gradient dropped, so torch AdamW touches no parameter or state, and with the
-        optimizer flagged ``overflow`` the way DeepSpeed's own mixed-precision optimizers flag it:
-        DeepSpeed then leaves the LR schedule alone and counts the step in ``skipped_steps``
-        (saved in its checkpoints). Clipping is paused for the call: DeepSpeed's stage-0 clip
-        indexes the first gradient and fails when there is none.
+        DeepSpeed's ``step()`` still runs (its counters must advance) with every gradient dropped,
+        so AdamW touches nothing, and with the optimizer flagged ``overflow`` as DeepSpeed's own
+        mixed-precision optimizers flag it: the LR schedule stays, ``skipped_steps`` (checkpointed)
+        counts it. Clipping is paused: DeepSpeed's stage-0 clip fails when there is no gradient.
         """
         self._ds.zero_grad()
         config, clip = self._ds._config, self._ds._config.gradient_clipping
@@ -386,11 +381,8 @@ class DeepSpeedEngine(TrainEngine):
 
 
 def planned_updates(cfg_gspo: GspoConfig) -> int:
-    """Optimizer updates of a full run: the trainer steps once per mini-batch of every training step.
-
-    This, not ``gspo.steps``, is the LR schedule's length (``build_engine``'s ``total_steps``):
-    with ``gspo.steps`` a cosine or linear schedule would reach its end after 1/minibatches of the run.
-    """
+    """Optimizer updates of a full run (one per mini-batch of every step): the LR schedule's length.
+    With ``gspo.steps`` instead, a cosine or linear schedule would end after 1/minibatches of the run."""
     return int(cfg_gspo.steps) * int(cfg_gspo.minibatches)
 
 

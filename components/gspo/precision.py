@@ -101,6 +101,12 @@ class MasterWeights:
             self.params[i].grad = None if p.grad is None else p.grad.float()
             p.grad = None
 
+    def drop_model_grads(self) -> None:
+        """Free the model's low-precision gradients of parameters that have a separate master."""
+        for m, p in zip(self.params, self.model_params, strict=True):
+            if m is not p:
+                p.grad = None
+
     @torch.no_grad()
     def copy_to_model(self) -> None:
         """Round the updated fp32 masters into the model's low-precision parameters."""

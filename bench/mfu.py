@@ -25,10 +25,15 @@ import argparse
 import logging
 import os
 import socket
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+
+if __package__ in (None, ""):  # `python bench/mfu.py`: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                   intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768, rope_theta=1_000_000.0,
@@ -92,19 +97,16 @@ def _init_single_process() -> None:
 
 
 def ds_config(seqs: int, micro: int, bf16: bool, zero_stage: int) -> dict:
-    return {
-        "train_micro_batch_size_per_gpu": micro,
-        "gradient_accumulation_steps": seqs // micro,
-        "train_batch_size": seqs,
-        "gradient_clipping": 1.0,
-        "zero_optimization": {"stage": zero_stage},
-        "bf16": {"enabled": bf16},
-        "fp16": {"enabled": False},
-        "zero_allow_untested_optimizer": True,
-        "zero_force_ds_cpu_optimizer": False,
-        "steps_per_print": 10**12,
-        "wall_clock_breakdown": False,
-    }
+    """The trainer's DeepSpeed config (``components.gspo.engines.deepspeed_config``: same precision and
+    ZeRO settings as training), with this bench's micro-batch and accumulation."""
+    from components.config import DeepSpeedConfig, GspoConfig
+    from components.gspo.engines import deepspeed_config
+
+    config = deepspeed_config(GspoConfig(grad_accum=seqs // micro, grad_clip=1.0),
+                              DeepSpeedConfig(zero_stage=zero_stage), world_size=1, on_gpu=bf16,
+                              dtype=torch.bfloat16 if bf16 else torch.float32)
+    config.update({"train_micro_batch_size_per_gpu": micro, "train_batch_size": seqs})
+    return config
 
 
 def run(args: argparse.Namespace) -> MfuResult:

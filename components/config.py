@@ -50,7 +50,8 @@ class ModelConfig(_Section):
                       description="alias (smollm2-135m-instruct, tiny-random), HF hub id or local folder")
     cache_dir: str = Field("~/.cache/agent-gspo/models", description="where converted models are cached")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="weights dtype; auto = bf16 on GPU, fp32 on CPU")
+        "auto", description="weights dtype; auto = bf16 on a bf16-capable GPU, else fp32; "
+                            "float16 is for evaluation only (training refuses it: no loss scaling)")
     lora_rank: int = Field(0, ge=0, description="LoRA rank (0 = full fine-tuning)")
     lora_alpha: int = Field(16, ge=1, description="LoRA alpha")
     gradient_checkpointing: bool = Field(False, description="trade compute for activation memory")
@@ -113,7 +114,7 @@ class GspoConfig(_Section):
     group_by_agent_round: bool = Field(False, description="normalise per (question, agent, round)")
     adv_std_floor: float = Field(1e-6, gt=0.0, description="floor on the group std")
     lr: float = Field(1e-6, gt=0.0, description="learning rate")
-    warmup_steps: int = Field(0, ge=0, description="linear warm-up steps")
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up, in optimizer updates (minibatches per step)")
     lr_schedule: Literal["constant", "cosine", "linear"] = Field("constant", description="schedule after warm-up")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
     grad_clip: float = Field(1.0, gt=0.0, description="max gradient norm")
@@ -263,6 +264,18 @@ class Config(_Section):
     experiments: ExperimentsConfig = Field(default_factory=ExperimentsConfig)
     profile: str = Field("default", description="name of the applied profile")
 
+    @model_validator(mode="after")
+    def _reference_model_fits_zero3(self) -> Config:
+        # The KL reference is a frozen copy of the initial policy unless LoRA adapters can simply be
+        # switched off; a copy of a ZeRO-3-partitioned module holds no weights of its own.
+        g = self.gspo
+        if g.kl_beta > 0 and g.engine == "deepspeed" and self.deepspeed.zero_stage == 3 and self.model.lora_rank == 0:
+            raise ValueError(f"gspo.kl_beta={g.kl_beta} with gspo.engine=deepspeed and deepspeed.zero_stage=3 needs "
+                             "model.lora_rank > 0 (the reference policy is then the base model with adapters off); "
+                             "a full-weight reference copy of a ZeRO-3-partitioned model is not supported: use "
+                             "deepspeed.zero_stage <= 2, LoRA, or gspo.kl_beta=0")
+        return self
+
     def hash(self) -> str:
         """sha256 of the canonical JSON of this config (the 'config hash' in tags and checkpoints).
 
@@ -328,7 +341,8 @@ def _format_errors(exc: ValidationError, source: str) -> str:
                 msg += f" (allowed: {', '.join(section.annotation.model_fields)})"
             elif len(err["loc"]) == 1:
                 msg += f" (allowed sections: {', '.join(k for k in Config.model_fields if k != 'profile')})"
-        lines.append(f"  {path}: {msg} (got {err.get('input')!r})")
+        got = f" (got {err.get('input')!r})" if err["loc"] else ""  # at the root the input is the whole config
+        lines.append(f"  {path}: {msg}{got}")
     return "\n".join(lines)
 
 

@@ -6,21 +6,26 @@ The GSPO trainer only ever calls ``update(micro_batches)`` once per mini-batch a
 
 * ``update([(rows_1, loss_fn_1), ..., (rows_k, loss_fn_k)])`` calls each ``loss_fn`` (the forward
   of one micro-batch, returning its mean loss over its ``rows`` sequences), back-propagates it
-  weighted by ``rows_i / Σ rows``, and then makes one optimizer update. The accumulated gradient
-  is therefore exactly the gradient of the mean loss over the whole mini-batch, however unevenly
-  it was split (a test compares it with the full-batch update). It then averages gradients over
-  ranks, clips to ``grad_clip``, steps the optimizer and the LR schedule, zeroes the gradients
-  and returns the pre-clipping global gradient norm.
+  weighted by ``rows_i / Σ rows``, then makes ONE optimizer update. The accumulated gradient is
+  exactly the gradient of the mean loss over the whole mini-batch however unevenly it was split
+  (tests compare it with the full-batch update, for both engines). The update averages gradients
+  over ranks, clips to ``grad_clip``, steps the optimizer and the LR schedule, zeroes the
+  gradients and returns the pre-clipping global gradient norm.
 
 DeepSpeed: a torch ``AdamW`` is passed in (no JIT-compiled DeepSpeed optimizer), the config comes
 from :func:`deepspeed_config` with ``managed_gradient_accumulation: false``: ``backward`` only
-accumulates (``scale_wrt_gas=False``: the weights above do the scaling) and ``step()`` is the
+accumulates (``scale_wrt_gas=False``: the row weights do the scaling) and ``step()`` is the
 accumulation boundary, so any number of micro-batches makes one update.
 
-Torch: gradients are all-reduced explicitly in ``step()`` instead of through
+Torch: gradients are averaged over ranks by :class:`~components.gspo.grad_sync.BucketedAllReduce`
+(fp32 buckets started during the last micro-batch's backward) instead of through
 ``DistributedDataParallel``. DDP only synchronises gradients when the forward pass goes through
 the DDP wrapper, but the trainer runs forwards through ``engine.module`` (the same object used for
-generation); an explicit averaged all-reduce is correct however the forward was called.
+generation); the hook-driven all-reduce is correct however the forward was called. bf16 weights
+are trained through fp32 master copies (:mod:`components.gspo.precision`).
+
+Both engines skip an update whose gradient norm is not finite (weights, optimizer state and LR
+schedule untouched) and count it in ``skipped_steps``; ``optimizer_steps`` counts applied updates.
 """
 
 from __future__ import annotations
@@ -40,8 +45,13 @@ from torch import nn
 from components.config import DeepSpeedConfig, GspoConfig
 from components.errors import UserError
 from components.gspo.distributed import DistInfo, dist_info, init_distributed, is_distributed
+from components.gspo.ds_config import deepspeed_config, write_deepspeed_config
+from components.gspo.grad_sync import DEFAULT_BUCKET_MB, BucketedAllReduce
+from components.gspo.precision import MasterWeights, adamw, check_trainable_dtypes
 from components.gspo.schedule import build_scheduler
-from components.io import write_json_atomic
+
+__all__ = ["DeepSpeedEngine", "EngineUsageError", "TorchEngine", "TrainEngine", "build_engine", "deepspeed_config",
+           "planned_updates", "write_deepspeed_config"]
 
 TORCH_STATE_FILE = "engine_state.pt"
 DS_STATE_DIR = "deepspeed"
@@ -89,24 +99,23 @@ class TrainEngine(ABC):
 
     # -- optimisation -------------------------------------------------------------------------
     def update(self, micro_batches: Sequence[MicroBatch]) -> float:
-        """One optimizer update from weighted micro-batches (see the module docstring); grad norm."""
-        if not micro_batches:
-            raise EngineUsageError("update() needs at least one micro-batch")
+        """One optimizer update from rows-weighted micro-batches (see the module docstring); grad norm."""
         rows = [int(r) for r, _ in micro_batches]
+        if not rows:
+            raise EngineUsageError("update() needs at least one micro-batch")
         if min(rows) < 1:
             raise EngineUsageError(f"update(): every micro-batch needs >= 1 row, got {rows}")
-        total = sum(rows)
-        for r, loss_fn in micro_batches:
+        for k, (r, loss_fn) in enumerate(micro_batches):
             loss = loss_fn()
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise EngineUsageError(f"a micro-batch loss must be a scalar tensor, got {type(loss).__name__} "
                                        f"{tuple(getattr(loss, 'shape', ()))}")
-            self._backward(loss * (r / total))
+            self._backward(loss * (r / sum(rows)), last=k == len(rows) - 1)
         return self._step()
 
     @abstractmethod
-    def _backward(self, loss: torch.Tensor) -> None:
-        """Accumulate the gradient of an already weighted micro-batch loss."""
+    def _backward(self, loss: torch.Tensor, last: bool) -> None:
+        """Accumulate the gradient of an already weighted micro-batch loss (``last``: the update's last)."""
 
     @abstractmethod
     def _step(self) -> float:
@@ -140,9 +149,11 @@ def _trainable(model: nn.Module) -> list[nn.Parameter]:
 
 
 class TorchEngine(TrainEngine):
-    """Plain torch: AdamW + LambdaLR, explicit gradient all-reduce when WORLD_SIZE > 1.
+    """Plain torch: AdamW + LambdaLR, bucketed fp32 gradient all-reduce when WORLD_SIZE > 1.
 
-    A non-finite gradient norm skips the update (weights, optimizer and schedule untouched) and
+    bf16 trainable parameters get fp32 master copies (:class:`MasterWeights`): AdamW steps the
+    fp32 copies and the model's bf16 weights are rounded from them after every update. A
+    non-finite gradient norm skips the update (weights, optimizer and schedule untouched) and
     counts it in ``skipped_steps``: one bad batch must not turn the policy into NaNs.
     """
 
@@ -150,17 +161,21 @@ class TorchEngine(TrainEngine):
 
     def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
                  schedule: str = "constant", warmup_steps: int = 0, total_steps: int = 1,
-                 info: DistInfo | None = None) -> None:
+                 info: DistInfo | None = None, bucket_mb: float = DEFAULT_BUCKET_MB) -> None:
         info = info or (init_distributed() if not is_distributed() else dist_info())
         super().__init__(info)
         self._model = model.to(info.device)
         self.grad_clip = grad_clip
         self._params = _trainable(self._model)
+        check_trainable_dtypes(self._params, engine="torch")
+        self._reducer: BucketedAllReduce | None = None
         if is_distributed() and dist.get_world_size() > 1:
             # what DDP does at construction: every rank starts from rank 0's weights
             for t in list(self._model.parameters()) + list(self._model.buffers()):
                 dist.broadcast(t.data, src=0)
-        self.optimizer = torch.optim.AdamW(self._params, lr=lr, weight_decay=weight_decay)
+            self._reducer = BucketedAllReduce(self._params, bucket_mb)
+        self.master = MasterWeights(self._params)
+        self.optimizer = adamw(self.master.params, lr=lr, weight_decay=weight_decay)
         self.scheduler = build_scheduler(self.optimizer, schedule, warmup_steps, total_steps)
         self._steps = 0
         self.skipped_steps = 0
@@ -169,38 +184,31 @@ class TorchEngine(TrainEngine):
     def module(self) -> nn.Module:
         return self._model
 
-    def _backward(self, loss: torch.Tensor) -> None:
+    def _backward(self, loss: torch.Tensor, last: bool) -> None:
+        if self._reducer is not None and last:
+            self._reducer.arm()  # last micro-batch: all-reduce buckets while backward still runs
         loss.backward()
 
-    def _all_reduce_grads(self) -> None:
-        """Average gradients over ranks in one flat buffer per dtype (missing grads count as 0)."""
-        world = dist.get_world_size()
-        by_dtype: dict[torch.dtype, list[nn.Parameter]] = {}
-        for p in self._params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            by_dtype.setdefault(p.grad.dtype, []).append(p)
-        for params in by_dtype.values():
-            flat = torch.cat([p.grad.reshape(-1) for p in params])  # [sum numel]
-            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-            flat.div_(world)
-            offset = 0
-            for p in params:
-                n = p.grad.numel()
-                p.grad.copy_(flat[offset: offset + n].view_as(p.grad))
-                offset += n
+    def _collect_grads(self) -> None:
+        """Averaged (over ranks) fp32 gradients into the master parameters' ``.grad``."""
+        if self._reducer is not None:
+            self._reducer.finish(self.master.set_grad)
+            self.master.drop_model_grads()  # the low-precision local gradients are spent
+        else:
+            self.master.grads_from_model()
 
     def _step(self) -> float:
-        if is_distributed() and dist.get_world_size() > 1:
-            self._all_reduce_grads()
-        norm = float(torch.nn.utils.clip_grad_norm_(self._params, self.grad_clip))
+        self._collect_grads()
+        norm = float(torch.nn.utils.clip_grad_norm_(self.master.params, self.grad_clip))
         if not math.isfinite(norm):
             self.skipped_steps += 1
         else:
             self.optimizer.step()
+            self.master.copy_to_model()
             self.scheduler.step()
             self._steps += 1
         self.optimizer.zero_grad(set_to_none=True)
+        self.master.zero_grad()
         return norm
 
     @property
@@ -214,13 +222,16 @@ class TorchEngine(TrainEngine):
     def state_dict_for_checkpoint(self) -> dict[str, Any]:
         """Optimizer, scheduler and counters (replicated on every rank, so rank 0's copy suffices)."""
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "steps": self._steps, "skipped_steps": self.skipped_steps}
+                "steps": self._steps, "skipped_steps": self.skipped_steps, "master": self.master.state_dict()}
 
     def load_state_dict_from_checkpoint(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self._steps = int(state["steps"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
+        self.master.load_state_dict(state.get("master"))  # fp32 masters: bit-exact resume of bf16 training
+        if self._reducer is not None:
+            self._reducer.reset()
 
     def save_checkpoint_state(self, folder: Path) -> None:
         if self.dist.is_main:
@@ -233,41 +244,6 @@ class TorchEngine(TrainEngine):
             raise EngineUsageError(f"{path}: missing torch engine state (was the checkpoint written by "
                                    f"the deepspeed engine? set gspo.engine accordingly)")
         self.load_state_dict_from_checkpoint(torch.load(path, map_location=self.dist.device, weights_only=True))
-
-
-def deepspeed_config(cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig, world_size: int, on_gpu: bool) -> dict[str, Any]:
-    """The DeepSpeed JSON config for our loop.
-
-    ``train_micro_batch_size_per_gpu`` and ``gradient_accumulation_steps`` are 1 and DeepSpeed's
-    managed accumulation is off: the engine's ``update`` weights and accumulates micro-batches
-    itself and every ``step()`` is one update (DeepSpeed uses the batch numbers only for
-    bookkeeping). bf16 on GPU (fp32 master weights in the
-    ZeRO optimizer), plain fp32 on CPU. ``zero_allow_untested_optimizer`` admits torch AdamW.
-    """
-    zero: dict[str, Any] = {"stage": int(cfg_ds.zero_stage)}
-    if cfg_ds.zero_stage == 3:
-        zero["stage3_gather_16bit_weights_on_model_save"] = True
-    return {
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "managed_gradient_accumulation": False,
-        "train_batch_size": int(world_size),
-        "gradient_clipping": float(cfg_gspo.grad_clip),
-        "zero_optimization": zero,
-        "bf16": {"enabled": bool(on_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported())},
-        "fp16": {"enabled": False},
-        "zero_allow_untested_optimizer": True,
-        "zero_force_ds_cpu_optimizer": False,
-        "steps_per_print": 10**12,
-        "wall_clock_breakdown": False,
-    }
-
-
-def write_deepspeed_config(path: str | Path, cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig,
-                           world_size: int, on_gpu: bool) -> Path:
-    """Write :func:`deepspeed_config` as JSON atomically (for ``infra/`` and launcher users)."""
-    write_json_atomic(path, deepspeed_config(cfg_gspo, cfg_ds, world_size, on_gpu))
-    return Path(path)
 
 
 class DeepSpeedEngine(TrainEngine):
@@ -289,8 +265,10 @@ class DeepSpeedEngine(TrainEngine):
         super().__init__(info)
         self.zero_stage = int(cfg_ds.zero_stage)
         on_gpu = torch.cuda.is_available()
-        self.config = deepspeed_config(cfg_gspo, cfg_ds, info.world_size, on_gpu)
-        optimizer = torch.optim.AdamW(_trainable(model), lr=cfg_gspo.lr, weight_decay=cfg_gspo.weight_decay)
+        params = _trainable(model)
+        dtype = check_trainable_dtypes(params, engine="deepspeed")
+        self.config = deepspeed_config(cfg_gspo, cfg_ds, info.world_size, on_gpu, dtype=dtype)
+        optimizer = adamw(params, lr=cfg_gspo.lr, weight_decay=cfg_gspo.weight_decay)
         scheduler = build_scheduler(optimizer, cfg_gspo.lr_schedule, cfg_gspo.warmup_steps, total_steps)
         self._ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.config)
@@ -315,18 +293,43 @@ class DeepSpeedEngine(TrainEngine):
         with deepspeed.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=None):
             yield
 
-    def _backward(self, loss: torch.Tensor) -> None:
-        self._ds.backward(loss, scale_wrt_gas=False)
+    def _backward(self, loss: torch.Tensor, last: bool) -> None:
+        self._ds.backward(loss, scale_wrt_gas=False)  # unmanaged accumulation: step() is the boundary
 
     def _local_grad_norm(self) -> float | None:
-        """Stage 0 fp32 path: DeepSpeed clips but does not record the norm, so measure it here."""
+        """Stage 0 fp32: DeepSpeed clips but does not record the norm, so measure it here. The
+        gradients are averaged over ranks first (``step()`` averages again: a no-op on equal
+        tensors), so every rank sees the same norm and takes the same skip decision."""
         if self.zero_stage != 0 or self.config["bf16"]["enabled"]:
             return None
+        if self.dist.world_size > 1:
+            self._ds.allreduce_gradients()
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
+    def _skip_step(self) -> None:
+        """Stage 0 fp32 has no overflow check in DeepSpeed: skip a non-finite update here.
+
+        DeepSpeed's ``step()`` still runs (its counters must advance) with every gradient dropped,
+        so AdamW touches nothing, and with the optimizer flagged ``overflow`` as DeepSpeed's own
+        mixed-precision optimizers flag it: the LR schedule stays, ``skipped_steps`` (checkpointed)
+        counts it. Clipping is paused: DeepSpeed's stage-0 clip fails when there is no gradient.
+        """
+        self._ds.zero_grad()
+        config, clip = self._ds._config, self._ds._config.gradient_clipping
+        self.optimizer.overflow = True
+        config.gradient_clipping = 0.0
+        try:
+            self._ds.step()
+        finally:
+            config.gradient_clipping = clip
+            del self.optimizer.overflow
+
     def _step(self) -> float:
         before = self._local_grad_norm()
+        if before is not None and not math.isfinite(before):
+            self._skip_step()
+            return before
         self._ds.step()
         self._ds.zero_grad()
         norm = self._ds.get_global_grad_norm()
@@ -340,7 +343,13 @@ class DeepSpeedEngine(TrainEngine):
 
     @property
     def optimizer_steps(self) -> int:
-        return int(self._ds.global_steps)
+        """Applied updates (DeepSpeed's ``global_steps`` also counts skipped ones)."""
+        return int(self._ds.global_steps) - self.skipped_steps
+
+    @property
+    def skipped_steps(self) -> int:
+        """Updates skipped for a non-finite gradient (restored by checkpoints)."""
+        return int(self._ds.skipped_steps)
 
     def save_checkpoint_state(self, folder: Path) -> None:
         self._ds.save_checkpoint(str(folder / DS_STATE_DIR), tag=DS_TAG, save_latest=False)
@@ -355,6 +364,12 @@ class DeepSpeedEngine(TrainEngine):
         if loaded is None:
             raise EngineUsageError(f"{path}: DeepSpeed could not load this checkpoint (world size or ZeRO "
                                    f"stage changed since it was written?)")
+
+
+def planned_updates(cfg_gspo: GspoConfig) -> int:
+    """Optimizer updates of a full run (one per mini-batch of every step): the LR schedule's length.
+    With ``gspo.steps`` instead, a cosine or linear schedule would end after 1/minibatches of the run."""
+    return int(cfg_gspo.steps) * int(cfg_gspo.minibatches)
 
 
 def build_engine(model: nn.Module, cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig, total_steps: int) -> TrainEngine:

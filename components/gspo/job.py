@@ -94,7 +94,7 @@ def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, ou
     """Run (or resume) GSPO training as configured; see the module docstring."""
     from components.gspo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from components.gspo.distributed import init_distributed, shutdown_distributed
-    from components.gspo.engines import build_engine
+    from components.gspo.engines import build_engine, planned_updates
     from components.gspo.trainer import GSPOTrainer, seed_everything
     from components.mas.engine import RolloutEngine
     from components.mas.environment import Environment
@@ -114,7 +114,7 @@ def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, ou
                                        seed=cfg.gspo.seed)
         if cfg.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=cfg.gspo.steps)
+        engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=planned_updates(cfg.gspo))
         env = Environment(RolloutEngine(engine.module, tokenizer, cfg.mas, device=device))
         trainer = GSPOTrainer(cfg, engine, env, train_items, info, pad_id=int(tokenizer.pad_token_id))
         run_id = None
@@ -142,8 +142,7 @@ def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, ou
                     extra = trainer.state() | {"mlflow_run_id": getattr(tracker, "run_id", run_id)}
                     save_checkpoint(out, res.step, engine, tokenizer, extra=extra, keep=cfg.gspo.keep_checkpoints)
             result = TrainResult(out, None, trainer.step_idx, trainer.history, getattr(tracker, "run_id", None))
-            if info.is_main:
-                _finalise(cfg, out, engine, tokenizer, trainer, tracker, result)
+            _finalise(cfg, out, engine, tokenizer, trainer, tracker, result)  # collective: every rank
         return result
     finally:
         shutdown_distributed()
@@ -151,17 +150,27 @@ def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, ou
 
 def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any, tracker: Any,
               result: TrainResult) -> None:
-    """Final policy folder, metrics.json (DVC), plots, MLflow model + registry version."""
+    """Final policy folder, metrics.json (DVC), plots, MLflow model + registry version.
+
+    Called on every rank: under ZeRO-3 gathering the full parameters is a collective that every
+    rank must enter (rank 0 alone would wait forever for the others). Only rank 0 writes.
+    """
+    from components.gspo.distributed import barrier
     from components.gspo.plots import write_training_plots
     from components.io import atomic_dir, write_json_atomic
 
     final = out / "final"
-    with engine.gathered_parameters(), atomic_dir(final) as tmp:
-        module = engine.module
-        if cfg.model.lora_rank and hasattr(module, "merge_and_unload"):
-            module = module.merge_and_unload()  # a plain HF folder: evaluation needs no peft
-        module.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    main = engine.dist.is_main
+    with engine.gathered_parameters(), (atomic_dir(final) if main else contextlib.nullcontext()) as tmp:
+        if main:
+            module = engine.module
+            if cfg.model.lora_rank and hasattr(module, "merge_and_unload"):
+                module = module.merge_and_unload()  # a plain HF folder: evaluation needs no peft
+            module.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+    barrier()  # no rank leaves (and tears the process group down) while rank 0 may still need it
+    if not main:
+        return
     result.final_model = final
     last = trainer.history[-1] if trainer.history else {}
     first = trainer.history[0] if trainer.history else {}

@@ -2,25 +2,47 @@
 
 ``deepspeed.launcher`` in params.yaml picks how: ``none`` runs :func:`components.gspo.job.train`
 in this process; ``torchrun`` and ``deepspeed`` spawn ``components.gspo.train_main`` on every
-rank (``nproc_per_node`` per node, ``num_nodes`` nodes, a hostfile for multi-node DeepSpeed).
-The CLI, the Prefect training task and the DVC stage all come through here, so one flow drives
-a CPU process, one GPU or many nodes alike.
+rank (``nproc_per_node`` per node, ``num_nodes`` nodes). The CLI, the Prefect training task and
+the DVC stage all come through here, so one flow drives a CPU process, one GPU or many nodes.
+
+Multi-node, the two launchers differ in who starts the other nodes:
+
+* ``torchrun`` starts processes on its own node only. Run the same ``agent-gspo train`` command
+  on every node, with ``NODE_RANK`` (0..num_nodes-1) and ``MASTER_ADDR`` (an address of node 0
+  that every node reaches) in its environment; :func:`launcher_command` refuses a multi-node
+  torchrun without them, since a default of 127.0.0.1 would leave every node waiting for itself.
+* ``deepspeed`` with ``deepspeed.hostfile`` starts every node itself, over pdsh/ssh from node 0.
+  A remote shell gets only what the DeepSpeed runner exports (``PYTHON*``, ``MLFLOW*``, ...), so
+  :func:`launch_training` writes the project's variables (``AGENT_GSPO_*``, the offline defaults
+  of :mod:`components.env`, Hugging Face / torch / NCCL / DeepSpeed settings) to an env file and
+  points the runner at it with ``DS_ENV_FILE`` (the runner's ``.deepspeed_env`` mechanism).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from components.config import Config
+from components.env import OFFLINE_DEFAULTS
 from components.errors import UserError
 
 MODULE = "components.gspo.train_main"
+DS_ENV_FILE_NAME = ".deepspeed_env"
+"""the file name the DeepSpeed runner reads from ``~`` and the working directory"""
+FORWARD_PREFIXES = ("AGENT_GSPO_", "HF_", "TRANSFORMERS_", "MLFLOW_", "PREFECT_", "DVC_", "TORCH_", "NCCL_",
+                    "DS_", "PYTORCH_")
+FORWARD_NAMES = frozenset(OFFLINE_DEFAULTS) | {"OMP_NUM_THREADS", "TORCHINDUCTOR_CACHE_DIR"}
+NOT_FORWARDED = frozenset({"DS_ENV_FILE", "CUDA_VISIBLE_DEVICES"})
+"""set per node by the DeepSpeed launcher itself (or naming this very file)"""
+_UNSAFE_VALUE = re.compile(r'["$`\\\n]')
 
 
 def forwarded_args(args: Any, *, resume: bool, max_steps: int | None, out_dir: str | None) -> list[str]:
@@ -43,17 +65,41 @@ def forwarded_args(args: Any, *, resume: bool, max_steps: int | None, out_dir: s
     return out
 
 
+def _node_rank(num_nodes: int) -> int:
+    raw = os.environ.get("NODE_RANK")
+    if raw is None or not os.environ.get("MASTER_ADDR"):
+        raise UserError(
+            f"deepspeed.num_nodes={num_nodes} with deepspeed.launcher=torchrun: run the same command on every "
+            f"node with NODE_RANK=<0..{num_nodes - 1}> and MASTER_ADDR=<address of node 0 that all nodes reach> "
+            f"set (missing: {', '.join(k for k in ('NODE_RANK', 'MASTER_ADDR') if not os.environ.get(k))}), or "
+            f"use deepspeed.launcher=deepspeed with deepspeed.hostfile, which starts every node itself")
+    try:
+        rank = int(raw)
+    except ValueError:
+        rank = -1
+    if not 0 <= rank < num_nodes:
+        raise UserError(f"NODE_RANK={raw!r} must be an integer in 0..{num_nodes - 1} (deepspeed.num_nodes={num_nodes})")
+    return rank
+
+
 def launcher_command(cfg: Config, train_args: Sequence[str]) -> list[str]:
-    """argv of the distributed launch for ``cfg.deepspeed`` (``torchrun`` or ``deepspeed``)."""
+    """argv of the distributed launch for ``cfg.deepspeed`` (``torchrun`` or ``deepspeed``).
+
+    Multi-node torchrun reads ``NODE_RANK`` and ``MASTER_ADDR`` from the environment (see the
+    module docstring); the DeepSpeed launcher takes ``MASTER_ADDR`` when set, else it asks the
+    first host of the hostfile over ssh.
+    """
     ds = cfg.deepspeed
     if ds.launcher == "torchrun":
         exe = shutil.which("torchrun")
         base = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
-        cmd = base + [f"--nnodes={ds.num_nodes}", f"--nproc_per_node={ds.nproc_per_node}",
-                      f"--master_port={ds.master_port}"]
+        cmd = base + [f"--nnodes={ds.num_nodes}", f"--nproc_per_node={ds.nproc_per_node}"]
         if ds.num_nodes > 1:
-            cmd += ["--rdzv_backend=c10d", f"--rdzv_endpoint={os.environ.get('MASTER_ADDR', '127.0.0.1')}:"
-                    f"{ds.master_port}"]
+            # static rendezvous on node 0: each node says which it is, node 0's agent hosts the store
+            cmd += [f"--node_rank={_node_rank(ds.num_nodes)}", f"--master_addr={os.environ['MASTER_ADDR']}",
+                    f"--master_port={ds.master_port}", "--max_restarts=0"]
+        else:
+            cmd += [f"--master_port={ds.master_port}"]
         return cmd + ["-m", MODULE, *train_args]
     if ds.launcher == "deepspeed":
         exe = shutil.which("deepspeed")
@@ -65,11 +111,56 @@ def launcher_command(cfg: Config, train_args: Sequence[str]) -> list[str]:
             if not Path(ds.hostfile).is_file():
                 raise UserError(f"deepspeed.hostfile: {ds.hostfile} not found")
             cmd += [f"--hostfile={ds.hostfile}", f"--num_nodes={ds.num_nodes}"]
+            if os.environ.get("MASTER_ADDR"):
+                cmd += [f"--master_addr={os.environ['MASTER_ADDR']}"]
+        elif ds.num_nodes > 1:
+            raise UserError(f"deepspeed.num_nodes={ds.num_nodes} with deepspeed.launcher=deepspeed needs "
+                            f"deepspeed.hostfile (one `<host> slots=<GPUs>` line per node, see infra/deepspeed)")
         else:
             cmd += ["--num_nodes=1"]
         cmd += [f"--num_gpus={ds.nproc_per_node}", "--no_local_rank", "--module", MODULE, *train_args]
         return cmd
     raise UserError(f"deepspeed.launcher={ds.launcher!r} is not a launcher (allowed: none, torchrun, deepspeed)")
+
+
+def forwarded_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``env`` that ranks on other nodes need (see the module docstring)."""
+    out: dict[str, str] = {}
+    for key in sorted(env):
+        if key in NOT_FORWARDED or not (key in FORWARD_NAMES or key.startswith(FORWARD_PREFIXES)):
+            continue
+        value = env[key]
+        if _UNSAFE_VALUE.search(value):
+            raise UserError(f"environment variable {key}={value!r} cannot be forwarded to other nodes by the "
+                            f"DeepSpeed launcher (it writes `export {key}=\"...\"` into a remote shell): remove "
+                            f"quotes, $, backquotes, backslashes and newlines from it, or unset it")
+        out[key] = value
+    return out
+
+
+def _user_deepspeed_env_files(env: Mapping[str, str]) -> list[Path]:
+    """Env files the DeepSpeed runner would read on its own (``~`` first, then the working dir)."""
+    name = env.get("DS_ENV_FILE", DS_ENV_FILE_NAME)
+    files = [Path(os.path.expanduser("~")) / name, Path.cwd() / name]
+    seen: list[Path] = []
+    for f in files:
+        if f.is_file() and f.resolve() not in [s.resolve() for s in seen]:
+            seen.append(f)
+    return seen
+
+
+def write_deepspeed_env(path: str | Path, env: Mapping[str, str]) -> Path:
+    """Write the DeepSpeed runner's env file: :func:`forwarded_env`, then the user's own env files.
+
+    The runner reads ``KEY=VALUE`` lines and later lines win, so a user's ``~/.deepspeed_env`` or
+    ``./.deepspeed_env`` (which ``DS_ENV_FILE`` would otherwise hide) still overrides ours.
+    """
+    lines = [f"{k}={v}" for k, v in forwarded_env(env).items()]
+    for extra in _user_deepspeed_env_files(env):
+        lines += [ln for ln in extra.read_text().splitlines() if "=" in ln]
+    path = Path(path)
+    path.write_text("".join(f"{ln}\n" for ln in lines))  # no blank line: the runner splits every line at '='
+    return path
 
 
 def launch_env() -> dict[str, str]:
@@ -103,11 +194,21 @@ def run_streaming(cmd: Sequence[str], *, env: dict[str, str] | None = None,
 def launch_training(cfg: Config, args: Any, *, resume: bool = False, max_steps: int | None = None,
                     out_dir: str | None = None, on_line: Callable[[str], None] | None = None) -> int:
     """Train as configured; returns the exit code (0 = success)."""
+    from components.gspo.precision import check_training_dtype_setting
+
+    check_training_dtype_setting(cfg.model.dtype)  # before any rank starts
     if cfg.deepspeed.launcher == "none":
         from components.gspo.job import train
 
         train(cfg, resume=resume, max_steps=max_steps, out_dir=out_dir, track=not getattr(args, "no_track", False))
         return 0
     cmd = launcher_command(cfg, forwarded_args(args, resume=resume, max_steps=max_steps, out_dir=out_dir))
+    env = launch_env()
     print("launching: " + " ".join(cmd), file=sys.stderr)
-    return run_streaming(cmd, env=launch_env(), on_line=on_line)
+    if cfg.deepspeed.launcher != "deepspeed" or not cfg.deepspeed.hostfile:
+        return run_streaming(cmd, env=env, on_line=on_line)
+    with tempfile.TemporaryDirectory(prefix="agent-gspo-launch-") as tmp:
+        # from the user's environment, not launch_env(): its CPU-only defaults (DS_ACCELERATOR=cpu when
+        # this host has no GPU) describe the launching host, not the nodes of the hostfile
+        env["DS_ENV_FILE"] = str(write_deepspeed_env(Path(tmp) / DS_ENV_FILE_NAME, os.environ))
+        return run_streaming(cmd, env=env, on_line=on_line)

@@ -48,12 +48,16 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype:
-    """``auto`` = bf16 on CUDA (halves memory, native tensor-core type), float32 on CPU (CPU bf16
-    matmuls are slow and lossy for the log-prob ratios GSPO clips at 3e-4)."""
+    """``auto`` = bf16 on a CUDA device that supports it (halves memory, native tensor-core type),
+    float32 otherwise: on CPU (bf16 matmuls are slow and lossy for the log-prob ratios GSPO clips
+    at 3e-4) and on GPUs without bf16 (pre-Ampere), where fp16 is no substitute (it needs loss
+    scaling to train)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+        if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
     if dtype not in DTYPES:
         raise DeviceError(f"model.dtype: unknown dtype {dtype!r} (allowed: auto, {', '.join(DTYPES)})")
     return DTYPES[dtype]

@@ -13,6 +13,12 @@ leaves a GGUF quantizer attached (``hf_quantizer``, ``config.quantization_config
 :func:`strip_gguf_quantizer` removes it. Converting costs ~15 s on CPU, so it runs once: the
 dense model is saved as a bf16 HF folder under the cache, keyed by the GGUF's sha256, and later
 loads read that folder (~1.5 s).
+
+Concurrency: every local rank of a distributed job (and every pod with its own cache) starts by
+asking for this folder at the same moment. :func:`cached_folder` takes an exclusive file lock
+(``<folder>.lock``, via ``filelock``) around "check, convert if missing", so one process converts
+while the others wait and then read the finished folder; a complete folder (its marker present)
+is never rebuilt or swapped, so no reader ever sees it replaced.
 """
 
 from __future__ import annotations
@@ -149,18 +155,41 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
              "package": f"{PACKAGE}=={PACKAGE_VERSION}", "dtype": "bfloat16"}, indent=2) + "\n")
 
 
+LOCK_TIMEOUT_S = 1800.0
+"""how long a process waits for another one's conversion before giving up"""
+
+
+def _is_complete(folder: Path, sha: str) -> bool:
+    """True when ``folder`` holds a finished conversion of the GGUF with this sha256."""
+    try:
+        return json.loads((folder / MARKER).read_text()).get("sha256") == sha
+    except (json.JSONDecodeError, OSError, AttributeError):
+        return False
+
+
 def cached_folder(cache_dir: str | Path) -> Path:
-    """The converted bf16 HF folder for the installed GGUF, converting it on first use."""
+    """The converted bf16 HF folder for the installed GGUF, converting it on first use.
+
+    Safe for many processes at once (see the module docstring): the first to take the lock
+    converts, the others block on it and then find the complete folder. A folder without the
+    marker (a crash mid-conversion, from before the lock) is converted again and swapped in.
+    """
+    from filelock import FileLock, Timeout
+
     gguf_path = find_gguf()
     sha = file_sha256(gguf_path)
     folder = Path(cache_dir).expanduser() / f"{ALIAS}-{sha[:16]}"
-    marker = folder / MARKER
-    if marker.is_file():
-        try:
-            if json.loads(marker.read_text()).get("sha256") == sha:
-                return folder
-        except (json.JSONDecodeError, OSError):
-            pass
-    log.info("converting %s to a bf16 HF folder at %s (once)", gguf_path.name, folder)
-    convert_gguf(gguf_path, folder)
+    if _is_complete(folder, sha):
+        return folder  # the common case: no lock, no waiting
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder.parent / f"{folder.name}.lock"), timeout=LOCK_TIMEOUT_S)
+    try:
+        with lock:
+            if not _is_complete(folder, sha):  # another process may have finished while we waited
+                log.info("converting %s to a bf16 HF folder at %s (once)", gguf_path.name, folder)
+                convert_gguf(gguf_path, folder)
+    except Timeout as exc:
+        raise ModelNotFoundError(f"waited {LOCK_TIMEOUT_S:.0f} s for another process converting {gguf_path.name} "
+                                 f"into {folder}: {lock.lock_file} is still locked (a hung conversion? the lock is "
+                                 f"released when its holder exits)") from exc
     return folder

@@ -61,11 +61,15 @@ def digest(weights: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def run_engine(kind: str, zero_stage: int, out: Path) -> dict[str, Any] | None:
-    """Train, gather, checkpoint and reload one engine; rank 0 returns the result record."""
+def run_engine(kind: str, zero_stage: int, out: Path, grad_accum: int = 1) -> dict[str, Any] | None:
+    """Train, gather, checkpoint and reload one engine; rank 0 returns the result record.
+
+    With ``grad_accum`` > 1 each rank's rows are split into that many equal micro-batches, whose
+    mean loss equals the one-batch loss, so the reference is the same."""
     t0 = time.perf_counter()
     info = dist_info()
-    gspo = GspoConfig(engine=kind, lr=1e-2, grad_clip=1.0, grad_accum=1, lr_schedule="cosine", warmup_steps=1)
+    gspo = GspoConfig(engine=kind, lr=1e-2, grad_clip=1.0, grad_accum=grad_accum, lr_schedule="cosine",
+                      warmup_steps=1)
     ds = DeepSpeedConfig(zero_stage=zero_stage)
     engine = build_engine(tiny_model(100 + info.rank), gspo, ds, total_steps=STEPS)
     start = digest(full_weights(engine))
@@ -73,14 +77,16 @@ def run_engine(kind: str, zero_stage: int, out: Path) -> dict[str, Any] | None:
     engine.train()
     for step in range(STEPS):
         ids = step_items(step, info.rank, info.world_size).to(info.device)
-        seen: list[torch.Tensor] = []
+        seen: list[float] = []
 
-        def loss_fn(ids: torch.Tensor = ids, seen: list[torch.Tensor] = seen) -> torch.Tensor:
-            seen.append(engine.module(input_ids=ids, labels=ids).loss)
-            return seen[-1]
+        def micro_loss(micro: torch.Tensor, seen: list[float] = seen) -> torch.Tensor:
+            loss = engine.module(input_ids=micro, labels=micro).loss
+            seen.append(float(loss.detach()))
+            return loss
 
-        norms.append(engine.update([(int(ids.shape[0]), loss_fn)]))
-        losses.append(float(seen[-1].detach()))
+        micro = [(int(m.shape[0]), lambda m=m: micro_loss(m)) for m in ids.tensor_split(grad_accum)]
+        norms.append(engine.update(micro))
+        losses.append(sum(seen) / grad_accum)
     final = full_weights(engine)
     digests = all_gather_objects(digest(final))
     starts = all_gather_objects(start)
@@ -95,7 +101,8 @@ def run_engine(kind: str, zero_stage: int, out: Path) -> dict[str, Any] | None:
         return None
     torch.save(final, out / "weights.pt")
     return {
-        "engine": kind, "zero_stage": zero_stage, "world_size": info.world_size, "ranks_seen": ranks_seen,
+        "engine": kind, "zero_stage": zero_stage, "grad_accum": grad_accum, "world_size": info.world_size,
+        "ranks_seen": ranks_seen,
         "start_digests": starts, "final_digests": digests, "reloaded_digests": reloaded, "grad_norms": norms,
         "losses_per_rank": losses_all, "extra_loaded": extra, "optimizer_steps": fresh.optimizer_steps,
         "lr": fresh.lr, "checkpoint": str(ckpt), "seconds": time.perf_counter() - t0,
@@ -104,7 +111,8 @@ def run_engine(kind: str, zero_stage: int, out: Path) -> dict[str, Any] | None:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--engines", default="torch,deepspeed:2", help="comma list of torch | deepspeed:<zero stage>")
+    ap.add_argument("--engines", default="torch,deepspeed:2",
+                    help="comma list of torch | deepspeed:<zero stage>, optionally :<grad_accum> (torch:0:2)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--local_rank", type=int, default=None)  # the deepspeed launcher passes it
     args = ap.parse_args()
@@ -115,7 +123,8 @@ def main() -> int:
     try:
         for spec in specs:
             stage = int(spec[1]) if len(spec) > 1 else 0
-            results.append(run_engine(spec[0], stage, args.out / "-".join(spec)))
+            accum = int(spec[2]) if len(spec) > 2 else 1
+            results.append(run_engine(spec[0], stage, args.out / "-".join(spec), accum))
     finally:
         shutdown_distributed()
     if info.is_main:

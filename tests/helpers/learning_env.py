@@ -25,7 +25,7 @@ import torch
 from components.config import Config, load_config
 from components.data.item import Item
 from components.gspo.distributed import DistInfo
-from components.gspo.engines import build_engine
+from components.gspo.engines import build_engine, planned_updates
 from components.gspo.trainer import GSPOTrainer, seed_everything
 from components.mas.engine import RolloutEngine
 from components.mas.environment import Environment
@@ -110,7 +110,7 @@ def make_run(overrides: list[str], *, seed: int = 0, prior: float = 0.04, helper
     model, tok = build_tiny_model(seed)
     rollout = RolloutEngine(model, tok, cfg.mas)
     set_marker_prior(model, rollout, ITEMS, prior)
-    engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=cfg.gspo.steps)
+    engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=planned_updates(cfg.gspo))
     judge = (helper_judge(helper_agent) if task == "helper"
              else talk_judge(cfg.mas.agents * cfg.mas.max_message_tokens))
     env = Environment(rollout, judge)

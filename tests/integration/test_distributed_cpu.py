@@ -7,8 +7,9 @@ Launch commands that work on CPU (documented for the README / infra):
   (same as the ``deepspeed --num_gpus 2`` entry point; on CPU ``--num_gpus`` just means
   "processes on this node"; the launcher appends ``--local_rank=N`` to the worker's arguments).
 
-Each run trains the torch engine, DeepSpeed ZeRO-2 and ZeRO-3 for 3 updates on rank-sharded
-data. The test asserts both ranks end with identical weights, that they started identical although
+Each run trains the torch engine (one micro-batch per update, and two: its bucketed all-reduce
+starts during the last micro-batch's backward), DeepSpeed ZeRO-2 and ZeRO-3 for 3 updates on
+rank-sharded data. The test asserts both ranks end with identical weights, that they started identical although
 each rank seeded its model differently (rank 0's weights were broadcast), that a collective
 checkpoint reloads to the same weights, and that the result equals a single-process reference
 trained on the union of the shards (so gradients really were averaged across ranks).
@@ -31,7 +32,7 @@ from components.gspo.distributed import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(dist_worker.__file__)
-ENGINES = "torch,deepspeed:2,deepspeed:3"
+ENGINES = "torch,torch:0:2,deepspeed:2,deepspeed:3"
 TIMEOUT_S = 420
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -72,16 +73,18 @@ def _reference_weights() -> dict[str, torch.Tensor]:
 def _check(payload: dict, out: Path) -> None:
     reference = _reference_weights()
     assert payload["env"]["WORLD_SIZE"] == "2"
-    assert [r["engine"] + str(r["zero_stage"]) for r in payload["results"]] == ["torch0", "deepspeed2", "deepspeed3"]
+    assert [f"{r['engine']}{r['zero_stage']}/{r['grad_accum']}" for r in payload["results"]] == [
+        "torch0/1", "torch0/2", "deepspeed2/1", "deepspeed3/1"]
     for r in payload["results"]:
-        name = f"{r['engine']} zero={r['zero_stage']}"
+        name = f"{r['engine']} zero={r['zero_stage']} grad_accum={r['grad_accum']}"
         assert r["world_size"] == 2 and r["ranks_seen"] == [0, 1], name
         assert len(set(r["start_digests"])) == 1, f"{name}: ranks started from different weights"
         assert len(set(r["final_digests"])) == 1, f"{name}: ranks diverged"
         assert r["reloaded_digests"] == r["final_digests"], f"{name}: checkpoint reload differs"
         assert r["losses_per_rank"][0] != r["losses_per_rank"][1], f"{name}: ranks saw the same data"
         assert r["optimizer_steps"] == 3 and r["extra_loaded"] == {"losses": r["losses_per_rank"][0]}
-        spec = "torch" if r["engine"] == "torch" else f"deepspeed-{r['zero_stage']}"
+        spec = ("torch" if r["grad_accum"] == 1 else "torch-0-2") if r["engine"] == "torch" \
+            else f"deepspeed-{r['zero_stage']}"
         final = torch.load(out / spec / "weights.pt", weights_only=True)
         for key, ref in reference.items():
             torch.testing.assert_close(final[key], ref, rtol=1e-4, atol=1e-5, msg=f"{name}: {key}")

@@ -94,3 +94,14 @@ def test_mlflow_tracking_uri_env_beats_file_but_not_set(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
     assert load_config(path).tracking.uri == "http://127.0.0.1:5000"
     assert load_config(path, overrides=["tracking.uri=sqlite:///b.db"]).tracking.uri == "sqlite:///b.db"
+
+
+def test_kl_reference_copy_under_zero3_is_refused_at_load_naming_the_keys():
+    """A frozen full-weight reference copy of a ZeRO-3-partitioned model holds no weights: refused at
+    config load unless LoRA provides the reference (adapters off) or the KL term is off."""
+    match = r"gspo.kl_beta=0.1 .*deepspeed.zero_stage=3 needs model.lora_rank > 0"
+    with pytest.raises(ConfigError, match=match) as exc:
+        load_config(overrides=["gspo.kl_beta=0.1", "gspo.engine=deepspeed", "deepspeed.zero_stage=3"])
+    assert "(got {" not in str(exc.value)  # the root error does not dump the whole config
+    for ok in (["model.lora_rank=8"], ["deepspeed.zero_stage=2"], ["gspo.engine=torch"], ["gspo.kl_beta=0"]):
+        load_config(overrides=["gspo.kl_beta=0.1", "gspo.engine=deepspeed", "deepspeed.zero_stage=3", *ok])

@@ -264,3 +264,34 @@ def test_shutdown_destroys_a_gloo_group_and_lets_other_threads_run(monkeypatch) 
     assert not is_distributed()
     assert elapsed >= GLOO_DRAIN_S and during > 1000
     shutdown_distributed()  # a second call is a no-op
+
+
+@pytest.mark.parametrize("kind", ["linear", "cosine"])
+def test_training_job_schedule_ends_at_the_last_update(tmp_path, monkeypatch, kind: str) -> None:
+    """The job steps the LR schedule once per mini-batch; the schedule must span steps x minibatches
+    updates: still > 0 at the last update and 0 only after it (not after steps updates, 1/μ of the run)."""
+    from helpers.learning_env import ITEMS
+
+    from components.config import load_config
+    from components.gspo.engines import TorchEngine
+    from components.gspo.job import train
+
+    before: list[float] = []
+    after: list[float] = []
+    real_step = TorchEngine._step
+
+    def spy(self: TorchEngine) -> float:
+        before.append(self.lr)
+        norm = real_step(self)
+        after.append(self.lr)
+        return norm
+
+    monkeypatch.setattr(TorchEngine, "_step", spy)
+    cfg = load_config(overrides=[
+        "model.name=tiny-random", "gspo.engine=torch", "gspo.steps=3", "gspo.minibatches=2", "gspo.lr=1e-3",
+        f"gspo.lr_schedule={kind}", "gspo.questions_per_step=2", "gspo.group_size=2", "mas.agents=2",
+        "mas.rounds=1", "mas.max_message_tokens=4", "gspo.checkpoint_every=100", "tracking.log_model=false"])
+    train(cfg, items=ITEMS, out_dir=tmp_path, track=False)
+    assert len(before) == 3 * 2  # one update per mini-batch
+    assert before == pytest.approx([LrSchedule(kind, 0, 6)(i) * 1e-3 for i in range(6)])
+    assert before[-1] > 0 and after[-1] == pytest.approx(0.0, abs=1e-12)

@@ -32,7 +32,7 @@ K8S_JOB = INFRA / "k8s" / "train-job.yaml"
 K8S_PVC = INFRA / "k8s" / "workspace-pvc.yaml"
 PREFECT_TEMPLATE = INFRA / "k8s" / "prefect-base-job-template.json"
 SBATCH = INFRA / "slurm" / "train.sbatch"
-DS_CONFIGS = {2: INFRA / "deepspeed" / "zero2.json", 3: INFRA / "deepspeed" / "zero3.json"}
+PREFECT_YAML = ROOT / "prefect.yaml"
 
 # The CLI contract (docs/architecture.md).
 KNOWN_SUBCOMMANDS = {"prepare", "validate", "train", "search", "evaluate", "promote", "score", "run"}
@@ -308,52 +308,43 @@ def test_train_main_module_file_exists() -> None:
 
 # ---------------------------------------------------------------- DeepSpeed
 
-@pytest.mark.parametrize("stage", sorted(DS_CONFIGS))
-def test_deepspeed_config_concrete_and_consistent_with_params(stage: int) -> None:
-    cfg = json.loads(DS_CONFIGS[stage].read_text())
-    assert '"auto"' not in json.dumps(cfg), "every value must be concrete"
-    assert cfg["zero_optimization"]["stage"] == stage
-    assert stage in DeepSpeedConfig.model_fields["zero_stage"].annotation.__args__
-    params = load_config(ROOT / "params.yaml")
-    assert cfg["gradient_clipping"] == params.gspo.grad_clip == GspoConfig().grad_clip == 1.0
-    assert cfg["bf16"]["enabled"] is True and cfg.get("fp16", {}).get("enabled", False) is False
-    assert cfg["train_micro_batch_size_per_gpu"] == 1
-    assert "optimizer" not in cfg and "scheduler" not in cfg, "the trainer passes a torch optimizer"
-    assert "train_batch_size" not in cfg, "derived from micro-batch x accumulation x world size"
-    if stage == 3:
-        assert cfg["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+def test_no_deepspeed_config_files_beside_the_one_the_trainer_builds() -> None:
+    """``engines.deepspeed_config`` is the only DeepSpeed config; copies on disk would drift from it."""
+    assert not list((INFRA / "deepspeed").glob("*.json"))
+    assert "deepspeed_config" in (INFRA / "README.md").read_text()
 
 
-@pytest.mark.parametrize("stage", sorted(DS_CONFIGS))
-def test_deepspeed_config_matches_what_the_trainer_builds(stage: int) -> None:
-    """The trainer builds its config from params (engines.deepspeed_config); the files must agree."""
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_trainer_deepspeed_config_is_concrete_and_consistent_with_params(stage: int) -> None:
+    import torch
+
     from components.gspo.engines import deepspeed_config
 
-    ours = json.loads(DS_CONFIGS[stage].read_text())
-    theirs = deepspeed_config(GspoConfig(), DeepSpeedConfig(zero_stage=stage), world_size=1, on_gpu=True)
-    world_dependent = {"train_batch_size", "bf16", "steps_per_print", "zero_optimization"}
-    for key in set(theirs) - world_dependent:
-        assert ours.get(key) == theirs[key], f"{DS_CONFIGS[stage].name}: {key}"
-    assert theirs["zero_optimization"].items() <= ours["zero_optimization"].items()
-
-
-def test_params_zero_stage_has_a_config_file() -> None:
-    assert load_config(ROOT / "params.yaml").deepspeed.zero_stage in DS_CONFIGS
-
-
-def test_deepspeed_configs_differ_only_in_zero_block() -> None:
-    z2, z3 = (json.loads(DS_CONFIGS[s].read_text()) for s in (2, 3))
-    z2.pop("zero_optimization"), z3.pop("zero_optimization")
-    assert z2 == z3
+    params = load_config(ROOT / "params.yaml")
+    cfg = deepspeed_config(params.gspo, DeepSpeedConfig(zero_stage=stage), world_size=16, on_gpu=True,
+                           dtype=torch.bfloat16)
+    assert '"auto"' not in json.dumps(cfg), "every value must be concrete"
+    assert cfg["zero_optimization"]["stage"] == stage
+    assert cfg["gradient_clipping"] == params.gspo.grad_clip
+    assert cfg["train_batch_size"] == params.gspo.grad_accum * 16 * cfg["train_micro_batch_size_per_gpu"]
+    assert "optimizer" not in cfg and "scheduler" not in cfg, "the trainer passes a torch optimizer"
+    assert stage in DeepSpeedConfig.model_fields["zero_stage"].annotation.__args__
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stage", sorted(DS_CONFIGS))
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_deepspeed_accepts_config(stage: int) -> None:
+    import torch
+
+    from components.gspo.engines import deepspeed_config
+
     ds_config = pytest.importorskip("deepspeed.runtime.config")
-    parsed = ds_config.DeepSpeedConfig(str(DS_CONFIGS[stage]))
+    cfg = deepspeed_config(GspoConfig(), DeepSpeedConfig(zero_stage=stage), world_size=1, on_gpu=True,
+                           dtype=torch.bfloat16)
+    parsed = ds_config.DeepSpeedConfig(cfg)
     assert parsed.zero_optimization_stage == stage and parsed.gradient_clipping == 1.0
     assert parsed.zero_config.gather_16bit_weights_on_model_save is (stage == 3)
+    assert parsed.bfloat16_config.enabled and parsed.communication_data_type == torch.float32
 
 
 def test_hostfile_lines() -> None:
@@ -429,13 +420,21 @@ def test_prefect_template_passes_prefect_validation(prefect_template: dict[str, 
             jsonschema.Draft7Validator(sub).validate(prop["default"])
 
 
-def test_prefect_template_renders_gpu_job(prefect_template: dict[str, Any]) -> None:
+def _k8s_pool_job_variables() -> dict[str, Any]:
+    return yaml.safe_load(PREFECT_YAML.read_text())["definitions"]["k8s_pool"]["job_variables"]
+
+
+def _render_prefect(template: dict[str, Any], job_variables: dict[str, Any]) -> dict[str, Any]:
     from prefect.utilities.templating import apply_values
     from prefect.workers.base import BaseJobConfiguration
 
-    values = BaseJobConfiguration._get_base_config_defaults(prefect_template["variables"]["properties"])
-    values |= {"command": "prefect flow-run execute", "name": "agent-gspo-run", "gpu_limit": 8}
-    rendered = apply_values(prefect_template["job_configuration"], values)
+    values = BaseJobConfiguration._get_base_config_defaults(template["variables"]["properties"])
+    values |= {"command": "prefect flow-run execute", "name": "agent-gspo-run"} | job_variables
+    return apply_values(template["job_configuration"], values)
+
+
+def test_prefect_template_renders_gpu_job(prefect_template: dict[str, Any]) -> None:
+    rendered = _render_prefect(prefect_template, _k8s_pool_job_variables())
     assert "{{" not in json.dumps(rendered)
     pod = rendered["job_manifest"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -447,6 +446,65 @@ def test_prefect_template_renders_gpu_job(prefect_template: dict[str, Any]) -> N
     assert rendered["namespace"] == rendered["job_manifest"]["metadata"]["namespace"] == "agent-gspo"
 
 
+# ---------------------------------------------------------------- GPU resources, every template alike
+# Per GPU: >= 4 CPUs, >= 4Gi of in-memory /dev/shm, and a memory limit that covers the shm (its pages
+# are charged to the container's memory cgroup) plus >= 16Gi per GPU; requests equal limits; one
+# torch thread pool per GPU process (OMP_NUM_THREADS = CPUs / GPUs); the nvidia.com/gpu taint tolerated.
+MIN_CPUS_PER_GPU, MIN_SHM_GI_PER_GPU, MIN_MEM_GI_PER_GPU = 4, 4, 16
+
+
+def _gi(quantity: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti)", str(quantity))
+    assert m, f"memory quantity {quantity!r} should use Ki/Mi/Gi/Ti"
+    return float(m.group(1)) * {"Ki": 2**-20, "Mi": 2**-10, "Gi": 1, "Ti": 1024}[m.group(2)]
+
+
+def _cpus(quantity: str | int) -> float:
+    text = str(quantity)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def _check_gpu_pod(pod: dict[str, Any], where: str) -> None:
+    (container,) = [c for c in pod["containers"] if "nvidia.com/gpu" in c["resources"].get("limits", {})]
+    res = container["resources"]
+    gpus = int(res["limits"]["nvidia.com/gpu"])
+    assert gpus >= 1 and int(res["requests"]["nvidia.com/gpu"]) == gpus, where
+    cpus = _cpus(res["requests"]["cpu"])
+    assert cpus >= MIN_CPUS_PER_GPU * gpus, f"{where}: {cpus} CPUs for {gpus} GPUs"
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]
+    assert shm["medium"] == "Memory"
+    shm_gi, limit_gi = _gi(shm["sizeLimit"]), _gi(res["limits"]["memory"])
+    assert shm_gi >= MIN_SHM_GI_PER_GPU * gpus, f"{where}: {shm_gi}Gi /dev/shm for {gpus} GPUs"
+    assert limit_gi - shm_gi >= MIN_MEM_GI_PER_GPU * gpus, \
+        f"{where}: memory limit {limit_gi}Gi leaves {limit_gi - shm_gi}Gi beside {shm_gi}Gi of /dev/shm for {gpus} GPUs"
+    assert _gi(res["requests"]["memory"]) == limit_gi, f"{where}: memory request != limit"
+    env = container["env"]
+    env = env if isinstance(env, dict) else {e["name"]: e.get("value") for e in env}
+    assert int(env["OMP_NUM_THREADS"]) * gpus <= cpus, f"{where}: OMP_NUM_THREADS x GPUs exceeds the CPUs"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"], where
+
+
+def test_k8s_job_resources_sized_per_gpu() -> None:
+    pod = _k8s_docs()["Job"]["spec"]["template"]["spec"]
+    _check_gpu_pod(pod, str(K8S_JOB))
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert int(env["OMP_NUM_THREADS"]) * int(env["NPROC_PER_NODE"]) == _cpus(
+        pod["containers"][0]["resources"]["requests"]["cpu"])
+
+
+@pytest.mark.parametrize("variables", ["template defaults", "prefect.yaml k8s_pool"])
+def test_prefect_gpu_pod_resources_sized_per_gpu(prefect_template: dict[str, Any], variables: str) -> None:
+    job_variables = {} if variables == "template defaults" else _k8s_pool_job_variables()
+    rendered = _render_prefect(prefect_template, job_variables)
+    _check_gpu_pod(rendered["job_manifest"]["spec"]["template"]["spec"], f"Prefect pod ({variables})")
+
+
+def test_prefect_gpu_deployment_launches_one_process_per_gpu() -> None:
+    deployments = {d["name"]: d for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
+    overrides = dict(o.split("=", 1) for o in deployments["nightly-pipeline-gpu"]["parameters"]["overrides"])
+    assert int(overrides["deepspeed.nproc_per_node"]) == _k8s_pool_job_variables()["gpu_limit"]
+
+
 # ---------------------------------------------------------------- Slurm and shell scripts
 
 def test_sbatch_script() -> None:
@@ -456,6 +514,11 @@ def test_sbatch_script() -> None:
     sbatch = {m.group(1): m.group(2) for m in re.finditer(r"^#SBATCH --([\w-]+)(?:=(\S+))?", text, re.M)}
     assert {"nodes", "gpus-per-node", "ntasks-per-node", "job-name"} <= set(sbatch)
     assert sbatch["ntasks-per-node"] == "1", "one torchrun agent per node"
+    gpus = int(sbatch["gpus-per-node"])
+    assert int(sbatch["cpus-per-task"]) >= MIN_CPUS_PER_GPU * gpus
+    # all of the node's memory: /dev/shm (node tmpfs) is charged to the job, so no fixed --mem
+    assert sbatch["mem"] == "0" and "exclusive" in sbatch
+    assert 'OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( ${SLURM_CPUS_PER_TASK:-' in text
     first_command = next(i for i, ln in enumerate(lines) if ln.strip() and not ln.startswith("#"))
     assert max(i for i, ln in enumerate(lines) if ln.startswith("#SBATCH")) < first_command, \
         "#SBATCH lines after the first command are ignored by sbatch"

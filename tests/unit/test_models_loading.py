@@ -126,9 +126,13 @@ def test_local_folder_round_trip_and_bad_folder(tmp_path):
         load_policy("  ")
 
 
-def test_dtype_and_device_resolution():
+def test_dtype_and_device_resolution(monkeypatch):
     assert resolve_dtype("auto", "cpu") == torch.float32
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert resolve_dtype("auto", "cuda:0") == torch.bfloat16
+    # a GPU without bf16 (pre-Ampere) trains in fp32: fp16 would need loss scaling
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert resolve_dtype("auto", "cuda:0") == torch.float32
     assert resolve_dtype("float16", "cpu") == torch.float16
     assert resolve_dtype(torch.bfloat16, "cpu") == torch.bfloat16
     with pytest.raises(DeviceError, match="model.dtype"):
@@ -189,6 +193,36 @@ def test_cached_folder_converts_once_keyed_by_sha(monkeypatch, tmp_path):
     (third / smollm2.MARKER).write_text("{broken")             # a damaged marker is re-converted
     smollm2.cached_folder(tmp_path / "cache")
     assert len(conversions) == 3
+
+
+def test_cached_folder_waits_for_a_conversion_in_progress_and_reuses_it(monkeypatch, tmp_path):
+    """While another process holds the conversion lock, a caller blocks; when the lock is released it
+    finds the finished folder and neither converts again nor swaps the folder its readers use."""
+    import threading
+
+    from filelock import FileLock
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"weights")
+    monkeypatch.setattr(smollm2, "find_gguf", lambda: gguf)
+    monkeypatch.setattr(smollm2, "convert_gguf", lambda src, out: pytest.fail("converted a complete folder"))
+    sha = smollm2.file_sha256(gguf)
+    folder = tmp_path / "cache" / f"{smollm2.ALIAS}-{sha[:16]}"
+    folder.parent.mkdir()
+    other = FileLock(str(folder.parent / f"{folder.name}.lock"))
+    other.acquire()  # "another process" is converting
+    got: list[Path] = []
+    waiter = threading.Thread(target=lambda: got.append(smollm2.cached_folder(tmp_path / "cache")))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and not got  # blocked on the lock, not converting alongside
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"x")
+    (folder / smollm2.MARKER).write_text(json.dumps({"sha256": sha}))
+    inode = folder.stat().st_ino
+    other.release()
+    waiter.join(10)
+    assert got == [folder] and folder.stat().st_ino == inode
 
 
 # ---- LoRA -------------------------------------------------------------------------------------

@@ -35,8 +35,9 @@ def converted(tmp_path_factory):
 
 def test_convert_then_reload_from_cache(converted):
     cache, model, tok, model2, tok2, convert_s, reload_s = converted
-    folders = [p for p in cache.iterdir() if p.name.startswith("smollm2-135m-instruct-")]
+    folders = [p for p in cache.iterdir() if p.name.startswith("smollm2-135m-instruct-") and p.is_dir()]
     assert len(folders) == 1 and (folders[0] / smollm2.MARKER).is_file()
+    assert sorted(p.name for p in cache.iterdir()) == [folders[0].name, f"{folders[0].name}.lock"]  # + its lock
     assert not any(p.name.startswith(".") for p in cache.iterdir())          # no staging leftovers
     assert reload_s < convert_s
     for m in (model, model2):

@@ -1,0 +1,118 @@
+"""Launcher commands: multi-node torchrun needs each node's rank and node 0's address; the DeepSpeed
+launcher's env file carries the project's settings to other nodes, parsed the way its runner parses it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from components.config import load_config
+from components.errors import UserError
+from components.gspo.launch import (
+    DS_ENV_FILE_NAME,
+    MODULE,
+    forwarded_env,
+    launcher_command,
+    write_deepspeed_env,
+)
+
+
+def _cfg(*overrides: str):
+    return load_config(overrides=list(overrides))
+
+
+@pytest.fixture(autouse=True)
+def _no_rendezvous_env(monkeypatch):
+    for key in ("NODE_RANK", "MASTER_ADDR"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def test_single_node_torchrun_needs_no_node_rank() -> None:
+    cmd = launcher_command(_cfg("deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=8"), ["--no-track"])
+    assert "--nnodes=1" in cmd and "--nproc_per_node=8" in cmd and not any("node_rank" in a for a in cmd)
+    assert cmd[-3:] == ["-m", MODULE, "--no-track"]
+
+
+def test_multi_node_torchrun_without_node_rank_or_master_addr_is_refused(monkeypatch) -> None:
+    cfg = _cfg("deepspeed.launcher=torchrun", "deepspeed.num_nodes=2")
+    with pytest.raises(UserError, match=r"NODE_RANK=<0..1>.*missing: NODE_RANK, MASTER_ADDR"):
+        launcher_command(cfg, [])
+    monkeypatch.setenv("NODE_RANK", "1")
+    with pytest.raises(UserError, match="missing: MASTER_ADDR"):
+        launcher_command(cfg, [])
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.setenv("NODE_RANK", "2")
+    with pytest.raises(UserError, match=r"NODE_RANK='2' must be an integer in 0..1"):
+        launcher_command(cfg, [])
+
+
+def test_multi_node_torchrun_command_names_node_rank_and_rendezvous(monkeypatch) -> None:
+    monkeypatch.setenv("NODE_RANK", "1")
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    cmd = launcher_command(_cfg("deepspeed.launcher=torchrun", "deepspeed.num_nodes=2", "deepspeed.nproc_per_node=8",
+                                "deepspeed.master_port=29555"), ["--resume"])
+    for arg in ("--nnodes=2", "--nproc_per_node=8", "--node_rank=1", "--master_addr=10.0.0.1",
+                "--master_port=29555"):
+        assert arg in cmd, arg
+    assert cmd[-3:] == ["-m", MODULE, "--resume"]
+
+
+def test_deepspeed_launcher_multi_node_needs_a_hostfile(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("deepspeed")
+    with pytest.raises(UserError, match="deepspeed.hostfile"):
+        launcher_command(_cfg("deepspeed.launcher=deepspeed", "deepspeed.num_nodes=2"), [])
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node-0 slots=8\nnode-1 slots=8\n")
+    cfg = _cfg("deepspeed.launcher=deepspeed", "deepspeed.num_nodes=2", f"deepspeed.hostfile={hostfile}")
+    cmd = launcher_command(cfg, [])
+    assert f"--hostfile={hostfile}" in cmd and "--num_nodes=2" in cmd and not any("master_addr" in a for a in cmd)
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    assert "--master_addr=10.0.0.1" in launcher_command(cfg, [])
+
+
+def test_forwarded_env_selects_the_project_settings() -> None:
+    env = {"AGENT_GSPO_PROFILE": "smoke", "AGENT_GSPO_PARAMS": "/shared/params.yaml", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false",
+           "MLFLOW_TRACKING_URI": "http://mlflow:5000", "TORCH_EXTENSIONS_DIR": "/shared/ext",
+           "NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": "4", "DS_ACCELERATOR": "cuda",
+           "CUDA_VISIBLE_DEVICES": "0", "DS_ENV_FILE": "/tmp/x", "PATH": "/usr/bin", "HOME": "/root",
+           "SECRET_TOKEN": "x"}
+    out = forwarded_env(env)
+    assert set(out) == {"AGENT_GSPO_PROFILE", "AGENT_GSPO_PARAMS", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                        "DO_NOT_TRACK", "TOKENIZERS_PARALLELISM", "MLFLOW_TRACKING_URI", "TORCH_EXTENSIONS_DIR",
+                        "NCCL_DEBUG", "OMP_NUM_THREADS", "DS_ACCELERATOR"}
+    assert out["AGENT_GSPO_PROFILE"] == "smoke"
+    with pytest.raises(UserError, match="AGENT_GSPO_PROFILE"):
+        forwarded_env({"AGENT_GSPO_PROFILE": "a$b"})
+
+
+def _exports_as_runner_reads(path: Path) -> dict[str, str]:
+    """What DeepSpeed's runner does with an env file: split each line at '=', ``add_export`` it."""
+    from deepspeed.launcher.multinode_runner import PDSHRunner
+
+    runner = PDSHRunner(SimpleNamespace(user_script="x", user_args=[]), "e30=")
+    with open(path) as fd:
+        for line in fd.readlines():
+            key, val = line.split("=", maxsplit=1)
+            runner.add_export(key, val)
+    return runner.exports
+
+
+def test_deepspeed_env_file_round_trips_through_the_runner(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("deepspeed")
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    (work / DS_ENV_FILE_NAME).write_text("NCCL_SOCKET_IFNAME=eth1\nAGENT_GSPO_PROFILE=mine\n")
+    env = {"AGENT_GSPO_PROFILE": "smoke", "HF_HUB_OFFLINE": "1", "MLFLOW_TRACKING_URI": "http://mlflow:5000/x?a=b",
+           "AGENT_GSPO_DATA_MIRROR": "/data/bench marks"}
+    path = write_deepspeed_env(tmp_path / "env", env)
+    exports = _exports_as_runner_reads(path)
+    assert exports["HF_HUB_OFFLINE"] == "1" and exports["MLFLOW_TRACKING_URI"] == '"http://mlflow:5000/x?a=b"'
+    assert exports["AGENT_GSPO_DATA_MIRROR"] == '"/data/bench marks"'  # quoted by the runner for the shell
+    assert exports["NCCL_SOCKET_IFNAME"] == "eth1"
+    assert exports["AGENT_GSPO_PROFILE"] == "mine"  # the user's own .deepspeed_env still wins

@@ -70,8 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     mas, benchmarks = ours_cfg.mas, ours_cfg.eval.benchmarks
     model, tok = load_policy(ours_cfg.model.name, cache_dir=ours_cfg.model.cache_dir, dtype=ours_cfg.model.dtype,
                              device=args.device)
-    engine = RolloutEngine(model, tok, mas, device=args.device, min_new_tokens=mas.max_message_tokens,
-                           score_fn=lambda item, text: (False, None, None))
+    engine = RolloutEngine(model, tok, mas, device=args.device, min_new_tokens=mas.max_message_tokens)
     n_items = args.items * len(benchmarks)
     print(f"settings: profile={args.profile} model={ours_cfg.model.name} device={args.device} "
           f"threads={torch.get_num_threads()} benchmarks={','.join(benchmarks)} items/benchmark={args.items} "

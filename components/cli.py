@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from components.config import BENCHMARKS, Config, load_config
+from components.config import ALL_BENCHMARKS, Config, load_config
 from components.errors import UserError
 
 
@@ -33,9 +33,9 @@ def _positive(text: str) -> int:
 
 def _benchmarks(text: str) -> list[str]:
     names = _csv(text)
-    unknown = [n for n in names if n not in BENCHMARKS]
+    unknown = [n for n in names if n not in ALL_BENCHMARKS]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown benchmark(s) {unknown} (allowed: {', '.join(BENCHMARKS)})")
+        raise argparse.ArgumentTypeError(f"unknown benchmark(s) {unknown} (allowed: {', '.join(ALL_BENCHMARKS)})")
     return names
 
 
@@ -94,7 +94,8 @@ def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
                                                         ("topology", args.topology)) if v is not None})
     cfg = cfg.model_copy(update={"mas": type(cfg.mas).model_validate(mas.model_dump())})
     items = load_split(Path(args.data or cfg.data.out_dir), args.benchmark, args.split)[: args.limit]
-    model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype)
+    model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
+                             silence_marker=cfg.mas.silence_marker)
     engine = RolloutEngine(model, tok, cfg.mas)
     episodes = Environment(engine).play(items, args.group_size, seed=args.seed, greedy=args.greedy)
     apply_rewards(episodes, cfg.reward, cfg.reward.lambda_tok)
@@ -227,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
 
     p = sub.add_parser("rollout", parents=[common], help=helps["rollout"])
-    p.add_argument("--benchmark", required=True, choices=BENCHMARKS)
+    p.add_argument("--benchmark", required=True, choices=ALL_BENCHMARKS)
     p.add_argument("--split", default="test")
     p.add_argument("--limit", type=_positive, default=8, help="questions (first N of the split)")
     p.add_argument("--agents", type=_positive, default=None)
@@ -266,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("run", parents=[common], help=helps["run"])
 
     p = sub.add_parser("score", parents=[common], help=helps["score"])
-    p.add_argument("--benchmark", required=True, choices=BENCHMARKS)
+    p.add_argument("--benchmark", required=True, choices=ALL_BENCHMARKS)
     p.add_argument("--predictions", required=True, help='JSON lines {"id", "prediction"}')
     p.add_argument("--split", default="test")
     p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")

@@ -23,6 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from components.errors import UserError
 
 BENCHMARKS = ("mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval")
+"""the seven benchmarks of the paper (the default evaluation)"""
+ALL_BENCHMARKS = (*BENCHMARKS, "splitinfo")
+"""plus the generated split-information task (components/data/splitinfo.py), where silence is provable"""
 DEFAULT_PARAMS = Path("params.yaml")
 
 
@@ -34,9 +37,12 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+BenchmarkName = Literal["mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval", "splitinfo"]
+
+
 class DataConfig(_Section):
-    benchmarks: list[Literal["mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval"]] = Field(
-        default_factory=lambda: list(BENCHMARKS), description="benchmarks to prepare and validate")
+    benchmarks: list[BenchmarkName] = Field(
+        default_factory=lambda: list(ALL_BENCHMARKS), description="benchmarks to prepare and validate")
     mirror: str | None = Field("../shared/benchmarks", description="offline mirror folder (first source)")
     use_hub: bool = Field(True, description="fall back to the Hugging Face hub when the mirror lacks a file")
     out_dir: str = Field("data", description="folder for prepared parquet files and manifest.json")
@@ -55,6 +61,8 @@ class ModelConfig(_Section):
     lora_rank: int = Field(0, ge=0, description="LoRA rank (0 = full fine-tuning)")
     lora_alpha: int = Field(16, ge=1, description="LoRA alpha")
     gradient_checkpointing: bool = Field(False, description="trade compute for activation memory")
+    silence_prior: float = Field(0.0, ge=0.0, lt=1.0,
+                                 description="initial P(silence) as a reply's first token (0 = the untrained row)")
 
 
 class MasConfig(_Section):
@@ -64,9 +72,15 @@ class MasConfig(_Section):
         "complete", description="who hears whom")
     adjacency: list[list[int]] | None = Field(None, description="custom adjacency matrix [sender][receiver]")
     aggregation: Literal["majority", "decision_agent"] = Field("majority", description="how the final answer is chosen")
+    protocol: Literal["adaptive", "broadcast"] = Field(
+        "adaptive",
+        description="adaptive: silence retires an agent, nothing new = no call; broadcast: every agent every round")
+    turn_order: Literal["simultaneous", "in_turn"] = Field(
+        "simultaneous", description="cyclic topologies: one batched call per round, or agents one after another")
     max_message_tokens: int = Field(128, ge=1, description="hard cap on tokens per message")
     context_tokens: int = Field(1024, ge=64, description="budget of earlier messages kept in a prompt")
-    silence_marker: str = Field("<silent>", description="reserved reply that means 'stay silent'")
+    silence_marker: str = Field("<silent>",
+                                description="the silence token (added to the tokenizer as one special token)")
     temperature: float = Field(0.8, ge=0.0, le=2.0, description="sampling temperature")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
     static_cache: bool = Field(False, description="static KV cache + torch.compile on CUDA")
@@ -94,6 +108,10 @@ class RewardConfig(_Section):
 class BudgetConfig(_Section):
     enabled: bool = Field(True, description="steer lambda_tok with dual ascent")
     target: float = Field(400.0, gt=0.0, description="B: target mean tokens per episode (token_measure)")
+    fraction: float | None = Field(None, gt=0.0, le=10.0,
+                                   description="B = this x the untrained policy's sampled tokens per training episode, "
+                                               "measured before step 1 (null: use target)")
+    calibration_questions: int = Field(8, ge=1, description="training questions (x G episodes) that measure it")
     lr: float = Field(0.05, gt=0.0, description="eta: dual ascent step size (integral gain)")
     kp: float = Field(0.0, ge=0.0, description="proportional gain on the budget error (0 = plain dual ascent)")
     lambda_min: float = Field(0.0, ge=0.0, description="lower bound of lambda_tok")
@@ -110,6 +128,8 @@ class GspoConfig(_Section):
     level: Literal["sequence", "sequence_token", "token"] = Field(
         "sequence", description="GSPO, GSPO-token, or GRPO-style token ratios (ablation)")
     kl_beta: float = Field(0.0, ge=0.0, description="KL penalty to the reference policy")
+    log_kl_base: bool = Field(True, description="log KL(pi_old || base) on 16 messages a step (full FT keeps a "
+                                                "frozen base copy; off under ZeRO-3 without LoRA)")
     adv_norm: Literal["group", "batch", "none"] = Field("group", description="advantage normalisation")
     group_by_agent_round: bool = Field(False, description="normalise per (question, agent, round)")
     adv_std_floor: float = Field(1e-6, gt=0.0, description="floor on the group std")
@@ -151,7 +171,7 @@ class SearchConfig(_Section):
 class EvalConfig(_Section):
     limit: int | None = Field(None, ge=1, description="items per benchmark (seeded sample); null = all")
     benchmarks: list[str] = Field(default_factory=lambda: list(BENCHMARKS), description="benchmarks to evaluate")
-    baselines: list[Literal["single_cot", "self_consistency", "mas_untrained"]] = Field(
+    baselines: list[Literal["single_cot", "self_consistency", "mas_untrained", "mas_prior"]] = Field(
         default_factory=lambda: ["single_cot", "self_consistency", "mas_untrained"], description="baselines")
     self_consistency_k: int = Field(5, ge=1, description="samples for self-consistency")
     batch_size: int = Field(16, ge=1, description="questions per rollout batch")

@@ -8,6 +8,11 @@ accounting is identical across them):
 * ``self_consistency``- the evaluated policy, ``eval.self_consistency_k`` lone samples, majority vote;
 * ``mas_untrained``   - the BASE model (``model.name``) as a free-for-all MAS (complete topology).
   When the evaluated model is the base model it is the same weights, only the topology differs.
+* ``mas_prior``       - the base model with the silence prior ``model.silence_prior`` and no RL (the
+  step-0 policy of training, see components/mas/prior.py): separates injected from learned silence.
+
+Every MAS runs the configured protocol (``mas.protocol``), so the baselines pay for calls exactly as
+the trained system does.
 
 Decoding: ``agent_gspo``, ``single_cot`` and ``mas_untrained`` decode greedily (the deterministic
 answer of each system; sampling noise would blur the comparison at small n); self-consistency
@@ -31,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.config import BENCHMARKS, Config
+from components.config import ALL_BENCHMARKS, Config
 from components.data.item import Item
 from components.errors import UserError
 from components.evaluation.metrics import (
@@ -51,7 +56,9 @@ from components.mas.voting import vote
 log = logging.getLogger(__name__)
 
 MAIN_SYSTEM = "agent_gspo"
-BASELINE_NAMES = ("single_cot", "self_consistency", "mas_untrained")
+BASELINE_NAMES = ("single_cot", "self_consistency", "mas_untrained", "mas_prior")
+BASE_WEIGHTS = ("mas_untrained", "mas_prior")
+"""baselines that run the untrained base model, not the evaluated policy"""
 SPLIT = "test"
 
 
@@ -161,7 +168,7 @@ def _load(name: str | Path, cfg: Config, device: str):
     from components.models import load_policy
 
     return load_policy(str(name), cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
-                       seed=cfg.gspo.seed)
+                       seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
 
 
 def resolve_model(cfg: Config, model: str | None) -> tuple[str, str | Path]:
@@ -177,25 +184,44 @@ def resolve_model(cfg: Config, model: str | None) -> tuple[str, str | Path]:
 
 
 def build_systems(cfg: Config, policy: tuple[Any, Any], baselines: Sequence[str], *,
-                  base: tuple[Any, Any] | None = None, device: str = "cpu", **engine_kw: Any) -> list[System]:
+                  base: tuple[Any, Any] | None = None, device: str = "cpu", data_dir: Path | None = None,
+                  **engine_kw: Any) -> list[System]:
     """Engines for ``agent_gspo`` and each baseline. ``base`` = (model, tokenizer) of the untrained
-    model for ``mas_untrained`` (defaults to ``policy``); ``engine_kw`` goes to every RolloutEngine."""
+    model for ``mas_untrained`` / ``mas_prior`` (defaults to ``policy``); ``mas_prior`` gets a copy
+    of it with the silence prior, calibrated on ``data.train_sources`` under ``data_dir``;
+    ``engine_kw`` goes to every RolloutEngine."""
     from components.mas.baselines import baseline_engine
     from components.mas.engine import RolloutEngine
 
     kw = {"device": device, **engine_kw}
     systems = [System(MAIN_SYSTEM, RolloutEngine(*policy, cfg.mas, **kw), greedy=True)]
     for name in baselines:
-        weights = (base or policy) if name == "mas_untrained" else policy
+        weights = (base or policy) if name in BASE_WEIGHTS else policy
+        if name == "mas_prior":
+            weights = _with_prior(cfg, weights, data_dir)
         engine = baseline_engine(name, *weights, cfg.mas, k=cfg.eval.self_consistency_k, **kw)
         systems.append(System(name, engine, greedy=name != "self_consistency"))
     return systems
 
 
+def _with_prior(cfg: Config, weights: tuple[Any, Any], data_dir: Path | None) -> tuple[Any, Any]:
+    """A copy of the base model with the silence prior (the training run's step-0 policy)."""
+    import copy
+
+    from components.gspo.job import load_train_items
+    from components.mas.prior import apply_silence_prior
+
+    if cfg.model.silence_prior <= 0:
+        raise EvalInputError("baseline mas_prior needs model.silence_prior > 0 (the prior it evaluates)")
+    model = copy.deepcopy(weights[0])
+    apply_silence_prior(model, weights[1], cfg.mas, load_train_items(cfg, data_dir), cfg.model.silence_prior)
+    return model, weights[1]
+
+
 def _check_names(benchmarks: Sequence[str], baselines: Sequence[str]) -> None:
-    bad = [b for b in benchmarks if b not in BENCHMARKS]
+    bad = [b for b in benchmarks if b not in ALL_BENCHMARKS]
     if bad:
-        raise EvalInputError(f"eval.benchmarks: unknown benchmark(s) {bad} (allowed: {', '.join(BENCHMARKS)})")
+        raise EvalInputError(f"eval.benchmarks: unknown benchmark(s) {bad} (allowed: {', '.join(ALL_BENCHMARKS)})")
     bad = [b for b in baselines if b not in BASELINE_NAMES]
     if bad:
         raise EvalInputError(f"eval.baselines / --baselines: unknown baseline(s) {bad} "
@@ -241,9 +267,9 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
         uri, source = resolve_model(cfg, model)
         policy = _load(source, cfg, device)
         base = None
-        if "mas_untrained" in baselines and uri != cfg.model.name:  # a trained model: load the base too
+        if set(BASE_WEIGHTS) & set(baselines) and uri != cfg.model.name:  # a trained model: load the base too
             base = _load(resolve_model(cfg, None)[1], cfg, device)
-        systems = build_systems(cfg, policy, baselines, base=base, device=device)
+        systems = build_systems(cfg, policy, baselines, base=base, device=device, data_dir=data_dir)
         meta.update(model=uri, model_uri=uri, model_path=str(source), device=device)
     else:
         meta.update(model=model or "injected systems", model_uri=model, device="injected")

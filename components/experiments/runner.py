@@ -72,7 +72,7 @@ def _evaluate_baselines(cfg: Config, data_dir: Path, tracker: Any) -> Any:
 
     device = _device()
     policy = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
-                         seed=cfg.gspo.seed)
+                         seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
     systems = build_systems(cfg, policy, cfg.eval.baselines, device=device)[1:]
     return evaluate(cfg, model=cfg.model.name, systems=systems, data_dir=data_dir,
                     out_dir=Path(cfg.eval.out_dir), tracker=tracker)

@@ -69,11 +69,15 @@ def pack_messages(messages: Sequence[Message], pad_id: int) -> SequenceBatch:
     return SequenceBatch(input_ids, lens, completion_ids, completion_mask)
 
 
-def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0) -> torch.Tensor:
+def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0,
+                        silence_id: int | None = None) -> torch.Tensor:
     """Per-token log-probs of each row's completion under ``model``: ``[B, C]`` (0 under padding).
 
     ``temperature`` divides the logits as the sampler did, so π_old equals the behaviour policy
     that generated the messages (the rollout engine records log-probs at the same temperature).
+    ``silence_id``: the silence token may only start a reply (the decoder masks it later on), so at
+    completion positions t >= 1 the distribution is renormalised without it:
+    log p(y) - log(1 - p(silence)), the log-prob under the masked softmax the sampler used.
 
     The last ``K = W - min_r p_r + 1`` logits are kept (W = batch width); window column
     ``p_r - 1 + t - (W - K)`` predicts row r's completion token t. Labels are scattered into that
@@ -93,6 +97,13 @@ def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperatur
     valid = batch.completion_mask > 0
     labels.scatter_(1, cols.clamp(max=keep - 1), torch.where(valid, batch.completion_ids, -100))
     logp = token_logprobs(logits, labels).gather(1, cols.clamp(max=keep - 1))
+    if silence_id is not None and c > 1:
+        later = valid.clone()
+        later[:, 0] = False  # [B, C]: completion positions where the silence token was masked
+        s_labels = torch.full((b, keep), -100, dtype=torch.long, device=logits.device)
+        s_labels.scatter_(1, cols.clamp(max=keep - 1), torch.where(later, silence_id, -100))
+        logp_s = token_logprobs(logits, s_labels).gather(1, cols.clamp(max=keep - 1))
+        logp = logp - torch.where(later, torch.log1p(-logp_s.clamp(max=-1e-6).exp()), 0.0)
     return logp * batch.completion_mask
 
 

@@ -111,7 +111,14 @@ def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, ou
         device = _device()
         model, tokenizer = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
                                        device=device, lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
-                                       seed=cfg.gspo.seed)
+                                       seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
+        if cfg.model.silence_prior > 0:  # the step-0 policy explores silence (a resume overwrites the weights)
+            from components.mas.prior import apply_silence_prior
+
+            reached = apply_silence_prior(model, tokenizer, cfg.mas, train_items, cfg.model.silence_prior)
+            if info.is_main:
+                print(f"silence prior: P(silence first) = {reached:.3f} (model.silence_prior "
+                      f"{cfg.model.silence_prior})", file=sys.stderr)
         if cfg.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=planned_updates(cfg.gspo))
@@ -127,6 +134,12 @@ def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, ou
                 print(f"resumed from {ckpt} at step {trainer.step_idx}", file=sys.stderr)
         elif not resume and info.is_main and (out / "checkpoints").exists():
             shutil.rmtree(out / "checkpoints")
+        if ckpt is None and cfg.budget.fraction is not None:  # a resumed run restores its B
+            mean = trainer.calibrate_budget(cfg.budget.fraction, cfg.budget.calibration_questions)
+            if info.is_main:
+                print(f"budget: untrained policy {mean:.1f} {cfg.reward.token_measure} tokens/episode over "
+                      f"{cfg.budget.calibration_questions} x {cfg.gspo.group_size} sampled training episodes; "
+                      f"B = {cfg.budget.fraction:g} x {mean:.1f} = {trainer.controller.target:.1f}", file=sys.stderr)
         use_tracker = track and info.is_main
         with _maybe_tracker(cfg, use_tracker, f"train-{cfg.profile}", run_id) as tracker:
             if tracker is not None and run_id is None:
@@ -174,7 +187,7 @@ def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any,
     result.final_model = final
     last = trainer.history[-1] if trainer.history else {}
     first = trainer.history[0] if trainer.history else {}
-    summary = {"steps": trainer.step_idx, "config_hash": cfg.hash(),
+    summary = {"steps": trainer.step_idx, "config_hash": cfg.hash(), "budget_calibration": trainer.budget_calibration,
                "final": {k: v for k, v in last.items() if "/" in k and not k.startswith("silence/")},
                "first": {k: v for k, v in first.items() if "/" in k and not k.startswith("silence/")}}
     write_json_atomic(out / "metrics.json", summary)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -28,6 +28,23 @@ from components.reward.reward import message_rewards
 EPISODE_METRICS = ("reward", "accuracy", "tokens_total", "tokens_completion", "tokens_communicated", "turns",
                    "repetition", "silence_rate", "silence_prob", "calls_skipped")
 """``train/<name>`` means over episodes; ``budget_tokens`` (the controller's measure) is added"""
+
+
+class MessageRow(NamedTuple):
+    """What every rank sends about one message (plain data: it crosses the all-gather)."""
+
+    question: str
+    agent: int
+    round: int
+    credit: float
+    """the message's reward before normalisation (its episode's, or its own shaped credit)"""
+    silent: bool
+    capped: bool
+    """the reply reached mas.max_message_tokens"""
+    private: bool
+    """its agent held the private fact (split-information items)"""
+    split_info: bool
+    """its episode is a split-information episode"""
 
 
 def episode_row(ep: Episode, token_measure: str) -> dict[str, float]:
@@ -58,14 +75,16 @@ class StepBatch:
     def build(cls, episodes: Sequence[Episode], cfg: Config, dist: DistInfo, lambda_tok: float, pad_id: int,
               device: torch.device | str) -> StepBatch:
         messages: list[Message] = []
-        msg_rows: list[tuple[str, int, int, float, bool]] = []
+        msg_rows: list[MessageRow] = []
         for ep in episodes:
             assert ep.reward is not None, "apply the reward before building the step batch"
             credits = (message_rewards(ep, cfg.reward, lambda_tok) if cfg.reward.per_agent_credit
                        else [ep.reward.total] * len(ep.messages))
             for m, credit in zip(ep.messages, credits, strict=True):
                 messages.append(m)
-                msg_rows.append((ep.question_id, m.agent_id, m.round, float(credit), m.silent))
+                msg_rows.append(MessageRow(ep.question_id, m.agent_id, m.round, float(credit), m.silent,
+                                           m.completion_tokens >= cfg.mas.max_message_tokens, m.private,
+                                           ep_has_fact(ep)))
         ep_rows = [episode_row(ep, cfg.reward.token_measure) for ep in episodes]
         payload = (msg_rows, ep_rows)
         gathered = all_gather_objects(payload) if dist.world_size > 1 else [payload]
@@ -73,18 +92,28 @@ class StepBatch:
         all_eps = [r for _, part in gathered for r in part]
         offset = sum(len(part) for part, _ in gathered[: dist.rank])
 
-        keys: list[Sequence[Any]] = [[r[0] for r in all_msgs]]
+        keys: list[Sequence[Any]] = [[r.question for r in all_msgs]]
         if cfg.gspo.group_by_agent_round:
-            keys += [[r[1] for r in all_msgs], [r[2] for r in all_msgs]]
-        adv = group_advantages(torch.tensor([r[3] for r in all_msgs], dtype=torch.float32), make_group_ids(*keys),
+            keys += [[r.agent for r in all_msgs], [r.round for r in all_msgs]]
+        adv = group_advantages(torch.tensor([r.credit for r in all_msgs], dtype=torch.float32), make_group_ids(*keys),
                                mode=cfg.gspo.adv_norm, std_floor=cfg.gspo.adv_std_floor)
         mine = adv.advantages[offset: offset + len(msg_rows)].to(device)
         metrics = {f"train/{k}": _mean([r[k] for r in all_eps]) for k in (*EPISODE_METRICS, "budget_tokens")}
         metrics |= {"train/zero_adv_groups": float(adv.zero_spread_groups), "train/adv_groups": float(adv.n_groups),
                     "train/episodes": float(len(all_eps)), "train/messages": float(len(all_msgs))}
-        metrics |= silence_by_agent_round((r[1], r[2], r[4]) for r in all_msgs)
+        metrics |= silence_by_agent_round((r.agent, r.round, r.silent) for r in all_msgs)
+        metrics["train/cap_hit_rate"] = _mean([float(r.capped) for r in all_msgs])
+        split = [r for r in all_msgs if r.split_info]  # split-information episodes: silence by role
+        if split:
+            metrics["silence/informed"] = _mean([float(r.silent) for r in split if r.private])
+            metrics["silence/uninformed"] = _mean([float(r.silent) for r in split if not r.private])
         return cls(messages, pack_messages(messages, pad_id).to(device), mine, metrics,
                    metrics["train/budget_tokens"])
+
+
+def ep_has_fact(ep: Episode) -> bool:
+    """A split-information episode: one of its agents held a private fact."""
+    return any(m.private for m in ep.messages)
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -96,7 +96,20 @@ class GSPOTrainer:
         self.step_idx = 0
         self.history: list[dict[str, float]] = []
         self.temperature = cfg.mas.temperature if cfg.mas.temperature > 0 else 1.0
-        self.ref_model = self._reference_model() if cfg.gspo.kl_beta > 0 else None
+        self.silence_id: int | None = getattr(getattr(env, "engine", None), "silence_id", None)
+        """masked after a reply's first token by the decoder, so the trainer masks it too"""
+        self.ref_model = self._reference_model() if self._wants_reference() else None
+        self._last_kl_base: dict[str, float] = {}
+        self.budget_calibration: dict[str, float | str] | None = None
+        """how B was set when ``budget.fraction`` is used (see :meth:`calibrate_budget`)"""
+
+    def _wants_reference(self) -> bool:
+        """The base policy is needed for the KL penalty, or to log the KL from it (never a copy of a
+        ZeRO-3-partitioned module: then only LoRA, whose base is the adapters-off view, logs it)."""
+        from components.models.lora import has_adapters
+
+        g, zero3 = self.cfg.gspo, self.cfg.gspo.engine == "deepspeed" and self.cfg.deepspeed.zero_stage == 3
+        return g.kl_beta > 0 or (g.log_kl_base and (has_adapters(self.engine.module) or not zero3))
 
     def _reference_model(self) -> torch.nn.Module | None:
         """Frozen reference for the KL term: the base model with adapters off under LoRA (None
@@ -112,15 +125,15 @@ class GSPOTrainer:
             p.requires_grad_(False)
         return ref
 
-    def _ref_logprobs(self, batch: Any) -> torch.Tensor | None:
-        if self.cfg.gspo.kl_beta <= 0:
+    def _ref_logprobs(self, batch: Any, needed: bool | None = None) -> torch.Tensor | None:
+        if not (self.cfg.gspo.kl_beta > 0 if needed is None else needed):
             return None
         if self.ref_model is not None:
-            return completion_logprobs(self.ref_model, batch, self.temperature)
+            return completion_logprobs(self.ref_model, batch, self.temperature, self.silence_id)
         from components.models.lora import disabled_adapters
 
         with disabled_adapters(self.engine.module) as base:
-            return completion_logprobs(base, batch, self.temperature)
+            return completion_logprobs(base, batch, self.temperature, self.silence_id)
 
     @property
     def device(self) -> torch.device:
@@ -129,7 +142,7 @@ class GSPOTrainer:
     def state(self) -> dict[str, Any]:
         """Everything besides weights/optimizer/RNG that a resumed run needs."""
         return {"step": self.step_idx, "cursor": self.sampler.cursor, "controller": self.controller.state_dict(),
-                "history": self.history, "config_hash": self.cfg.hash()}
+                "history": self.history, "config_hash": self.cfg.hash(), "budget_calibration": self.budget_calibration}
 
     def load_state(self, state: dict[str, Any]) -> None:
         if state.get("config_hash") not in (None, self.cfg.hash()):
@@ -141,6 +154,7 @@ class GSPOTrainer:
         self.sampler.cursor = int(state["cursor"])
         self.controller.load_state_dict(state["controller"])
         self.history = list(state.get("history", []))
+        self.budget_calibration = state.get("budget_calibration")
 
     def _my_questions(self) -> list[Item]:
         batch = self.sampler.next_batch(self.cfg.gspo.questions_per_step)
@@ -153,8 +167,43 @@ class GSPOTrainer:
         old = torch.zeros_like(seqs.completion_mask)
         if len(parts) > 1:
             later = torch.cat(parts[1:]).to(self.device)
-            old[later] = completion_logprobs(self.engine.module, seqs.select(later), self.temperature)
+            old[later] = completion_logprobs(self.engine.module, seqs.select(later), self.temperature, self.silence_id)
         return old
+
+    def calibrate_budget(self, fraction: float, questions: int) -> float:
+        """B = ``fraction`` x the mean tokens per episode (``reward.token_measure``, all ranks) of the
+        CURRENT policy sampling ``questions`` x G training episodes: the same measure, sampling and
+        question distribution the dual controller then tracks. Questions come from their own seeded
+        stream, so training sees the same questions with or without calibration. Returns that mean."""
+        g, cfg = self.cfg.gspo, self.cfg
+        sampler = QuestionSampler(self.sampler.items, g.seed + 104_729)
+        mine = sampler.next_batch(questions)[self.dist.rank:: self.dist.world_size]
+        self.engine.eval()
+        with torch.no_grad(), self.engine.gathered_parameters():
+            episodes = self.env.play(mine, g.group_size, seed=g.seed * 100_003 - 1)
+        tokens = [float(e.tokens(cfg.reward.token_measure)) for e in episodes]
+        if self.dist.world_size > 1:
+            from components.gspo.distributed import all_gather_objects
+
+            tokens = [t for part in all_gather_objects(tokens) for t in part]
+        mean = float(np.mean(tokens)) if tokens else 0.0
+        self.controller.set_target(fraction * mean)
+        self.budget_calibration = {"untrained_mean": mean, "fraction": fraction, "target": self.controller.target,
+                                   "episodes": float(len(tokens)), "measure": cfg.reward.token_measure}
+        return mean
+
+    def _kl_from_base(self, batch: StepBatch, rows: int = 16) -> dict[str, float]:
+        """``gspo/kl_base``: mean per-token k3 estimate of KL(π_old ‖ π_base) on the first ``rows``
+        messages (before this step's updates): how far training has moved the policy."""
+        if not self._wants_reference() or not self.cfg.gspo.log_kl_base:
+            return {}
+        sub = batch.sequences.select(torch.arange(min(rows, len(batch.messages))))
+        logp = completion_logprobs(self.engine.module, sub, self.temperature, self.silence_id)
+        base = self._ref_logprobs(sub, needed=True)
+        assert base is not None
+        d = (base - logp) * sub.completion_mask
+        k3 = (torch.exp(d) - d - 1.0) * sub.completion_mask
+        return {"gspo/kl_base": float(k3.sum() / sub.completion_mask.sum().clamp(min=1.0))}
 
     def _update(self, batch: StepBatch) -> tuple[list[dict[str, float]], list[float]]:
         """μ optimizer updates, one per mini-batch; each mini-batch is ``gspo.grad_accum`` micro-batches
@@ -165,6 +214,7 @@ class GSPOTrainer:
         with torch.no_grad():
             old_logp = self._old_logprobs(batch, parts)
             ref_logp = self._ref_logprobs(seqs)
+            self._last_kl_base = self._kl_from_base(batch)
         self.engine.train()
         loss_metrics: list[dict[str, float]] = []
         grad_norms: list[float] = []
@@ -173,7 +223,7 @@ class GSPOTrainer:
             def micro_loss(rows: torch.Tensor, first: bool = k == 0) -> torch.Tensor:
                 rows = rows.to(self.device)
                 sub = seqs.select(rows)
-                logp = completion_logprobs(self.engine.module, sub, self.temperature)
+                logp = completion_logprobs(self.engine.module, sub, self.temperature, self.silence_id)
                 out: LossOutput = self.loss_fn(
                     logp, logp.detach() if first else old_logp[rows], batch.advantages[rows], sub.completion_mask,
                     eps_low=g.eps_low, eps_high=g.eps_high, kl_beta=g.kl_beta,
@@ -199,7 +249,7 @@ class GSPOTrainer:
         loss_metrics, grad_norms = self._update(batch)
         if cfg.budget.enabled:
             self.controller.update(batch.mean_tokens)
-        metrics = dict(batch.metrics)
+        metrics = dict(batch.metrics) | self._last_kl_base
         metrics |= {k: float(np.mean([m[k] for m in loss_metrics])) for k in loss_metrics[0]}
         metrics |= {"gspo/grad_norm": float(np.mean(grad_norms)), "train/lambda_tok": lam,
                     "train/budget": self.controller.target,

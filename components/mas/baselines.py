@@ -4,7 +4,8 @@
 * ``self_consistency``: k independent lone solvers (no edges: an all-zero custom adjacency), one
   round, majority vote over their extracted answers; the k samples are one batched call.
 * ``mas_untrained``: the free-for-all MAS (complete topology) with the configured agents/rounds,
-  run with the untrained policy.
+  run with the untrained policy; ``mas_prior`` is the same engine over the untrained policy with
+  the silence prior (the caller passes those weights, see components/evaluation/runner.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from components.mas.engine import RolloutEngine
 from components.mas.environment import Environment
 from components.mas.records import Episode
 
-BASELINES = ("single_cot", "self_consistency", "mas_untrained")
+BASELINES = ("single_cot", "self_consistency", "mas_untrained", "mas_prior")
 
 
 def _with(cfg: MasConfig, **update) -> MasConfig:
@@ -49,7 +50,7 @@ def mas_untrained_engine(model, tokenizer, cfg: MasConfig, **kw) -> RolloutEngin
 
 _BUILDERS: dict[str, Callable[..., RolloutEngine]] = {
     "single_cot": single_cot_engine, "self_consistency": self_consistency_engine,
-    "mas_untrained": mas_untrained_engine}
+    "mas_untrained": mas_untrained_engine, "mas_prior": mas_untrained_engine}
 
 
 def baseline_engine(name: str, model, tokenizer, cfg: MasConfig, *, k: int = 5, **kw) -> RolloutEngine:

@@ -9,7 +9,7 @@ Layout (ChatML shown; any tokenizer with a chat template works)::
     <|im_start|>system\n{role prompt}<|im_end|>\n<|im_start|>user\n{task}      <- prefix ids
     \n\nMessages from other agents:                                             <- intro ids (if any)
     \n[Agent 2 (critic), round 1]:\n{sender's completion ids}                   <- one block per message
-    \n\nYour turn: add only what is new, or reply exactly <silent>.             <- outro ids (if any)
+    \n\nYour turn: add only what is new, or stay silent if ...                 <- outro ids (if any)
     <|im_end|>\n<|im_start|>assistant\n                                         <- suffix ids
 
 The chat template is rendered once per (task, agent) with a sentinel where the messages go and
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 SENTINEL = "@@AGENT_GSPO_MESSAGES@@"
 INTRO = "\n\nMessages from other agents:"
-OUTRO = "\n\nYour turn: add only what is new, or reply exactly {marker} if you have nothing to add."
+OUTRO = "\n\nYour turn: add only what is new, or stay silent if you have nothing to add."
 
 
 def truncate_blocks(lengths: list[int], budget: int) -> list[int]:
@@ -50,7 +50,7 @@ class PromptParts:
 class PromptBuilder:
     """Builds agent prompts as id lists; caches frames and headers (tokenizer calls are slow)."""
 
-    def __init__(self, tokenizer, budget: int, silence_marker: str | None = None):
+    def __init__(self, tokenizer, budget: int, allow_silence: bool = True):
         self.tok = tokenizer
         self.budget = budget
         self._frames: dict[tuple[str, str], PromptParts] = {}
@@ -58,7 +58,7 @@ class PromptBuilder:
         self.intro = self._encode(INTRO)
         # Small models follow the last instruction they read: after the others' messages, remind the
         # agent that silence is an option (only when silence is allowed and messages were delivered).
-        self.outro = self._encode(OUTRO.format(marker=silence_marker)) if silence_marker else []
+        self.outro = self._encode(OUTRO) if allow_silence else []
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))

@@ -15,6 +15,11 @@ temperature T *before* top-p truncation (T = 1 when greedy). That is what a trai
 from the model alone with the same temperature; the GSPO trainer recomputes old log-probs once per
 rollout batch anyway, so these are for diagnostics and off-policy checks. A caller's
 ``logits_processor`` (e.g. a bias) is applied first and is part of the sampling distribution.
+
+Silence (:mod:`components.models.silence`): the silence token may only be a reply's first token.
+Its logit is masked at every later step (and at every step when ``StopIds.silence_first`` is off,
+for lone solvers), exactly as the trainer masks it (:func:`components.gspo.batching.completion_logprobs`),
+so behaviour, π_old and π_θ are the same distribution. A row that starts with it stops there.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class Generation:
     """forward passes after the prefill (= length of the longest completion)"""
     reused_tokens: int = 0
     """prompt ids the prefill did not compute (stored prefixes, shared heads; see prefill.py)"""
+    silence_prob: list[float] | None = None
+    """per row, the probability of the silence token as the first token (None without one)"""
 
 
 def cache_kwarg(model) -> str:
@@ -76,18 +83,6 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -
     return torch.minimum(idx, last)
 
 
-def _is_stop_reply(toks: torch.Tensor, lengths: torch.Tensor, replies: tuple[tuple[int, ...], ...]) -> torch.Tensor:
-    """[B] bool: the row's completion so far is exactly one of ``replies`` (only checked while
-    completions are no longer than the longest reply, so it costs a few early steps)."""
-    hit = torch.zeros(toks.shape[0], dtype=torch.bool, device=toks.device)
-    for reply in replies:
-        n = len(reply)
-        if n == toks.shape[1]:
-            ref = torch.tensor(reply, dtype=toks.dtype, device=toks.device)
-            hit |= (toks == ref).all(-1) & (lengths == n)
-    return hit
-
-
 @dataclass(frozen=True)
 class Sampling:
     """How one call samples: length limits and the sampling distribution."""
@@ -108,13 +103,14 @@ class Sampling:
 
 @dataclass(frozen=True)
 class StopIds:
-    """Token ids that end or pad a reply."""
+    """Token ids that end or pad a reply, and the silence token."""
 
     eos: int
     pad: int
-    replies: tuple[tuple[int, ...], ...] = ()
-    """complete replies (the silence marker's id variants): a row whose whole completion so far
-    equals one of them stops there, so silence costs only the marker's tokens"""
+    silence: int | None = None
+    """the silence token (one special token), or None when the model has none"""
+    silence_first: bool = True
+    """the silence token may start a reply (and then ends it); False: it is never sampled"""
 
 
 class Decoder:
@@ -158,7 +154,7 @@ class Decoder:
         lps = torch.zeros((b, n_new), dtype=torch.float32, device=device)
         done = torch.zeros(b, dtype=torch.bool, device=device)
         lengths = torch.zeros(b, dtype=torch.long, device=device)
-        longest_reply = max((len(v) for v in stops.replies), default=0)
+        silence_prob: torch.Tensor | None = None
         steps = 0
         for t in range(n_new):
             logits = out.logits[:, -1, :].float()
@@ -166,7 +162,11 @@ class Decoder:
                 logits = self.logits_processor(logits, t)
             if t < sampling.min_new_tokens:
                 logits[:, stops.eos] = float("-inf")
+            if stops.silence is not None and (t > 0 or not stops.silence_first):
+                logits[:, stops.silence] = float("-inf")
             logp_all = torch.log_softmax(logits / sampling.temp, dim=-1)
+            if t == 0 and stops.silence is not None:
+                silence_prob = logp_all[:, stops.silence].exp()
             if sampling.greedy or sampling.temperature <= 0:
                 nxt = logits.argmax(-1)
             else:
@@ -179,8 +179,8 @@ class Decoder:
             lps[:, t] = logp_all.gather(-1, nxt[:, None]).squeeze(-1)
             lengths += (~done).long()
             done = done | (nxt == stops.eos)
-            if t < longest_reply:
-                done = done | _is_stop_reply(toks[:, : t + 1], lengths, stops.replies)
+            if t == 0 and stops.silence is not None:
+                done = done | (nxt == stops.silence)
             steps = t + 1
             if t == n_new - 1 or bool(done.all()):
                 break
@@ -192,4 +192,4 @@ class Decoder:
                                use_cache=True, **{layout.cache_kw: cache})
         toks_l, lps_l, lens = toks.cpu().tolist(), lps.cpu().tolist(), lengths.cpu().tolist()
         return Generation([toks_l[r][:lens[r]] for r in range(b)], [lps_l[r][:lens[r]] for r in range(b)], steps,
-                          pre.reused_tokens)
+                          pre.reused_tokens, None if silence_prob is None else silence_prob.cpu().tolist())

@@ -7,17 +7,37 @@ as its longest message, not Q*G*N generate calls. The engine only produces messa
 (:mod:`components.mas.voting`), grading and the reward are the steps after it
 (:class:`components.mas.environment.Environment` chains them).
 
+Protocols (``mas.protocol``):
+
+* ``adaptive`` (default): silence saves calls. A silent agent is retired for the rest of the
+  episode (never prompted again), and an agent that received nothing new since it last spoke is
+  not prompted again either (its prompt would repeat one it already answered). An episode
+  therefore ends as soon as a round leaves no agent with something to read: when every remaining
+  agent was silent, or when nobody spoke after an answer was given. Skipped turns cost nothing
+  and are counted in ``Episode.calls_skipped``.
+* ``broadcast``: every agent is prompted in every round, silent or not (the comparison baseline).
+
+Turn order (``mas.turn_order``, cyclic topologies): ``simultaneous`` = one batched call per round;
+agents see the others' messages of earlier rounds only. ``in_turn`` = one call per agent, each
+seeing what the earlier agents of the same round said (N calls per round; measured in the README).
+DAG topologies always speak in waves (see topology.py).
+
+Split-information items (``Item.private_fact``): one agent per episode holds the fact, agent
+``(h(item id) + group index) mod N`` with h a sha256 of the id, so the G episodes of a question
+spread the holder over the agents and evaluation (G = 1) gives every system the same holder.
+
 Accounting (token ids end to end):
 * ``Message.prompt_ids`` is the exact prompt the agent saw; ``completion_ids`` the sampled ids up to
   and including EOS; ``logprobs`` their behaviour log-probs (see decode.py for which distribution).
-* silence: the completion starts (after whitespace tokens) with the marker's token ids, or is
-  empty -> ``silent=True``, never delivered, ``recipients=[]``; its generated tokens still count.
+* silence: the completion is the silence token, or says nothing (only whitespace before EOS) ->
+  ``silent=True``, never delivered, ``recipients=[]``; its generated tokens still count.
 * recipients: the agents whose prompt actually contained the message (in-neighbours' messages from
   earlier calls, within the context budget), plus the decision agent (id N) when it read it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +53,7 @@ from components.mas.prefill import PrefixPlan, PrefixStore
 from components.mas.records import Episode, Message
 from components.mas.roles import DECIDER, role_names, system_prompt, task_family, user_prompt
 from components.mas.topology import build_adjacency, round_waves
+from components.models.silence import silence_token_id
 
 
 class RolloutInputError(UserError):
@@ -70,7 +91,13 @@ class _Turn:
 class _EpisodeState:
     item: Item
     group_index: int
+    holder: int | None = None
+    """the agent given the item's private fact (split-information items), else None"""
     turns: list[_Turn] = field(default_factory=list)
+    retired: set[int] = field(default_factory=set)
+    """agents that were silent (adaptive protocol: never prompted again)"""
+    last_call: dict[int, int] = field(default_factory=dict)
+    """agent -> the call in which it last spoke"""
 
 
 @dataclass
@@ -83,6 +110,14 @@ class _Row:
     prompt: list[int]
     prefix_len: int
     """length of the prompt's frame prefix (system prompt + task), reusable across rounds"""
+
+
+def fact_holder(item: Item, group_index: int, n_agents: int) -> int | None:
+    """The agent given ``item``'s private fact in episode ``group_index`` (None: no private fact)."""
+    if item.private_fact is None:
+        return None
+    h = int.from_bytes(hashlib.sha256(item.id.encode()).digest()[:4], "big")
+    return (h + group_index) % n_agents
 
 
 def length_buckets(lengths: list[int], *, max_ratio: float = 2.0, min_rows: int = 8) -> list[list[int]]:
@@ -111,6 +146,8 @@ class RolloutEngine:
     ``roles`` overrides the rotated role names; ``solo`` prompts every agent as a lone solver (no
     team, no silence; used by self-consistency); ``logits_processor`` and ``min_new_tokens`` go to
     the decoder (tests force silence with the first; benchmarks fix lengths with the second).
+    A team's tokenizer must have the silence marker as one token
+    (:func:`components.models.silence.ensure_silence_token`; ``load_policy`` adds it).
     """
 
     def __init__(self, model, tokenizer, cfg: MasConfig, *, device: str | torch.device = "cpu",
@@ -120,6 +157,8 @@ class RolloutEngine:
         self.device = torch.device(device)
         self.adj = build_adjacency(cfg.topology, cfg.agents, cfg.adjacency)
         self.waves = round_waves(self.adj)
+        if cfg.turn_order == "in_turn" and len(self.waves) == 1:
+            self.waves = [[a] for a in self.waves[0]]
         self.roles = list(roles) if roles is not None else role_names(cfg.agents)
         if len(self.roles) != cfg.agents:
             raise RolloutInputError(f"roles: {len(self.roles)} names given for mas.agents={cfg.agents}")
@@ -129,13 +168,16 @@ class RolloutEngine:
             raise RolloutInputError("tokenizer has no eos_token_id; set one (ChatML: <|im_end|>)")
         self.eos = int(tokenizer.eos_token_id)
         pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos)
-        self.builder = PromptBuilder(tokenizer, cfg.context_tokens, None if solo else cfg.silence_marker)
+        self.builder = PromptBuilder(tokenizer, cfg.context_tokens, allow_silence=not solo)
         self._ws: dict[int, bool] = {}
-        self.marker_variants = self._marker_variants(cfg.silence_marker)
+        self.silence_id = silence_token_id(tokenizer, cfg.silence_marker)
+        if self.silence_id is None and not solo and cfg.agents > 1:
+            raise RolloutInputError(f"mas.silence_marker {cfg.silence_marker!r} is not one token of this tokenizer; "
+                                    "load the policy with load_policy(..., silence_marker=...) (it adds the token)")
         # Static cache + torch.compile only on CUDA: on CPU compile time dwarfs any gain.
         static = bool(cfg.static_cache) and self.device.type == "cuda"
-        replies = () if solo else tuple(tuple(v) for v in self.marker_variants)
-        self.decoder = Decoder(model, StopIds(self.eos, pad, replies), device=self.device, static_cache=static,
+        stops = StopIds(self.eos, pad, self.silence_id, silence_first=not solo and cfg.agents > 1)
+        self.decoder = Decoder(model, stops, device=self.device, static_cache=static,
                                logits_processor=logits_processor)
         self.last_stats = RolloutStats()
 
@@ -151,22 +193,13 @@ class RolloutEngine:
             k += 1
         return ids[k:]
 
-    def _marker_variants(self, marker: str) -> list[list[int]]:
-        variants = []
-        for text in (marker, " " + marker, "\n" + marker):
-            ids = self._strip_ws(list(self.tok.encode(text, add_special_tokens=False)))
-            if ids and ids not in variants:
-                variants.append(ids)
-        return variants
-
     def is_silent(self, completion_ids: list[int]) -> bool:
-        """True when the completion starts with the silence marker's ids (leading whitespace ignored),
-        or says nothing at all (only whitespace before EOS): an empty reply is not worth delivering."""
-        ids = completion_ids[:-1] if completion_ids and completion_ids[-1] == self.eos else completion_ids
-        rest = self._strip_ws(ids)
-        if not rest:
+        """True when the reply is the silence token, or says nothing at all (only whitespace before
+        EOS): an empty reply is not worth delivering."""
+        if completion_ids and completion_ids[0] == self.silence_id:
             return True
-        return any(rest[:len(v)] == v for v in self.marker_variants)
+        ids = completion_ids[:-1] if completion_ids and completion_ids[-1] == self.eos else completion_ids
+        return not self._strip_ws(ids)
 
     # -- one batched call ------------------------------------------------------------------------
     def _row(self, st: _EpisodeState, agent: int, role: str, call: int, senders: Callable[[_Turn], bool]) -> _Row:
@@ -174,11 +207,10 @@ class RolloutEngine:
         n_team = self.cfg.agents
         family = task_family(st.item.answer_type)
         solo = self.solo or n_team == 1
-        system = system_prompt(family, role, agent, 1 if solo else n_team, self.cfg.silence_marker,
-                               allow_silence=not solo)
+        system = system_prompt(family, role, agent, 1 if solo else n_team, allow_silence=not solo)
         visible = [t for t in st.turns if t.call < call and not t.msg.silent and senders(t)]
         blocks = [self.builder.header(t.msg.agent_id, t.msg.role, t.msg.round) + t.body for t in visible]
-        frame = self.builder.frame(system, user_prompt(st.item))
+        frame = self.builder.frame(system, user_prompt(st.item, holds_fact=agent == st.holder))
         ids, kept = self.builder.build(frame, blocks)
         for k in kept:
             visible[k].delivered.add(agent)
@@ -189,15 +221,17 @@ class RolloutEngine:
         """One batched decode per prompt-length bucket (see :func:`length_buckets`), results in row order."""
         ids: list[list[int]] = [[] for _ in rows]
         lps: list[list[float]] = [[] for _ in rows]
+        silence = [0.0] * len(rows)
         steps = reused = 0
         for bucket in length_buckets([len(r.prompt) for r in rows]):
             plan = PrefixPlan([rows[i].prefix_len for i in bucket], store)
             gen = self.decoder.generate([rows[i].prompt for i in bucket], sampling, generator, plan)
-            for i, row_ids, row_lps in zip(bucket, gen.ids, gen.logprobs, strict=True):
+            for k, (i, row_ids, row_lps) in enumerate(zip(bucket, gen.ids, gen.logprobs, strict=True)):
                 ids[i], lps[i] = row_ids, row_lps
+                silence[i] = gen.silence_prob[k] if gen.silence_prob else 0.0
             steps += gen.steps
             reused += gen.reused_tokens
-        return Generation(ids, lps, steps, reused)
+        return Generation(ids, lps, steps, reused, silence)
 
     def _run_call(self, rows: list[_Row], call: int, round_idx: int, sampling: Sampling,
                   generator: torch.Generator, store: PrefixStore | None, stats: RolloutStats) -> None:
@@ -207,16 +241,45 @@ class RolloutEngine:
         stats.calls += 1
         stats.decode_steps += gen.steps
         stats.prefix_tokens_reused += gen.reused_tokens
-        for row, ids, lps in zip(rows, gen.ids, gen.logprobs, strict=True):
+        silence = gen.silence_prob or [0.0] * len(rows)
+        for row, ids, lps, p_silent in zip(rows, gen.ids, gen.logprobs, silence, strict=True):
             body = ids[:-1] if ids and ids[-1] == self.eos else list(ids)
-            st = row.state
+            st, silent = row.state, self.is_silent(ids)
             msg = Message(question_id=st.item.id, group_index=st.group_index, agent_id=row.agent, role=row.role,
                           round=round_idx, prompt_ids=row.prompt, completion_ids=list(ids), logprobs=list(lps),
-                          silent=self.is_silent(ids), text=self.tok.decode(body, skip_special_tokens=False))
+                          silent=silent, text="" if silent else self.tok.decode(body, skip_special_tokens=False),
+                          private=row.agent == st.holder, silence_prob=float(p_silent))
             st.turns.append(_Turn(msg, call, body))
+            st.last_call[row.agent] = call
+            if silent and self.cfg.protocol == "adaptive":
+                st.retired.add(row.agent)
             stats.generated_tokens += len(ids)
 
+    def _prompted(self, st: _EpisodeState, agent: int, round_idx: int) -> bool:
+        """Whether the protocol gives ``agent`` a turn now (see the module docstring)."""
+        if self.cfg.protocol == "broadcast" or self.solo:
+            return True
+        if agent in st.retired:
+            return False
+        if round_idx == 0 and agent not in st.last_call:
+            return True
+        # new to the agent: delivered-to-it messages it has not read, i.e. from its last call on (a
+        # message of the same call was generated beside it, unseen)
+        since = st.last_call.get(agent, -1)
+        return any(t.call >= since and not t.msg.silent and t.msg.agent_id != agent
+                   and self.adj[t.msg.agent_id][agent] == 1 for t in st.turns)
+
     # -- public ----------------------------------------------------------------------------------
+    def first_round_prompts(self, items: Sequence[Item]) -> list[list[int]]:
+        """The distinct first-round prompts of ``items`` for every agent, with every fact holder."""
+        seen: dict[tuple[int, ...], None] = {}
+        for item in as_items(list(items), "items"):
+            for holder in range(self.cfg.agents) if item.private_fact is not None else [None]:
+                st = _EpisodeState(item, 0, holder)
+                for a in range(self.cfg.agents):
+                    seen.setdefault(tuple(self._row(st, a, self.roles[a], 0, lambda t: False).prompt), None)
+        return [list(p) for p in seen]
+
     def rollout(self, items: Sequence[Item], group_size: int, *, seed: int, greedy: bool = False) -> list[Episode]:
         """Run Q = len(items) questions x ``group_size`` episodes; returns Q*G episodes, question-major.
 
@@ -231,7 +294,8 @@ class RolloutEngine:
             task_family(item.answer_type)  # raises on an answer type the roles cannot prompt for
         t_start = time.perf_counter()
         stats = RolloutStats(episodes=len(items) * group_size)
-        states = [_EpisodeState(item, g) for item in items for g in range(group_size)]
+        states = [_EpisodeState(item, g, fact_holder(item, g, self.cfg.agents))
+                  for item in items for g in range(group_size)]
         generator = torch.Generator(device=self.device).manual_seed(int(seed))
         sampling = Sampling(self.cfg.max_message_tokens, self.cfg.temperature, self.cfg.top_p, greedy,
                             self.min_new_tokens)
@@ -244,22 +308,24 @@ class RolloutEngine:
             for r in range(self.cfg.rounds):
                 for wave in self.waves:
                     rows = [self._row(st, a, self.roles[a], call, lambda t, a=a: adj[t.msg.agent_id][a] == 1)
-                            for st in states for a in wave]
-                    self._run_call(rows, call, r, sampling, generator, store, stats)
+                            for st in states for a in wave if self._prompted(st, a, r)]
+                    if rows:
+                        self._run_call(rows, call, r, sampling, generator, store, stats)
                     call += 1
             if self.cfg.aggregation == "decision_agent":
                 rows = [self._row(st, n, DECIDER, call, lambda t: t.msg.agent_id < n) for st in states]
                 self._run_call(rows, call, self.cfg.rounds, sampling, generator, store, stats)
         finally:
             self.model.train(was_training)
-        episodes = [self._finish(st) for st in states]
+        episodes = [self._finish(st, self.cfg.rounds * n) for st in states]
         stats.total_s = time.perf_counter() - t_start
         self.last_stats = stats
         return episodes
 
     @staticmethod
-    def _finish(st: _EpisodeState) -> Episode:
+    def _finish(st: _EpisodeState, turns: int) -> Episode:
         for t in st.turns:
             t.msg.recipients = [] if t.msg.silent else sorted(t.delivered)
+        taken = sum(t.msg.role != DECIDER for t in st.turns)
         return Episode(question_id=st.item.id, group_index=st.group_index, benchmark=st.item.benchmark,
-                       messages=[t.msg for t in st.turns])
+                       messages=[t.msg for t in st.turns], calls_skipped=turns - taken)

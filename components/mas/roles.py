@@ -1,9 +1,11 @@
 """Role prompts per task family, for N agents sharing one policy.
 
-Agents differ only by their system prompt (one shared policy). Roles rotate
-solver / critic / verifier / summariser so any N works. Every multi-agent prompt tells the agent
-that replying exactly with the silence marker is allowed (and costs no communication) when it has
-nothing useful to add, and how to state the final answer for the family so the scorer can read it.
+Agents differ only by their system prompt (one shared policy) and, on split-information items, by
+the private note one of them holds. Roles rotate solver / critic / verifier / summariser so any N
+works. Every multi-agent prompt says that staying silent is allowed (and costs no communication)
+when the agent has nothing useful to add, and how to state the final answer so the grader can read
+it. Silence is described in words, never by the silence token itself: the token is the policy's
+action (see components.models.silence), and no prompt contains it.
 """
 
 from __future__ import annotations
@@ -50,8 +52,7 @@ def role_names(n: int) -> list[str]:
     return [ROLE_CYCLE[i % len(ROLE_CYCLE)] for i in range(n)]
 
 
-def system_prompt(family: str, role: str, agent_id: int, n_agents: int, silence_marker: str,
-                  *, allow_silence: bool = True) -> str:
+def system_prompt(family: str, role: str, agent_id: int, n_agents: int, *, allow_silence: bool = True) -> str:
     """System prompt of one agent (``agent_id`` is 0-based; shown 1-based)."""
     if family not in _ANSWER_FORMAT:
         raise UserError(f"system_prompt: unknown task family {family!r} (allowed: {', '.join(_ANSWER_FORMAT)})")
@@ -64,15 +65,20 @@ def system_prompt(family: str, role: str, agent_id: int, n_agents: int, silence_
         head = f"You are agent {agent_id + 1} of {n_agents}, the {role}. {duty}"
     parts = [head, _ANSWER_FORMAT[family]]
     if allow_silence and n_agents > 1 and role != DECIDER:
-        parts.append(f"If you have nothing useful to add (for example you agree with an answer already given), "
-                     f"reply exactly {silence_marker} and nothing else; silent replies are not sent to anyone.")
+        parts.append("If you have nothing useful to add (for example you agree with an answer already given, or you "
+                     "do not know), stay silent: a silent reply is not sent to anyone.")
     parts.append("Be concise: every token you write costs.")
     return " ".join(parts)
 
 
-def user_prompt(item: Item) -> str:
-    """The task text: the question, lettered options for multiple choice, the signature for code."""
+def user_prompt(item: Item, holds_fact: bool = False) -> str:
+    """The task text: the question, lettered options for multiple choice, the signature for code.
+    Split-information items add the agent's private note: the fact when it ``holds_fact``, else none."""
     family = task_family(item.answer_type)
+    if item.private_fact is not None:
+        note = (f"Private note (only you can see it): {item.private_fact}" if holds_fact
+                else "Private note: none (another agent may have been given one).")
+        return f"Question: {item.question.rstrip()}\n{note}"
     question = item.question.rstrip()
     if family == "choice" and item.choices:
         letters = "ABCDEFGHIJ"

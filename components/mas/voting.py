@@ -2,11 +2,13 @@
 
 Rules (``mas.aggregation``):
 
-* ``majority``: the most frequent answer among the last round's non-silent messages of the N
-  agents, answers read by :func:`components.scoring.grader.extract` (the same reader grading uses,
-  with the item's options, so an option written out in words votes for its letter); ties go to
-  the earliest agent; the final answer is that agent's full text. A message with no readable
-  answer does not vote.
+* ``majority``: the most frequent answer among the voters' messages, answers read by
+  :func:`components.scoring.grader.extract` (the same reader grading uses, with the item's
+  options, so an option written out in words votes for its letter); ties go to the earliest
+  agent; the final answer is that agent's full text. A message with no readable answer does not
+  vote. Voters: under the ``adaptive`` protocol each agent's latest non-silent
+  message (silence is an abstention, and an agent not prompted again keeps its last answer);
+  under ``broadcast`` the last round's non-silent messages.
 * ``decision_agent``: the decider's text (agent id N, one extra turn) unless it was silent or
   empty, else the majority vote.
 """
@@ -23,8 +25,14 @@ from components.scoring.grader import extract
 
 
 def voters(episode: Episode, cfg: MasConfig) -> list[Message]:
-    """The messages that vote: the last round's non-silent messages of agents 0..N-1."""
-    return [m for m in episode.messages if m.round == cfg.rounds - 1 and m.agent_id < cfg.agents and not m.silent]
+    """The messages that vote (see the module docstring), one per agent at most."""
+    spoken = [m for m in episode.messages if m.agent_id < cfg.agents and not m.silent]
+    if cfg.protocol == "broadcast":
+        return [m for m in spoken if m.round == cfg.rounds - 1]
+    latest: dict[int, Message] = {}
+    for m in spoken:  # messages are in call order: the last one per agent wins
+        latest[m.agent_id] = m
+    return [latest[a] for a in sorted(latest)]
 
 
 def majority(item: Item, messages: Sequence[Message]) -> tuple[str, str | None]:

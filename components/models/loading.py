@@ -23,6 +23,7 @@ import torch
 
 from components.errors import UserError
 from components.models.lora import apply_lora
+from components.models.silence import ensure_silence_token
 from components.models.smollm2 import ALIAS as SMOLLM2_ALIAS
 from components.models.smollm2 import ModelNotFoundError, cached_folder, ensure_chat_template
 
@@ -104,9 +105,13 @@ def _from_pretrained(source: str | Path, name: str, dtype: torch.dtype) -> tuple
 
 def load_policy(name: str, *, cache_dir: str | Path = "~/.cache/agent-gspo/models",
                 dtype: str | torch.dtype = "auto", device: str | torch.device = "cpu",
-                lora_rank: int = 0, lora_alpha: int = 16, seed: int = 0) -> tuple[Any, Any]:
+                lora_rank: int = 0, lora_alpha: int = 16, seed: int = 0,
+                silence_marker: str | None = "<silent>") -> tuple[Any, Any]:
     """Return ``(model, tokenizer)`` ready for generation and training.
 
+    ``silence_marker`` (``mas.silence_marker``) becomes one special token of the tokenizer and the
+    model (:func:`components.models.silence.ensure_silence_token`; a saved policy already has it);
+    None leaves the vocabulary as loaded.
     ``seed`` seeds the random init of ``tiny-random`` and of LoRA adapters (peft draws LoRA-A
     from torch's global RNG; we fork it so the caller's RNG stream is untouched), so two calls
     with the same seed give identical weights.
@@ -133,6 +138,8 @@ def load_policy(name: str, *, cache_dir: str | Path = "~/.cache/agent-gspo/model
     gen_cfg = getattr(model, "generation_config", None)
     if gen_cfg is not None and gen_cfg.pad_token_id is None:
         gen_cfg.pad_token_id = tokenizer.pad_token_id
+    if silence_marker is not None:
+        ensure_silence_token(model, tokenizer, silence_marker)
     if lora_rank > 0:
         with torch.random.fork_rng(devices=[]):  # seed LoRA init without touching the caller's RNG
             torch.manual_seed(seed)

@@ -66,22 +66,35 @@ def ensure_silence_token(model: torch.nn.Module, tokenizer, marker: str) -> int:
 
 
 @torch.no_grad()
-def first_token_states(model: torch.nn.Module, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Final hidden state ``[n, H]`` and full logits ``[n, V]`` at the first completion position."""
+def first_token_states(model: torch.nn.Module, prompts: Sequence[Sequence[int]], pad_id: int = 0,
+                       chunk: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """Final hidden state ``[n, H]`` and logits ``[n, V]`` at the first completion position.
+
+    Prompts are batched right-padded without a mask (a causal LM's real tokens never see the pads
+    after them), ``chunk`` rows at a time; the output head runs on the last real position only.
+    """
     device = next(model.parameters()).device
+    head = model.get_output_embeddings()
     hidden, logits = [], []
-    for ids in prompts:
-        out = model(input_ids=torch.tensor([list(ids)], device=device), output_hidden_states=True,
-                    logits_to_keep=1)
-        hidden.append(out.hidden_states[-1][0, -1].float())
-        logits.append(out.logits[0, -1].float())
-    return torch.stack(hidden), torch.stack(logits)
+    for start in range(0, len(prompts), chunk):
+        rows = [list(p) for p in prompts[start:start + chunk]]
+        ids = torch.full((len(rows), max(map(len, rows))), pad_id, dtype=torch.long)
+        for i, p in enumerate(rows):
+            ids[i, : len(p)] = torch.tensor(p, dtype=torch.long)
+        out = model(input_ids=ids.to(device), output_hidden_states=True, logits_to_keep=1)
+        last = torch.tensor([len(p) - 1 for p in rows], device=device)
+        h = out.hidden_states[-1][torch.arange(len(rows), device=device), last]  # [b, H]
+        hidden.append(h.float())
+        logits.append(head(h).float())
+    return torch.cat(hidden), torch.cat(logits)
 
 
 @torch.no_grad()
-def set_silence_prior(model: torch.nn.Module, prompts: Sequence[Sequence[int]], token_id: int, prior: float) -> float:
-    """Set the silence row so that P(silence first) ≈ ``prior`` on ``prompts``; returns the mean
-    probability reached (measured after setting, at temperature 1). ``prior = 0`` zeroes the row."""
+def set_silence_prior(model: torch.nn.Module, prompts: Sequence[Sequence[int]], token_id: int, prior: float,
+                      temperature: float = 1.0) -> float:
+    """Set the silence row so that P(silence first) ≈ ``prior`` on ``prompts`` when sampling at
+    ``temperature``; returns the mean probability reached (measured after setting). ``prior = 0``
+    zeroes the row."""
     if not 0.0 <= prior < 1.0:
         raise SilenceTokenError(f"model.silence_prior must be in [0, 1), got {prior}")
     head = model.get_output_embeddings().weight
@@ -90,18 +103,22 @@ def set_silence_prior(model: torch.nn.Module, prompts: Sequence[Sequence[int]], 
     else:
         if not prompts:
             raise SilenceTokenError("set_silence_prior needs at least one prompt to calibrate on")
-        h, logits = first_token_states(model, prompts)
+        h, logits = first_token_states(model, prompts)  # [n, H], [n, V]
         logits[:, token_id] = float("-inf")
-        others = torch.logsumexp(logits, dim=-1)  # [n]
+        others = torch.logsumexp(logits / temperature, dim=-1)  # [n]
         direction = h.mean(0) / h.mean(0).norm()
-        target = others + torch.log(torch.tensor(prior / (1.0 - prior)))
+        target = temperature * (others + torch.log(torch.tensor(prior / (1.0 - prior))))  # wanted h·w
         scale = (target / (h @ direction)).mean()
         head[token_id] = (direction * scale).to(head.dtype)
-    return silence_probability(model, prompts, token_id) if prompts else 0.0
+        # only the output row changed (prompts never hold the token): the states above still hold
+        logits[:, token_id] = h @ head[token_id].float()
+        return float(torch.softmax(logits / temperature, dim=-1)[:, token_id].mean())
+    return silence_probability(model, prompts, token_id, temperature) if prompts else 0.0
 
 
 @torch.no_grad()
-def silence_probability(model: torch.nn.Module, prompts: Sequence[Sequence[int]], token_id: int) -> float:
-    """Mean P(silence token | prompt) at the first completion position, temperature 1."""
+def silence_probability(model: torch.nn.Module, prompts: Sequence[Sequence[int]], token_id: int,
+                        temperature: float = 1.0) -> float:
+    """Mean P(silence token | prompt) at the first completion position, sampling at ``temperature``."""
     _, logits = first_token_states(model, prompts)
-    return float(torch.softmax(logits, dim=-1)[:, token_id].mean())
+    return float(torch.softmax(logits / temperature, dim=-1)[:, token_id].mean())

@@ -109,6 +109,13 @@ class DualBudgetController:
                              "lambda_used": used, "lambda": self.lambda_tok})
         return self.lambda_tok
 
+    def set_target(self, target: float) -> None:
+        """Set B (before the first update: a budget measured from the untrained policy)."""
+        value = _finite("budget.target", target)
+        if value <= 0:
+            raise BudgetError(f"budget.target: B must be > 0 tokens (got {target!r})")
+        self.target = value
+
     def _clip(self, value: float) -> float:
         return min(self.lambda_max, max(self.lambda_min, value))
 

@@ -25,9 +25,14 @@ METRIC_NAMES: frozenset[str] = frozenset({
 
 EXTRA_METRIC_NAMES: frozenset[str] = frozenset({
     "train/budget_tokens", "train/zero_adv_groups", "train/adv_groups", "gspo/loss", "gspo/kl_ref",
+    "gspo/kl_base", "train/silence_prob", "train/calls_skipped", "train/cap_hit_rate", "train/episodes",
+    "train/messages", "silence/informed", "silence/uninformed",
 })
 """Diagnostics beyond the contract: the budget-measure token mean the dual controller sees, groups
-whose advantages were zero, the loss itself (search metrics are checked in components/search)."""
+whose advantages were zero, the loss itself, the KL of π_old from the base policy, the silence
+token's mean first-token probability (the exploration rate), calls the protocol skipped, replies
+that reached the length cap, and silence of the agents that held / did not hold the private fact
+on split-information items (search metrics are checked in components/search)."""
 
 SILENCE_METRIC_RE = re.compile(r"^silence/agent\d+_round\d+$")
 """``silence/agent<a>_round<r>``: silence rate per agent and round (training plots)."""

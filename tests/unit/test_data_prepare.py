@@ -204,13 +204,14 @@ def test_validate_frame_unknown_split():
 
 
 @pytest.mark.slow
-def test_full_prepare_and_validate_all_seven(tmp_path):
+def test_full_prepare_and_validate_all_benchmarks(tmp_path):
     t0 = time.perf_counter()
     rep = prepare(list(BENCHMARK_NAMES), mirror=MIRROR, out_dir=tmp_path / "data", progress=False)
     t1 = time.perf_counter()
     val = validate(tmp_path / "data", tmp_path / "report.md", list(BENCHMARK_NAMES))
     t2 = time.perf_counter()
-    print(f"\nprepare 7 benchmarks: {t1 - t0:.2f} s, validate: {t2 - t1:.2f} s")
-    assert val.success and rep.manifest["totals"]["rows"] == 27422
+    print(f"\nprepare {len(BENCHMARK_NAMES)} benchmarks: {t1 - t0:.2f} s, validate: {t2 - t1:.2f} s")
+    assert val.success and rep.manifest["totals"]["rows"] == 27422 + 2300  # the seven + generated splitinfo
     assert {r.name: r.splits for r in rep.results}["mmlu"] == {"test": 14042, "val": 1531, "dev": 285}
-    assert all(r.source == f"mirror:{MIRROR}" for r in rep.results)
+    assert all(r.source == ("generated:splitinfo-v1" if r.name == "splitinfo" else f"mirror:{MIRROR}")
+               for r in rep.results)

@@ -10,9 +10,9 @@ from components.mas.prefill import PrefixPlan
 from components.models.tiny import build_tiny_model
 
 
-def generate(model, tok, prompts, new: int, *, min_new: int = 0, replies=(), **plan):
+def generate(model, tok, prompts, new: int, *, min_new: int = 0, silence=None, **plan):
     """Greedy decode of ``prompts`` with ``new`` tokens; ``plan`` = PrefixPlan fields."""
-    decoder = Decoder(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id), tuple(map(tuple, replies))))
+    decoder = Decoder(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id), silence))
     return decoder.generate(prompts, Sampling(new, greedy=True, min_new_tokens=min_new), None, PrefixPlan(**plan))
 
 
@@ -100,7 +100,7 @@ def test_rollout_reuses_frame_prefixes_in_later_rounds():
     assert eng.last_stats.prefix_tokens_reused > 0
     for rnd in (0, 1):  # round 1: shared heads, then stored from the seeded layout; round 2: reused
         msgs = [m for ep in eps for m in ep.messages if m.round == rnd]
-        plain = generate(model, tok, [m.prompt_ids for m in msgs], 8, replies=eng.marker_variants, share_heads=False)
+        plain = generate(model, tok, [m.prompt_ids for m in msgs], 8, silence=eng.silence_id, share_heads=False)
         assert plain.ids == [m.completion_ids for m in msgs]
         for m, lps in zip(msgs, plain.logprobs, strict=True):
             torch.testing.assert_close(torch.tensor(m.logprobs), torch.tensor(lps), atol=1e-5, rtol=0)

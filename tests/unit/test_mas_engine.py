@@ -99,13 +99,13 @@ def test_forced_silence(tiny):
         assert ep.final_answer == "" and not ep.correct
 
 
-def test_silence_detection_ignores_leading_whitespace(tiny):
+def test_silence_is_the_token_as_first_reply_or_an_empty_reply(tiny):
     _, tok = tiny
     eng = _engine(tiny)
     marker = tok.convert_tokens_to_ids(SILENCE_MARKER)
     ws = tok.encode(" \n", add_special_tokens=False)
-    assert eng.is_silent(ws + [marker, tok.eos_token_id])
-    assert eng.is_silent([marker] + tok.encode(" ok", add_special_tokens=False))
+    assert eng.silence_id == marker
+    assert eng.is_silent([marker])
     assert not eng.is_silent(tok.encode("I say", add_special_tokens=False) + [marker])
     # an empty reply (only EOS / whitespace) says nothing: treated as silence, never delivered
     assert eng.is_silent([tok.eos_token_id])
@@ -127,14 +127,18 @@ def test_batched_equals_one_at_a_time_greedy(tiny):
 
 
 def test_logprobs_match_recomputed_sequence(tiny):
+    """Behaviour log-probs are the model's, with the silence token masked after the first position."""
     model, _ = tiny
     eng = _engine(tiny, temperature=1.0, top_p=1.0)
     eps = eng.rollout(_items(1), 2, seed=3)
     for m in eps[0].messages + eps[1].messages:
         seq = torch.tensor([m.prompt_ids + m.completion_ids])
-        with torch.no_grad():
-            logp = torch.log_softmax(model(seq).logits[0].float(), -1)
         start = len(m.prompt_ids) - 1
+        with torch.no_grad():
+            logits = model(seq).logits[0].float()
+        logits[start + 1:, eng.silence_id] = float("-inf")  # only a reply's first token may be silence
+        logp = torch.log_softmax(logits, -1)
+        assert m.silence_prob == pytest.approx(logp[start, eng.silence_id].exp().item(), abs=1e-5)
         ref = [logp[start + k, t].item() for k, t in enumerate(m.completion_ids)]
         assert all(torch.isfinite(torch.tensor(m.logprobs)))
         assert max(abs(a - b) for a, b in zip(ref, m.logprobs, strict=True)) < 1e-4

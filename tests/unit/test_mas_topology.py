@@ -68,7 +68,7 @@ class _FakeTok:
 
 
 def test_prompt_builder_keeps_newest_blocks_within_budget():
-    b = PromptBuilder(_FakeTok(), budget=10)
+    b = PromptBuilder(_FakeTok(), budget=10, allow_silence=False)
     parts = b.frame("sys", "task")
     assert parts.prefix == [ord(c) for c in "<system>sys</><user>task"]
     assert parts.suffix == [ord(c) for c in "</><assistant>"]
@@ -77,18 +77,27 @@ def test_prompt_builder_keeps_newest_blocks_within_budget():
     assert kept == [1, 2] and ids == parts.prefix + b.intro + [2] * 4 + [3] * 5 + parts.suffix
     ids0, kept0 = b.build(parts, [])
     assert kept0 == [] and ids0 == parts.prefix + parts.suffix
+    team = PromptBuilder(_FakeTok(), budget=10)  # a team member is reminded that it may stay silent
+    ids1, _ = team.build(team.frame("sys", "task"), blocks)
+    assert ids1[-len(parts.suffix) - len(team.outro):-len(parts.suffix)] == team.outro
+    assert "stay silent" in "".join(map(chr, team.outro)) and "<silent>" not in "".join(map(chr, team.outro))
 
 
 def test_roles_rotate_and_prompts_mention_silence_and_format():
     assert role_names(5) == ["solver", "critic", "verifier", "summariser", "solver"]
-    p = system_prompt("maths", "critic", 1, 3, "<silent>")
-    assert "agent 2 of 3" in p and "<silent>" in p and "The answer is" in p
-    assert "<silent>" not in system_prompt("maths", "solver", 0, 1, "<silent>")
-    assert "```python" in system_prompt("code", "solver", 0, 2, "<silent>")
-    assert "(L)" in system_prompt("choice", "verifier", 2, 3, "<silent>")
+    p = system_prompt("maths", "critic", 1, 3)
+    assert "agent 2 of 3" in p and "stay silent" in p and "The answer is" in p
+    assert "<silent>" not in p  # silence is described in words: the token itself is the policy's action
+    assert "silent" not in system_prompt("maths", "solver", 0, 1)
+    assert "```python" in system_prompt("code", "solver", 0, 2)
+    assert "(L)" in system_prompt("choice", "verifier", 2, 3)
     assert task_family("numeric") == task_family("math") == "maths"
     with pytest.raises(UserError, match="answer_type 'essay'"):
         task_family("essay")
     q = user_prompt(Item(id="x", benchmark="b", question="Pick one", answer="A", answer_type="choice",
                          choices=("red", "blue")))
     assert "(A) red" in q and "(B) blue" in q
+    fact = Item(id="s", benchmark="splitinfo", question="What is the code now?", answer="1234", answer_type="numeric",
+                meta={"private": "The new code is 1234."})
+    assert "The new code is 1234." in user_prompt(fact, holds_fact=True)
+    assert "1234" not in user_prompt(fact) and "Private note: none" in user_prompt(fact)

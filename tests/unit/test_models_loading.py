@@ -115,10 +115,14 @@ def test_local_folder_round_trip_and_bad_folder(tmp_path):
     model, tok = mini_model(3), mini_tokenizer()
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
-    loaded, ltok = load_policy(str(tmp_path / "m"), dtype="bfloat16")
+    loaded, ltok = load_policy(str(tmp_path / "m"), dtype="bfloat16", silence_marker=None)
     assert loaded.dtype == torch.bfloat16 and ltok.padding_side == "left" and ltok.pad_token == "</s>"
     ref = model.to(torch.bfloat16).state_dict()
     assert all(torch.equal(v, ref[k]) for k, v in loaded.state_dict().items())
+    grown, gtok = load_policy(str(tmp_path / "m"))  # by default the silence token is added: one row more
+    sid = gtok.convert_tokens_to_ids("<silent>")
+    assert gtok.encode("<silent>", add_special_tokens=False) == [sid] == [len(ltok)]
+    assert grown.get_output_embeddings().weight.shape[0] == ref["lm_head.weight"].shape[0] + 1
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelNotFoundError, match="local folder"):
         load_policy(str(tmp_path / "empty"))
@@ -228,8 +232,8 @@ def test_cached_folder_waits_for_a_conversion_in_progress_and_reuses_it(monkeypa
 # ---- LoRA -------------------------------------------------------------------------------------
 
 def test_lora_adapters_and_disabled_reference(fake_tiny):
-    model, _ = load_policy("tiny-random", lora_rank=4, lora_alpha=8, seed=1)
-    again, _ = load_policy("tiny-random", lora_rank=4, lora_alpha=8, seed=1)
+    model, _ = load_policy("tiny-random", lora_rank=4, lora_alpha=8, seed=1, silence_marker=None)
+    again, _ = load_policy("tiny-random", lora_rank=4, lora_alpha=8, seed=1, silence_marker=None)
     assert has_adapters(model)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)

@@ -31,7 +31,8 @@ def test_recomputed_logprobs_equal_behaviour_logprobs():
     messages = [m for ep in episodes for m in ep.messages]
     batch = pack_messages(messages, pad_id=run.trainer.pad_id)
     with torch.no_grad():
-        logp = completion_logprobs(run.trainer.engine.module, batch, temperature=0.7)
+        logp = completion_logprobs(run.trainer.engine.module, batch, temperature=0.7,
+                                   silence_id=run.trainer.silence_id)
     behaviour = torch.zeros_like(logp)
     for row, m in enumerate(messages):
         behaviour[row, : m.completion_tokens] = torch.tensor(m.logprobs)
@@ -71,13 +72,14 @@ def test_pi_old_is_computed_once_and_only_for_later_minibatches(monkeypatch):
     import components.gspo.trainer as trainer_mod
 
     for minibatches in (4, 1):
-        run = make_run([f"gspo.minibatches={minibatches}", "gspo.grad_accum=1"], task="helper")
+        run = make_run([f"gspo.minibatches={minibatches}", "gspo.grad_accum=1", "gspo.log_kl_base=false"],
+                       task="helper")
         calls: list[tuple[int, bool]] = []
         real = trainer_mod.completion_logprobs
 
-        def spy(model, batch, temperature=1.0, _real=real, _calls=calls):
+        def spy(model, batch, temperature=1.0, silence_id=None, _real=real, _calls=calls):
             _calls.append((batch.input_ids.shape[0], torch.is_grad_enabled()))
-            return _real(model, batch, temperature)
+            return _real(model, batch, temperature, silence_id)
 
         monkeypatch.setattr(trainer_mod, "completion_logprobs", spy)
         res = run.trainer.train_step()

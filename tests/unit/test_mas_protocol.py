@@ -1,0 +1,156 @@
+"""The adaptive protocol (silence retires an agent, nothing new = no call, early end), the answer rule,
+turn order, accounting with skipped calls, and silence as one explorable token (prior, masking,
+exact ratios). Replies are scripted per agent so every rule is checked on known transcripts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from components.config import MasConfig
+from components.data.item import Item
+from components.gspo.batching import completion_logprobs, pack_messages
+from components.mas.decode import Generation
+from components.mas.engine import RolloutEngine, fact_holder
+from components.mas.environment import Environment
+from components.models.silence import ensure_silence_token, set_silence_prior, silence_probability
+from components.models.tiny import build_tiny_model
+
+ITEM = Item(id="t/0", benchmark="gsm8k", question="What is 2 + 3?", answer="5", answer_type="numeric")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield build_tiny_model(seed=0)
+    torch.set_num_threads(threads)
+
+
+class Script:
+    """Stands in for the decoder: agent k's reply in round r is ``replies[(k, r)]`` (text or SILENT)."""
+
+    SILENT = object()
+
+    def __init__(self, engine: RolloutEngine, replies: dict) -> None:
+        self.engine, self.replies, self.calls = engine, replies, []
+        self.real = engine.decoder
+
+    def _agent(self, prompt: list[int]) -> int:
+        text = self.engine.tok.decode(prompt)
+        return next(k for k in range(8) if f"agent {k + 1} of" in text)
+
+    def generate(self, prompts, sampling, generator=None, plan=None) -> Generation:
+        agents = [self._agent(p) for p in prompts]
+        self.calls.append(sorted(agents))
+        ids = []
+        for a in agents:
+            r = sum(a in c for c in self.calls) - 1  # this agent's r-th turn
+            reply = self.replies.get((a, r), Script.SILENT)
+            tok = self.engine.tok
+            ids.append([self.engine.silence_id] if reply is Script.SILENT
+                       else tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id])
+        return Generation(ids, [[0.0] * len(x) for x in ids], max(map(len, ids)), 0, [0.1] * len(ids))
+
+
+def play(tiny, replies: dict, **cfg) -> tuple[list, Script]:
+    engine = RolloutEngine(*tiny, MasConfig(**{"agents": 3, "rounds": 2, "context_tokens": 4096, **cfg}))
+    script = Script(engine, replies)
+    engine.decoder = script  # type: ignore[assignment]
+    return Environment(engine).play([ITEM], 1, seed=0), script
+
+
+def test_silent_agents_are_retired_and_the_latest_answers_vote(tiny):
+    eps, script = play(tiny, {(0, 0): "The answer is 7", (1, 0): "The answer is 5", (2, 0): Script.SILENT,
+                              (0, 1): Script.SILENT, (1, 1): "The answer is 5"})
+    ep = eps[0]
+    assert script.calls == [[0, 1, 2], [0, 1]]  # agent 3 was silent: never prompted again
+    assert [(m.agent_id, m.round, m.silent) for m in ep.messages] == [
+        (0, 0, False), (1, 0, False), (2, 0, True), (0, 1, True), (1, 1, False)]
+    assert ep.calls_skipped == 1 and ep.turns == 3
+    # agent 1's latest answer (7, round 1 silent = abstention) vs agent 2's 5: a tie -> earliest agent
+    assert ep.final_answer == "The answer is 7" and not ep.correct
+    assert ep.prompt_tokens == sum(len(m.prompt_ids) for m in ep.messages)  # skipped turns cost nothing
+
+
+def test_nothing_new_means_no_call_and_the_episode_ends(tiny):
+    eps, script = play(tiny, {(0, 0): "The answer is 5"}, rounds=3)
+    ep = eps[0]
+    assert script.calls == [[0, 1, 2]]  # agent 1 read nothing new; agents 2 and 3 retired
+    assert len(ep.messages) == 3 and ep.calls_skipped == 9 - 3
+    assert ep.final_answer == "The answer is 5" and ep.correct
+    assert ep.messages[0].recipients == []  # nobody read it: the silent agents were never prompted again
+
+
+def test_broadcast_prompts_everyone_every_round_and_votes_on_the_last_round(tiny):
+    eps, script = play(tiny, {(0, 0): "The answer is 5", (1, 1): "The answer is 7"}, protocol="broadcast")
+    ep = eps[0]
+    assert script.calls == [[0, 1, 2], [0, 1, 2]] and ep.calls_skipped == 0
+    assert ep.final_answer == "The answer is 7"  # round 1's only answer; round 0's 5 does not vote
+
+
+def test_in_turn_lets_a_later_agent_read_an_earlier_answer_of_the_same_round(tiny):
+    eps, script = play(tiny, {(0, 0): "The answer is 5", (1, 0): "The answer is 5"}, turn_order="in_turn",
+                       rounds=1)
+    ep = eps[0]
+    assert script.calls == [[0], [1], [2]]
+    body = tiny[1].encode("The answer is 5", add_special_tokens=False)
+    later = ep.messages[1].prompt_ids
+    assert any(later[i:i + len(body)] == body for i in range(len(later)))
+    assert ep.messages[0].recipients == [1, 2]
+
+
+def test_the_fact_holder_is_spread_over_a_group_and_fixed_per_item(tiny):
+    fact = Item(id="s/1", benchmark="splitinfo", question="What is the code now?", answer="1234",
+                answer_type="numeric", meta={"private": "The new code is 1234."})
+    holders = [fact_holder(fact, g, 3) for g in range(6)]
+    assert sorted(holders[:3]) == [0, 1, 2] and holders[:3] == holders[3:]
+    assert fact_holder(ITEM, 0, 3) is None
+    engine = RolloutEngine(*tiny, MasConfig(agents=3, rounds=1, max_message_tokens=4))
+    ep = engine.rollout([fact], 3, seed=0)
+    for g, e in enumerate(ep):
+        holder = [m.agent_id for m in e.messages if m.private]
+        assert holder == [fact_holder(fact, g, 3)]
+        for m in e.messages:
+            assert ("1234" in tiny[1].decode(m.prompt_ids)) is m.private
+
+
+def test_silence_token_is_added_once_and_the_prior_is_reached(tiny):
+    model, tok = build_tiny_model(seed=3)
+    n = model.get_input_embeddings().weight.shape[0]
+    tid = ensure_silence_token(model, tok, "<quiet>")
+    assert tok.encode("<quiet>", add_special_tokens=False) == [tid] and tid == n
+    assert model.get_input_embeddings().weight.shape[0] == n + 1
+    assert torch.count_nonzero(model.get_output_embeddings().weight[tid]) == 0
+    assert ensure_silence_token(model, tok, "<quiet>") == tid  # idempotent: a saved policy keeps its row
+    engine = RolloutEngine(model, tok, MasConfig(agents=3, silence_marker="<quiet>"))
+    prompts = engine.first_round_prompts([ITEM])
+    assert len(prompts) == 3
+    reached = set_silence_prior(model, prompts, tid, 0.05, temperature=0.8)
+    assert 0.03 < reached < 0.08 and reached == pytest.approx(silence_probability(model, prompts, tid, 0.8))
+    assert set_silence_prior(model, prompts, tid, 0.0) < 0.01
+
+
+def test_exploration_keeps_the_ratio_exact(tiny):
+    """With a 20 % prior the policy samples silence itself; the trainer's log-probs (silence masked
+    after the first token) equal the behaviour log-probs of every message, silent or not, so the
+    GSPO ratio is exactly 1 before an update."""
+    model, tok = build_tiny_model(seed=0)
+    cfg = MasConfig(agents=3, rounds=2, max_message_tokens=8, temperature=1.0)
+    engine = RolloutEngine(model, tok, cfg)
+    set_silence_prior(model, engine.first_round_prompts([ITEM]), engine.silence_id, 0.2)
+    eps = engine.rollout([ITEM] * 4, 4, seed=1)
+    msgs = [m for e in eps for m in e.messages]
+    silent = [m for m in msgs if m.silent]
+    assert 0.05 * len(msgs) < len(silent) < 0.5 * len(msgs)
+    assert all(m.completion_ids == [engine.silence_id] for m in silent)
+    assert all(engine.silence_id not in m.completion_ids for m in msgs if not m.silent)
+    batch = pack_messages(msgs, int(tok.pad_token_id))
+    with torch.no_grad():
+        logp = completion_logprobs(model, batch, 1.0, engine.silence_id)
+        unmasked = completion_logprobs(model, batch, 1.0)
+    behaviour = torch.zeros_like(logp)
+    for row, m in enumerate(msgs):
+        behaviour[row, : m.completion_tokens] = torch.tensor(m.logprobs)
+    assert ((logp - behaviour) * batch.completion_mask).abs().max() < 1e-4
+    assert ((unmasked - behaviour) * batch.completion_mask).abs().max() > 1e-3  # the mask matters

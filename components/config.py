@@ -202,8 +202,10 @@ sample (``eval.*``), and an experiment cannot redefine the experiments themselve
 class ExperimentDef(_Section):
     """One reproduction experiment: ``section.key=value`` overrides on top of the selected profile."""
 
-    kind: Literal["baselines", "gspo"] = Field(
-        "gspo", description="baselines: evaluate eval.baselines only; gspo: train, then evaluate the policy alone")
+    kind: Literal["baselines", "gspo", "proof"] = Field(
+        "gspo", description="baselines: evaluate eval.baselines only; gspo: train, then evaluate the policy alone; "
+                            "proof: untrained, prior-only, budgeted and λ=0 systems under its own profile")
+    profile: str | None = Field(None, description="proof kind: the profile it runs under (its own task and settings)")
     label: str = Field("", description="row name in the report (default: the experiment name)")
     description: str = Field("", description="one sentence: what the experiment shows")
     extends: str | None = Field(None, description="inherit another experiment's overrides and budget_fraction")
@@ -231,6 +233,8 @@ class ExperimentDef(_Section):
         if self.budget_fraction is not None and any(parse_override(t)[0] == ["budget", "target"]
                                                     for t in self.overrides):
             raise ValueError("budget_fraction sets budget.target; do not also override budget.target")
+        if (self.kind == "proof") != (self.profile is not None):
+            raise ValueError("kind 'proof' needs a profile (its own task and settings), and only it takes one")
         if self.kind == "baselines" and (self.budget_fraction is not None or self.overrides or self.extends):
             raise ValueError("kind 'baselines' takes no overrides, extends or budget_fraction (it evaluates the "
                              "configured base model; overriding it would change what 'untrained' means)")
@@ -262,7 +266,7 @@ class ExperimentsConfig(_Section):
                     raise ValueError(f"definitions.{name}.extends: cycle {' -> '.join([*seen, d.extends])}")
                 seen.append(d.extends)
                 d = defs[d.extends]
-        needs_budget = [n for n, d in defs.items() if d.budget_fraction is not None]
+        needs_budget = [n for n, d in defs.items() if d.budget_fraction is not None and d.kind == "gspo"]
         if needs_budget and (self.budget_source not in defs or defs[self.budget_source].kind != "baselines"):
             raise ValueError(f"budget_source: {self.budget_source!r} must name a kind 'baselines' experiment "
                              f"(needed by {', '.join(needs_budget)})")

@@ -26,14 +26,14 @@ MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / 
 
 @pytest.fixture(scope="session")
 def prepared_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """All seven benchmarks prepared from the mirror once per test session (a few seconds)."""
-    from components.config import BENCHMARKS
+    """All benchmarks (the seven and the generated splitinfo) prepared once per test session (seconds)."""
+    from components.config import ALL_BENCHMARKS
     from components.data.prepare import prepare
 
     if not (MIRROR / "gsm8k").is_dir():
         pytest.skip(f"benchmark mirror not found at {MIRROR} (set AGENT_GSPO_DATA_MIRROR)")
     out = tmp_path_factory.mktemp("data")
-    prepare(list(BENCHMARKS), mirror=MIRROR, out_dir=out, progress=False)
+    prepare(list(ALL_BENCHMARKS), mirror=MIRROR, out_dir=out, progress=False)
     return out
 
 

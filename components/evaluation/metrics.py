@@ -55,6 +55,12 @@ class EvalRow:
     """silent messages / messages, pooled over the benchmark's episodes"""
     grading_errors: int
     """episodes whose grader failed (timeout, crash, unusable gold) - counted apart from wrong answers"""
+    silence_informed: float | None = None
+    """split-information items: silent turns / turns of the agent that held the fact (else None)"""
+    silence_uninformed: float | None = None
+    """split-information items: silent turns / turns of the agents without the fact (else None)"""
+    calls_skipped: float = 0.0
+    """mean agent turns per episode the protocol did not prompt (silence retired them, or nothing new)"""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,6 +73,8 @@ class MessageStat:
     agent_id: int
     round: int
     silent: bool
+    private: bool = False
+    """the agent held the item's private fact"""
 
 
 @dataclass
@@ -86,6 +94,7 @@ class EpisodeStats:
     total_tokens: int
     turns: int
     messages: list[MessageStat]
+    calls_skipped: int = 0
     grade: ScoreResult | None = None
     """set by grading (evaluation grades the compacted episodes of every system in one batch)"""
 
@@ -104,7 +113,8 @@ class EpisodeStats:
     @classmethod
     def from_episode(cls, ep: Episode) -> EpisodeStats:
         return cls(ep.question_id, ep.final_answer, ep.prompt_tokens, ep.completion_tokens, ep.communicated_tokens,
-                   ep.total_tokens, ep.turns, [MessageStat(m.agent_id, m.round, m.silent) for m in ep.messages],
+                   ep.total_tokens, ep.turns,
+                   [MessageStat(m.agent_id, m.round, m.silent, m.private) for m in ep.messages], ep.calls_skipped,
                    ep.grade)
 
 
@@ -138,7 +148,17 @@ def aggregate(benchmark: str, system: str, episodes: Sequence[EpisodeLike]) -> E
         messages=n_msgs / n if n else 0.0,
         silence_rate=silent / n_msgs if n_msgs else 0.0,
         grading_errors=sum(e.score_error is not None for e in episodes),
+        silence_informed=_silence(episodes, informed=True),
+        silence_uninformed=_silence(episodes, informed=False),
+        calls_skipped=sum(e.calls_skipped for e in episodes) / n if n else 0.0,
     )
+
+
+def _silence(episodes: Sequence[EpisodeLike], informed: bool) -> float | None:
+    """Silence rate of the fact holders' (or the others') turns on split-information episodes."""
+    split = [e for e in episodes if any(m.private for m in e.messages)]
+    turns = [m.silent for e in split for m in e.messages if m.private is informed]
+    return sum(turns) / len(turns) if turns else None
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:

@@ -90,6 +90,17 @@ class EvalReport:
     silence: SilenceGrid | None = None
     timings: dict[str, float] = field(default_factory=dict)
     """seconds per system (rollouts) and for grading; not part of the reproducible numbers"""
+    per_item: dict[str, dict[str, list[ItemOutcome]]] = field(default_factory=dict)
+    """system -> benchmark -> one outcome per item, in sample order (for paired comparisons)"""
+
+
+@dataclass(frozen=True)
+class ItemOutcome:
+    """One system's result on one item: what a paired comparison between systems needs."""
+
+    id: str
+    correct: bool
+    tokens_total: int
 
 
 def file_sha256(path: Path) -> str | None:
@@ -310,7 +321,9 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     paths["accuracy_vs_tokens"] = plot_accuracy_vs_tokens(rows, out_dir / "accuracy_vs_tokens.png")
     paths["silence_by_agent_round"] = plot_silence_heatmap(grid, out_dir / "silence_by_agent_round.png")
     timings["total"] = time.perf_counter() - t_start
-    report = EvalReport(rows, markdown, paths, summary, meta, grid, timings)
+    per_item = {name: {b: [ItemOutcome(e.question_id, e.correct, e.total_tokens) for e in per_system[name][b]]
+                       for b in benchmarks} for name in names}
+    report = EvalReport(rows, markdown, paths, summary, meta, grid, timings, per_item)
     if tracker is not None:
         log_to_tracker(tracker, report, main)
     return report

@@ -46,6 +46,8 @@ class Experiment:
     overrides: tuple[str, ...]
     """ancestors' overrides first, then its own (later ones win)"""
     budget_fraction: float | None
+    profile: str | None = None
+    """proof kind: the profile it runs under"""
 
 
 def resolve(cfg: Config) -> dict[str, Experiment]:
@@ -61,7 +63,7 @@ def resolve(cfg: Config) -> dict[str, Experiment]:
         if fraction is not None and any(t.split("=", 1)[0].strip() == "budget.target" for t in overrides):
             raise ExperimentError(f"experiments.definitions.{name}: inherits budget_fraction and overrides "
                                   "budget.target; keep one of the two")
-        out[name] = Experiment(name, d.kind, d.label or name, d.description, d.extends, overrides, fraction)
+        out[name] = Experiment(name, d.kind, d.label or name, d.description, d.extends, overrides, fraction, d.profile)
     return out
 
 

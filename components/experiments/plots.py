@@ -133,3 +133,27 @@ def plot_silence(histories: Mapping[str, History], path: Path) -> Path:
     fig.suptitle("Silence rate per agent and round over training")
     fig.tight_layout()
     return _save(fig, path)
+
+
+def plot_role_silence(histories: Mapping[str, History], path: Path) -> Path:
+    """Split-information runs: silence of the agents with / without the fact over training, one
+    panel per run (``silence/informed``, ``silence/uninformed``) with the exploration rate."""
+    names = [n for n, h in histories.items() if any("silence/uninformed" in row for row in h)]
+    fig, axes = plt.subplots(1, max(1, len(names)), figsize=(4.6 * max(1, len(names)), 3.3), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        for key, label in (("silence/uninformed", "without the fact"), ("silence/informed", "with the fact"),
+                           ("train/silence_prob", "P(silence first), mean")):
+            pts = [(h["step"], h[key]) for h in histories[name] if key in h]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=label)
+        ax.set_title(name)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("silence rate")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if not names:
+        _empty(axes.flat[0], "no split-information training history")
+    fig.suptitle("Silence of the agents with and without the private fact, over training")
+    fig.tight_layout()
+    return _save(fig, path)

@@ -15,7 +15,8 @@ from pathlib import Path
 from components.config import BENCHMARKS
 from components.experiments import claims as cl
 from components.experiments import plots
-from components.experiments.results import EvalCell, ResultsFile, load_results_dir
+from components.experiments.proof_report import proof_section
+from components.experiments.results import EvalCell, ResultsFile, load_proofs, load_results_dir
 from components.io import write_text_atomic
 
 SYSTEM_LABELS = {"single_cot": "CoT", "self_consistency": "SC", "mas_untrained": "untrained MAS (free-for-all)"}
@@ -267,6 +268,11 @@ def build_report(results_dir: str | Path, out: str | Path, *, command: str | Non
     md += _training(results)
     md += [f"![λ_tok]({rel}/lambda_tok.png)", "", f"![tokens vs budget]({rel}/tokens_vs_budget.png)", "",
            f"![reward]({rel}/reward.png)", "", f"![silence per agent and round]({rel}/silence.png)", ""]
+    for proof in load_proofs(results_dir).values():
+        lines, proof_claims, proof_paths = proof_section(proof, fig_dir, rel)
+        md += lines
+        claims += proof_claims
+        paths.update(proof_paths)
     md += _provenance(results)
     markdown = "\n".join(md).rstrip("\n") + "\n"
     write_text_atomic(out, markdown)

@@ -50,6 +50,9 @@ class EvalCell(_Strict):
     messages: float
     silence_rate: float = Field(ge=0.0, le=1.0)
     grading_errors: int = Field(ge=0)
+    silence_informed: float | None = None
+    silence_uninformed: float | None = None
+    calls_skipped: float = 0.0
 
 
 class BudgetInfo(_Strict):
@@ -119,7 +122,7 @@ class ResultsFile(_Strict):
     """training metrics, one dict per step (empty for baselines)"""
 
 
-def write_results(path: str | Path, results: ResultsFile) -> Path:
+def write_results(path: str | Path, results: BaseModel) -> Path:
     """Write ``results`` atomically (a crash never leaves a half-written, committed metric)."""
     path = Path(path)
     write_json_atomic(path, results.model_dump(mode="json"))
@@ -159,12 +162,38 @@ def load_results(path: str | Path) -> ResultsFile:
     return res
 
 
-def load_results_dir(folder: str | Path) -> dict[str, ResultsFile]:
-    """Every ``*.json`` in ``folder`` by experiment name (sorted). A missing folder is an empty result:
-    the report then says NOT RUN for everything instead of failing."""
+def _kind(path: Path) -> str | None:
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None  # load_results reports it
+    return raw.get("kind") if isinstance(raw, dict) else None
+
+
+def _json_files(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ResultsFileError(f"{folder}: results path is not a folder")
-    if not folder.is_dir():
-        return {}
-    return {p.stem: load_results(p) for p in sorted(folder.glob("*.json"))}
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+
+def load_results_dir(folder: str | Path) -> dict[str, ResultsFile]:
+    """Every ``*.json`` in ``folder`` by experiment name (sorted), proof files left out (see
+    :func:`load_proofs`). A missing folder is an empty result: the report then says NOT RUN for
+    everything instead of failing."""
+    return {p.stem: load_results(p) for p in _json_files(folder) if _kind(p) != "proof"}
+
+
+def load_proofs(folder: str | Path) -> dict[str, Any]:
+    """The proof files of ``folder`` (``kind: proof``), validated; errors name the file and key."""
+    from components.experiments.proof import ProofResults
+
+    out = {}
+    for path in _json_files(folder):
+        if _kind(path) != "proof":
+            continue
+        try:
+            out[path.stem] = ProofResults.model_validate_json(path.read_text())
+        except ValidationError as exc:
+            raise ResultsFileError(_format(exc, path)) from exc
+    return out

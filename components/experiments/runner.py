@@ -43,7 +43,8 @@ class ExperimentOutcome:
 
     name: str
     path: Path
-    results: ResultsFile
+    results: Any
+    """a ResultsFile, or a ProofResults for the proof kind"""
     ran_as_dependency: bool = False
     """True when it was run only because a budget needed its results"""
 
@@ -157,7 +158,7 @@ def _recordable(override: str) -> str:
 def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: int | None = None,
                     results_dir: str | Path | None = None, user_overrides: Sequence[str] = (),
                     data_dir: str | Path | None = None, track: bool = True,
-                    log: Log = print) -> list[ExperimentOutcome]:
+                    log: Log = print, params: str | None = None) -> list[ExperimentOutcome]:
     """Run the selected experiments (all by default) and write ``<results_dir>/<name>.json`` each.
 
     ``base`` is the config with the profile and ``user_overrides`` applied; the overrides are
@@ -178,6 +179,15 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
     commit = git_commit()  # the code that runs: HEAD may move during a run of hours
 
     def run(exp: Experiment, dependency: bool = False) -> ExperimentOutcome:
+        if exp.kind == "proof":  # its own profile and task: see components/experiments/proof.py
+            from components.experiments.proof import proof_config, run_proof
+
+            cfg = proof_config(params, exp, str(exp.profile), user)
+            res = run_proof(cfg, exp, overrides=list(exp.overrides) + [_recordable(t) for t in user],
+                            data_dir=Path(data_dir or cfg.data.out_dir), track=track, log=log, commit=commit)
+            path = write_results(results / f"{exp.name}.json", res)
+            log(f"[{exp.name}] wrote {path} ({res.wall_seconds:.0f} s)")
+            return ExperimentOutcome(exp.name, path, res, dependency)
         budget = None
         overrides = list(exp.overrides) + [_recordable(t) for t in user]
         if exp.budget_fraction is not None:

@@ -134,7 +134,7 @@ def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, ou
                 print(f"resumed from {ckpt} at step {trainer.step_idx}", file=sys.stderr)
         elif not resume and info.is_main and (out / "checkpoints").exists():
             shutil.rmtree(out / "checkpoints")
-        if ckpt is None and cfg.budget.fraction is not None:  # a resumed run restores its B
+        if ckpt is None and cfg.budget.enabled and cfg.budget.fraction is not None:  # a resumed run restores B
             mean = trainer.calibrate_budget(cfg.budget.fraction, cfg.budget.calibration_questions)
             if info.is_main:
                 print(f"budget: untrained policy {mean:.1f} {cfg.reward.token_measure} tokens/episode over "

@@ -51,7 +51,7 @@ from components.mas.context import PromptBuilder
 from components.mas.decode import Decoder, Generation, LogitsProcessor, Sampling, StopIds
 from components.mas.prefill import PrefixPlan, PrefixStore
 from components.mas.records import Episode, Message
-from components.mas.roles import DECIDER, role_names, system_prompt, task_family, user_prompt
+from components.mas.roles import DECIDER, item_family, role_names, system_prompt, task_family, user_prompt
 from components.mas.topology import build_adjacency, round_waves
 from components.models.silence import silence_token_id
 
@@ -205,7 +205,7 @@ class RolloutEngine:
     def _row(self, st: _EpisodeState, agent: int, role: str, call: int, senders: Callable[[_Turn], bool]) -> _Row:
         """The agent's prompt ids (frame + delivered messages) for this call."""
         n_team = self.cfg.agents
-        family = task_family(st.item.answer_type)
+        family = item_family(st.item)
         solo = self.solo or n_team == 1
         system = system_prompt(family, role, agent, 1 if solo else n_team, allow_silence=not solo)
         visible = [t for t in st.turns if t.call < call and not t.msg.silent and senders(t)]

@@ -26,6 +26,7 @@ _ROLE_DUTY = {
 }
 
 _ANSWER_FORMAT = {
+    "lookup": "Give your answer as 'The answer is X'.",
     "maths": "End with a line 'The answer is X' where X is the final number or expression only.",
     "choice": "End with a line 'The answer is (L)' where L is the letter of the correct option.",
     "code": "Give the complete function in one ```python code block.",
@@ -34,6 +35,12 @@ _ANSWER_FORMAT = {
 
 class UnknownAnswerTypeError(UserError):
     """An item's answer_type is not one the roles know how to prompt for."""
+
+
+def item_family(item: Item) -> str:
+    """The prompt family of an item: "lookup" for split-information items (one agent holds the
+    answer; no reasoning roles), else :func:`task_family` of its answer type."""
+    return "lookup" if item.private_fact is not None else task_family(item.answer_type)
 
 
 def task_family(answer_type: str) -> str:
@@ -61,6 +68,8 @@ def system_prompt(family: str, role: str, agent_id: int, n_agents: int, *, allow
         head = "You are a careful problem solver. Think step by step, briefly."
     elif role == DECIDER:
         head = f"You are the decision agent of a team of {n_agents} agents. {duty}"
+    elif family == "lookup":
+        head = f"You are agent {agent_id + 1} of {n_agents} in a team that must answer one question."
     else:
         head = f"You are agent {agent_id + 1} of {n_agents}, the {role}. {duty}"
     parts = [head, _ANSWER_FORMAT[family]]

@@ -80,3 +80,33 @@ def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request
             assert f"{c['accuracy']:.3f} ± {c['accuracy_se']:.3f} / {c['tokens_total']}" in row
     assert rows and "| Agent-GSPO B50 | gspo_b50 | not run" in md
     assert "(c) Mean tokens tracked the budget" in md and "(b) λ = 0 uses at least 2x" in md
+
+
+def test_silence_proof_runs_four_systems_and_reports(prepared_data, tmp_path):
+    """`experiments run --only silence_proof` (tiny model, 2 steps per run) writes one proof file with
+    the untrained, prior-only, budgeted and λ=0 systems on the same held-out items; the report shows
+    its table and a verdict for each target."""
+    results, docs = tmp_path / "results", tmp_path / "docs" / "results.md"
+    tiny = ["model.name=tiny-random", "gspo.steps=2", "gspo.group_size=2", "gspo.questions_per_step=1",
+            "mas.max_message_tokens=6", "mas.context_tokens=128", "budget.calibration_questions=1",
+            "eval.batch_size=4", f"data.out_dir={prepared_data}", f"experiments.runs_dir={tmp_path / 'runs'}"]
+    sets = [a for t in tiny for a in ("--set", t)]
+    run = _cli("experiments", "run", "--only", "silence_proof", "--limit", "4", "--results", str(results),
+               "--no-track", *sets)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    proof = json.loads((results / "silence_proof.json").read_text())
+    assert proof["kind"] == "proof" and set(proof["eval"]) == {"mas_untrained", "mas_prior", "agent_gspo", "lambda0"}
+    assert all(len(v) == 4 for v in proof["correct"].values()) and set(proof["runs"]) == {"agent_gspo", "lambda0"}
+    cal = proof["runs"]["agent_gspo"]["budget_calibration"]
+    assert cal["target"] == pytest.approx(0.25 * cal["untrained_mean"])
+    assert proof["runs"]["lambda0"]["budget_calibration"] is None
+    assert proof["runs"]["agent_gspo"]["history"][0]["train/budget"] == pytest.approx(cal["target"])
+    assert proof["eval"]["agent_gspo"]["splitinfo"]["silence_uninformed"] is not None
+
+    rep = _cli("experiments", "report", "--results", str(results), "--out", str(docs))
+    assert rep.returncode == 0, rep.stderr
+    md = docs.read_text()
+    assert "## Silence proof (silence_proof)" in md and "| Agent-GSPO (budget) |" in md
+    for key in ("P1", "P2", "P3", "P4", "P5"):
+        assert f"### ({key})" in md
+    assert (docs.parent / "results" / "proof_silence.png").stat().st_size > 0

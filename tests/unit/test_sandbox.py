@@ -7,12 +7,18 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import grade_rows, grade_text
+from helpers import grade_rows
 
-from components.scoring.sandbox import SandboxError, humaneval_program, run_many, run_program
-
-ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not ROOT, reason="uid isolation (file/parent protection) needs root")
+from components.scoring.code import score_code, score_code_many
+from components.scoring.sandbox import (
+    CodeTask,
+    SandboxError,
+    humaneval_program,
+    run_many,
+    run_program,
+    run_task,
+    sandbox_mode,
+)
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
 TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"
@@ -27,6 +33,13 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def test_the_sandbox_is_isolated_here() -> None:
+    """CI's machine must give the real sandbox (an unsafe fallback is only ever an explicit opt-out)."""
+    assert sandbox_mode() in ("root", "userns")
+    res = run_program("print('ok')\n", timeout_s=5)
+    assert res.passed and res.isolation in ("root", "userns")
+
+
 def test_correct_program_passes_and_reports_output() -> None:
     res = run_program("import math\nprint(math.factorial(5))\n", timeout_s=5)
     assert res.passed and res.reason == "passed"
@@ -35,11 +48,11 @@ def test_correct_program_passes_and_reports_output() -> None:
 
 
 def test_humaneval_pass_and_fail() -> None:
-    assert grade_text("code", "    return a + b\n", "", META).correct
-    bad = grade_text("code", "    return a - b\n", "", META)
+    assert score_code("    return a + b\n", META).correct
+    bad = score_code("    return a - b\n", META)
     assert not bad.correct and bad.extracted.startswith("exception: AssertionError")
     fenced = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
-    assert grade_text("code", fenced, "", META).correct
+    assert score_code(fenced, META).correct
 
 
 def test_infinite_loop_times_out() -> None:
@@ -47,6 +60,10 @@ def test_infinite_loop_times_out() -> None:
     res = run_program("while True:\n    pass\n", timeout_s=1.5)
     assert not res.passed and res.reason.startswith("timeout")
     assert time.monotonic() - t0 < 4
+    t0 = time.monotonic()
+    res = run_task(CodeTask(PROMPT, "    while True: pass\n", TEST, "add"), timeout_s=1.5)
+    assert not res.passed and res.reason.startswith("timeout"), res
+    assert time.monotonic() - t0 < 5
 
 
 def test_cpu_limit_and_other_failures() -> None:
@@ -62,7 +79,7 @@ def test_cpu_limit_and_other_failures() -> None:
 
 def test_exit_before_check_fails() -> None:
     for completion in ("    return a + b\nimport sys\nsys.exit(0)\n", "    return a + b\nimport os\nos._exit(0)\n"):
-        res = grade_text("code", completion, "", META)
+        res = score_code(completion, META)
         assert not res.correct and res.extracted.startswith("early-exit"), res
 
 
@@ -73,7 +90,6 @@ def test_memory_bomb_fails() -> None:
     assert not res.passed and res.reason.startswith("memory"), res
 
 
-@needs_root
 def test_fork_bomb_is_contained() -> None:
     src = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     res = run_program(src, timeout_s=1.5, max_procs=16)
@@ -81,48 +97,54 @@ def test_fork_bomb_is_contained() -> None:
     assert run_program("print('ok')", timeout_s=5).passed  # the machine still works
 
 
-@needs_root
 def test_killing_the_parent_fails() -> None:
-    res = run_program("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\n",
-                      timeout_s=5)
-    assert not res.passed and "PermissionError" in res.reason
-    res = run_program("import os, signal\nos.killpg(os.getpgid(os.getppid()), signal.SIGKILL)\n", timeout_s=5)
-    assert not res.passed and res.reason.startswith("exception")
-
-
-@needs_root
-def test_canary_file_outside_tempdir_survives(tmp_path: Path) -> None:
-    canary = tmp_path / "canary.txt"
-    canary.write_text("intact")
-    os.chmod(tmp_path, 0o755)  # readable path: the uid barrier alone must protect the file
-    os.chmod(canary, 0o644)
-    src = (f"import os\np = {str(canary)!r}\ntry:\n    os.remove(p)\nexcept OSError as e:\n    print(e)\n"
-           "open(p, 'w').write('pwned')\n")
+    """The program's parent is the namespace's init: it cannot be signalled; the scorer is not visible."""
+    src = ("import os, signal\nfor pid in (os.getppid(), 1, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
+           "    except OSError:\n        pass\nprint('alive', os.getppid())\n")
     res = run_program(src, timeout_s=5)
-    assert not res.passed and "PermissionError" in res.reason
-    assert canary.read_text() == "intact"
-    res = run_program("open('/root/.agent_gspo_pwned', 'w').write('x')\n", timeout_s=5)
-    assert not res.passed and not Path("/root/.agent_gspo_pwned").exists()
+    assert res.passed and res.stdout_tail.strip() == "alive 1", res
+    res = run_program(f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)\n", timeout_s=5)
+    assert not res.passed and res.reason.startswith("exception: ProcessLookupError"), res
 
 
-def test_cwd_is_fresh_and_removed() -> None:
-    res = run_program("import os\nprint(os.getcwd())\nprint(os.listdir('.'))\nopen('f.txt','w').write('x')\n",
+def test_canary_file_outside_tempdir_survives(tmp_path: Path) -> None:
+    """A file of the scorer's own user, readable and writable to it, in a folder it may write."""
+    outside = Path(__file__).resolve().parents[2] / f".sandbox-canary-{os.getpid()}"
+    outside.mkdir()
+    try:
+        canary = outside / "canary.txt"
+        canary.write_text("intact")
+        src = (f"import os\np = {str(canary)!r}\nfor act in (lambda: os.remove(p), lambda: open(p, 'w')):\n"
+               "    try:\n        act()\n    except OSError as e:\n        print(type(e).__name__)\n"
+               "open(p + '.new', 'w').write('pwned')\n")
+        res = run_program(src, timeout_s=5)
+        assert not res.passed and ("PermissionError" in res.reason or "Read-only" in res.reason), res
+        assert canary.read_text() == "intact" and sorted(os.listdir(outside)) == ["canary.txt"]
+    finally:
+        for p in outside.iterdir():
+            p.unlink()
+        outside.rmdir()
+
+
+def test_cwd_is_fresh_and_private() -> None:
+    marker = f"agent-gspo-cwd-{os.getpid()}.txt"
+    res = run_program(f"import os\nprint(os.getcwd())\nprint(os.listdir('.'))\nopen({marker!r},'w').write('x')\n",
                       timeout_s=5)
     assert res.passed
     cwd, listing = res.stdout_tail.splitlines()[:2]
     assert listing == "[]"
-    assert not Path(cwd).exists()
+    assert not (Path(cwd) / marker).exists()  # it lived in the sandbox's own tmpfs
 
 
 def test_parent_environment_is_invisible(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENT_GSPO_SECRET", "hunter2-secret")
     src = ("import os\nprint(sorted(os.environ))\n"
-           "print(open(f'/proc/{os.getppid()}/environ', 'rb').read())\n")
+           "print(open(f'/proc/{os.getppid()}/environ', 'rb').read())\n"
+           "for p in os.listdir('/proc'):\n    try:\n        print(open(f'/proc/{p}/environ', 'rb').read())\n"
+           "    except OSError:\n        pass\n")
     res = run_program(src, timeout_s=5)
     assert "hunter2-secret" not in res.stdout_tail + res.stderr_tail
     assert "AGENT_GSPO_SECRET" not in res.stdout_tail
-    if ROOT:
-        assert not res.passed and "PermissionError" in res.reason
     res = run_program("import os\nassert os.environ['AGENT_GSPO_SECRET']\n", timeout_s=5)
     assert not res.passed and "KeyError" in res.reason
 
@@ -146,18 +168,24 @@ def test_sockets_are_blocked() -> None:
 
 def test_file_size_and_output_flood_are_bounded() -> None:
     res = run_program("open('big', 'wb').write(b'x' * (64 << 20))\n", timeout_s=5, max_file_mb=8)
-    assert not res.passed and "File too large" in res.reason
+    assert not res.passed and ("File too large" in res.reason or "file-size-limit" in res.reason), res
     res = run_program("while True:\n    print('y' * 4096)\n", timeout_s=5, max_file_mb=4)
     assert not res.passed and len(res.stdout_tail) <= 2000
 
 
-@needs_root
 def test_escaped_daemon_is_killed() -> None:
-    src = ("import os, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    time.sleep(60)\n    os._exit(0)\n"
-           "print(pid, flush=True)\n")
+    marker = f"{os.getpid()}.{time.monotonic_ns() % 997 + 1}"
+    src = (f"import os\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    os.execv('/bin/sleep', ['sleep', "
+           f"'{marker}'])\nprint(pid, flush=True)\n")
     res = run_program(src, timeout_s=5)
     assert res.passed  # the program itself finished; its leftover process must not survive
-    assert _gone(int(res.stdout_tail.split()[0]))
+    time.sleep(0.1)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        assert marker.encode() not in cmdline or _gone(int(pid)), f"daemon {pid} survived"
 
 
 def test_run_many_parallel_and_ordered() -> None:
@@ -169,7 +197,14 @@ def test_run_many_parallel_and_ordered() -> None:
     assert time.monotonic() - t0 < 1.5 * 4  # not strictly sequential worst case
 
 
-def test_score_many_code_mixed_with_other_types() -> None:
+def test_score_code_many_mixed() -> None:
+    results = score_code_many(["    return a + b\n", "    while True: pass\n", "    return a * b\n"], [META] * 3,
+                              timeout_s=2)
+    assert [r.correct for r in results] == [True, False, False]
+    assert results[1].extracted.startswith("timeout")
+
+
+def test_grading_code_mixed_with_other_types() -> None:
     items = [("code", "    return a + b\n", "", META), ("numeric", "#### 5", "5", {}),
              ("code", "    while True: pass\n", "", META), ("choice", "(B)", "B", {})]
     results = grade_rows(items, timeout_s=2)

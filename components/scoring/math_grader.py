@@ -20,12 +20,14 @@ killed and replaced, and the item gets ``ScoreResult(False, extracted, "grader: 
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import queue
 import re
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,7 @@ def _serve(read_fd: int, write_fd: int) -> None:
 
 
 def _worker_main_io(inbox: Connection, outbox: Connection) -> None:
+    """Answer ``(request id, extracted, gold, timeout)`` with ``(request id, status, payload)``."""
     while True:
         try:
             task = inbox.recv()
@@ -100,109 +103,165 @@ def _worker_main_io(inbox: Connection, outbox: Connection) -> None:
             return
         if task is None:
             return
-        extracted, gold, timeout_s = task
+        req_id, extracted, gold, timeout_s = task
         try:
-            outbox.send(("ok", _verify(extracted, gold, timeout_s)))
+            outbox.send((req_id, "ok", _verify(extracted, gold, timeout_s)))
         except BaseException as exc:  # report, never die silently
-            outbox.send(("error", f"{type(exc).__name__}: {exc}"[:300]))
+            outbox.send((req_id, "error", f"{type(exc).__name__}: {exc}"[:300]))
+
+
+class _Dead(Exception):
+    """The worker cannot be used any more (it died, hung, or answered out of turn)."""
 
 
 class _Worker:
     """One grader process, started with ``subprocess`` (not ``multiprocessing.spawn``, which
-    re-imports the caller's ``__main__`` and fails in scripts without a main guard)."""
+    re-imports the caller's ``__main__`` and fails in scripts without a main guard).
 
-    def __init__(self) -> None:
+    Every request carries an id and every reply must echo it: a reply to an earlier request (a
+    warm-up answered late, an item that timed out) is dropped, never taken for this one's."""
+
+    def __init__(self, boot: str = _WORKER_BOOT) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         root = str(Path(__file__).resolve().parents[2])
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER_BOOT, root, str(to_child_r), str(from_child_w)],
-            pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        os.close(to_child_r)
-        os.close(from_child_w)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", boot, root, str(to_child_r), str(from_child_w)],
+                pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
         self.outbox = Connection(to_child_w, readable=False)
         self.inbox = Connection(from_child_r, writable=False)
+        self._ids = itertools.count(1)
 
-    def send(self, obj: Any) -> None:
-        self.outbox.send(obj)
-
-    def poll(self, timeout_s: float) -> bool:
-        return self.inbox.poll(timeout_s)
-
-    def recv(self) -> Any:
-        return self.inbox.recv()
+    def ask(self, extracted: str, gold: str, inner_timeout: int, wait_s: float) -> tuple[str, Any]:
+        """Send one request and wait up to ``wait_s`` for its own reply; :class:`_Dead` otherwise."""
+        req_id = next(self._ids)
+        deadline = time.monotonic() + wait_s
+        try:
+            self.outbox.send((req_id, extracted, gold, inner_timeout))
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.inbox.poll(left):
+                    raise _Dead(f"no answer within {wait_s:g}s")
+                reply = self.inbox.recv()
+                if not (isinstance(reply, tuple) and len(reply) == 3 and isinstance(reply[0], int)):
+                    raise _Dead(f"malformed reply {reply!r:.80}")
+                if reply[0] == req_id:
+                    return reply[1], reply[2]
+                if reply[0] > req_id:
+                    raise _Dead(f"reply to request {reply[0]} while waiting for {req_id}")
+                # an older request's late answer: drop it
+        except (EOFError, OSError) as exc:
+            raise _Dead(f"worker died ({type(exc).__name__})") from None
 
     def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(5)
-        self.outbox.close()
-        self.inbox.close()
+        try:
+            self.proc.kill()
+            self.proc.wait(5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        for conn in (self.outbox, self.inbox):
+            try:
+                conn.close()
+            except OSError:
+                pass
 
 
 class MathGraderPool:
     """A bounded set of long-lived math-verify processes with a per-item wall-clock deadline.
 
     Thread-safe: ``grade`` blocks until a worker is free, so at most ``max_workers`` items are
-    graded at once however many threads call it.
+    graded at once however many threads call it. A worker that dies, hangs or fails its warm-up
+    is killed and its slot freed (waiting threads are woken to start a replacement), so ``grade``
+    always returns: a verdict for exactly its own item, or ``(False, "grader: ...")``.
+    ``worker_boot`` replaces the worker's ``python -c`` code (tests inject faults with it).
     """
 
-    def __init__(self, max_workers: int | None = None, startup_timeout_s: float = 120.0) -> None:
+    def __init__(self, max_workers: int | None = None, startup_timeout_s: float = 120.0, *,
+                 worker_boot: str | None = None) -> None:
         self.max_workers = max(1, min(max_workers or 2, os.cpu_count() or 1))
         self.startup_timeout_s = startup_timeout_s
+        self._boot = worker_boot or _WORKER_BOOT
         self._idle: queue.Queue[_Worker] = queue.Queue()
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
         self._created = 0
         self._closed = False
 
-    def _acquire(self) -> _Worker:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("MathGraderPool is closed")
-            spawn = self._idle.empty() and self._created < self.max_workers
-            if spawn:
-                self._created += 1
-        return self._warm(_Worker()) if spawn else self._idle.get()
+    def _acquire(self) -> _Worker | None:
+        """An idle worker, or None when the caller may start one (its slot is then counted)."""
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise RuntimeError("MathGraderPool is closed")
+                if not self._idle.empty():
+                    return self._idle.get_nowait()
+                if self._created < self.max_workers:
+                    self._created += 1
+                    return None
+                self._cond.wait()
 
-    def _warm(self, worker: _Worker) -> _Worker:
-        """Import math-verify before the first timed item (spawn + sympy import take seconds)."""
-        worker.send(("1", "1", 5))
-        if worker.poll(self.startup_timeout_s):
-            worker.recv()
+    def _release(self, worker: _Worker) -> None:
+        with self._cond:
+            self._idle.put(worker)
+            self._cond.notify()
+
+    def _discard(self, worker: _Worker | None) -> None:
+        """Kill ``worker`` (if any) and free its slot."""
+        if worker is not None:
+            worker.kill()
+        with self._cond:
+            self._created -= 1
+            self._cond.notify()
+
+    def _start(self) -> _Worker:
+        """A new worker that has imported math-verify (spawn + sympy import take seconds)."""
+        worker = _Worker(self._boot)
+        try:
+            worker.ask("1", "1", 5, self.startup_timeout_s)
+        except _Dead as exc:
+            worker.kill()
+            raise _Dead(f"start-up failed: {exc}") from None
         return worker
 
     def grade(self, extracted: str, gold: str, timeout_s: float = 10.0) -> tuple[bool, str | None]:
         """(correct, error) for one extracted answer; error starts with "grader:" on failure."""
         worker = self._acquire()
+        if worker is None:
+            try:
+                worker = self._start()
+            except (_Dead, OSError) as exc:
+                self._discard(None)
+                return False, f"grader: math-verify worker {exc}"
         inner = max(1, int(timeout_s) - 1)
         try:
-            worker.send((extracted, gold, inner))
-            if not worker.poll(timeout_s):
-                raise TimeoutError(f"grader: math-verify exceeded {timeout_s:g}s wall-clock")
-            status, payload = worker.recv()
-        except TimeoutError as exc:
-            self._replace(worker)
-            return False, str(exc)
-        except (EOFError, OSError) as exc:
-            self._replace(worker)
-            return False, f"grader: math-verify worker died ({type(exc).__name__})"
-        self._idle.put(worker)
+            status, payload = worker.ask(extracted, gold, inner, timeout_s)
+        except _Dead as exc:
+            self._discard(worker)
+            if str(exc).startswith("no answer"):
+                return False, f"grader: math-verify exceeded {timeout_s:g}s wall-clock"
+            return False, f"grader: math-verify {exc}"
+        except BaseException:
+            self._discard(worker)
+            raise
+        self._release(worker)
         if status == "error":
             return False, f"grader: {payload}"
         return payload
 
-    def _replace(self, worker: _Worker) -> None:
-        worker.kill()
-        with self._lock:
-            self._created -= 1
-
     def close(self) -> None:
-        with self._lock:
+        with self._cond:
             self._closed = True
-        while not self._idle.empty():
-            worker = self._idle.get_nowait()
+            self._cond.notify_all()
+            idle = []
+            while not self._idle.empty():
+                idle.append(self._idle.get_nowait())
+        for worker in idle:
             try:
-                worker.send(None)
+                worker.outbox.send(None)
             except OSError:
                 pass
             worker.kill()

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from components.errors import UserError
+from components.redact import redact_value
 
 BENCHMARKS = ("mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval")
 """the seven benchmarks of the paper (the default evaluation)"""
@@ -309,13 +310,14 @@ class Config(_Section):
         return hashlib.sha256(blob).hexdigest()
 
     def flat(self) -> dict[str, Any]:
-        """Flattened ``section.key`` mapping, for MLflow params (``experiments`` left out, as in :meth:`hash`)."""
+        """Flattened ``section.key`` mapping, for MLflow params (``experiments`` left out, as in :meth:`hash`);
+        URI passwords in values are replaced by ``***`` (these values are logged and stored)."""
         out: dict[str, Any] = {}
         for section, values in self.model_dump(mode="json", exclude={"experiments"}).items():
             if isinstance(values, dict):
-                out.update({f"{section}.{k}": v for k, v in values.items()})
+                out.update({f"{section}.{k}": redact_value(v) for k, v in values.items()})
             else:
-                out[section] = values
+                out[section] = redact_value(values)
         return out
 
 

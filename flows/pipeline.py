@@ -24,6 +24,7 @@ from prefect.context import get_run_context
 import components  # noqa: F401  (offline defaults before prefect is imported)
 from components.config import Config, load_config
 from components.errors import UserError
+from components.redact import redact
 from flows.data_prep import data_prep_flow
 
 
@@ -70,7 +71,7 @@ def train_task(profile: str | None, params: str | None, overrides: list[str]) ->
     train_args = forwarded_args(args, resume=resume, max_steps=None, out_dir=None)
     cmd = ([sys.executable, "-m", MODULE, *train_args] if cfg.deepspeed.launcher == "none"
            else launcher_command(cfg, train_args))
-    logger.info("attempt %d%s: %s", attempt, " (resume)" if resume else "", " ".join(cmd))
+    logger.info("attempt %d%s: %s", attempt, " (resume)" if resume else "", redact(" ".join(cmd)))
     result: dict[str, Any] = {}
 
     def on_line(line: str) -> None:

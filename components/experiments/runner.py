@@ -33,6 +33,7 @@ from components.experiments.definitions import (
     settings_of,
 )
 from components.experiments.results import BudgetInfo, ResultsFile, load_results, write_results
+from components.redact import redact
 
 Log = Callable[[str], None]
 
@@ -149,10 +150,10 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], budget: B
 
 
 def _recordable(override: str) -> str:
-    """An override as stored in a committed results file: a tracking URI may carry credentials
-    (``postgresql+psycopg://user:password@...``) and is machine-local anyway, so its value is dropped."""
+    """An override as stored in a committed results file: a tracking URI is machine-local, so its
+    value is dropped; any other value has its URI passwords replaced by ``***``."""
     key = override.split("=", 1)[0].strip()
-    return f"{key}=<not recorded>" if key == "tracking.uri" else override
+    return f"{key}=<not recorded>" if key == "tracking.uri" else redact(override)
 
 
 def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: int | None = None,

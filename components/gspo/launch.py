@@ -33,6 +33,7 @@ from typing import Any
 from components.config import Config
 from components.env import OFFLINE_DEFAULTS
 from components.errors import UserError
+from components.redact import redact
 
 MODULE = "components.gspo.train_main"
 DS_ENV_FILE_NAME = ".deepspeed_env"
@@ -204,7 +205,7 @@ def launch_training(cfg: Config, args: Any, *, resume: bool = False, max_steps: 
         return 0
     cmd = launcher_command(cfg, forwarded_args(args, resume=resume, max_steps=max_steps, out_dir=out_dir))
     env = launch_env()
-    print("launching: " + " ".join(cmd), file=sys.stderr)
+    print("launching: " + redact(" ".join(cmd)), file=sys.stderr)
     if cfg.deepspeed.launcher != "deepspeed" or not cfg.deepspeed.hostfile:
         return run_streaming(cmd, env=env, on_line=on_line)
     with tempfile.TemporaryDirectory(prefix="agent-gspo-launch-") as tmp:

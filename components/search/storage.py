@@ -13,7 +13,6 @@ heartbeat the next worker's ``optimize`` marks it FAIL and its reservation stops
 
 from __future__ import annotations
 
-import re
 import time
 import warnings
 from pathlib import Path
@@ -23,6 +22,7 @@ import optuna
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from components.redact import redact as redact_text
 from components.search.errors import SearchError
 
 HEARTBEAT_INTERVAL_S = 60
@@ -36,7 +36,7 @@ def redact(url: str | optuna.storages.BaseStorage) -> str:
     """``url`` with any password replaced by ``***`` (safe for logs, params and errors)."""
     if not isinstance(url, str):
         return f"<{type(url).__name__}>"
-    return re.sub(r"(//[^/:@]+):[^@/]*@", r"\1:***@", url)
+    return redact_text(url)
 
 
 def make_storage(url: str) -> optuna.storages.BaseStorage:

@@ -59,21 +59,24 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
     try:
         response = requests.get(url, timeout=timeout_s)
     except requests.RequestException as exc:
+        # "from None": the cause's message may carry the URI with its password (the message is redacted)
         raise TrackingError(
             f"MLflow tracking server {uri} is unreachable ({type(exc).__name__}: {exc}). Start it "
             f"(`mlflow server --host 127.0.0.1 --port 5000 ...`, or docker compose in infra/) or point "
-            f"tracking.uri / MLFLOW_TRACKING_URI elsewhere (default sqlite:///mlflow.db).") from exc
+            f"tracking.uri / MLFLOW_TRACKING_URI elsewhere (default sqlite:///mlflow.db).") from None
     if response.status_code != 200:
         raise TrackingError(f"MLflow tracking server {uri} answered {response.status_code} on /health: "
                             f"{response.text[:200]!r}")
 
 
 def guarded(uri: str, operation: str, fn: Callable[[], T]) -> T:
-    """Run ``fn``; turn MLflow / HTTP / OS failures into :class:`TrackingError` naming ``uri``."""
+    """Run ``fn``; turn MLflow / HTTP / OS failures into :class:`TrackingError` naming ``uri``
+    (password redacted; the original exception is not chained, its text may hold the password)."""
     try:
         return fn()
     except (MlflowException, requests.RequestException, OSError) as exc:
-        raise TrackingError(f"{operation} failed on MLflow tracking URI {uri}: {exc}") from exc
+        # MlflowException messages hold the request URL (with any password): keep only the redacted text
+        raise TrackingError(f"{operation} failed on MLflow tracking URI {uri}: {type(exc).__name__}: {exc}") from None
 
 
 def git_commit(path: str | os.PathLike[str] | None = None) -> str | None:

@@ -36,6 +36,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
+from components.redact import redact
 from components.tracking.backend import (
     HTTP_RETRY_DEFAULTS,
     check_reachable,
@@ -68,7 +69,7 @@ T = TypeVar("T")
 
 
 def _str_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
-    return {str(k): str(v)[:MAX_TAG_VAL_LENGTH] for k, v in (tags or {}).items()}
+    return {str(k): redact(str(v))[:MAX_TAG_VAL_LENGTH] for k, v in (tags or {}).items()}
 
 
 class Tracker:
@@ -106,6 +107,8 @@ class Tracker:
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Tracker:
         configure_http_retries()
+        if redact(self.uri) != self.uri:  # MLflow prints "View run ... at <uri>/#/..." with the password
+            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         check_reachable(self.uri)
         mlflow.set_tracking_uri(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
@@ -155,9 +158,10 @@ class Tracker:
 
     # -- logging -----------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any] | Any) -> dict[str, str]:
-        """Flatten (``a.b``), stringify, truncate to MLflow's 6000 chars; log in chunks of 100."""
+        """Flatten (``a.b``), stringify, redact URI passwords, truncate to MLflow's 6000 chars; log in
+        chunks of 100."""
         client, run_id = self._require()
-        flat = flatten_params(params, max_value_len=MAX_PARAM_VAL_LENGTH)
+        flat = {k: redact(v) for k, v in flatten_params(params, max_value_len=MAX_PARAM_VAL_LENGTH).items()}
         items = [Param(k, v) for k, v in flat.items()]
         for i in range(0, len(items), MAX_PARAMS_TAGS_PER_BATCH):
             chunk = items[i:i + MAX_PARAMS_TAGS_PER_BATCH]

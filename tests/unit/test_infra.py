@@ -152,7 +152,7 @@ def test_compose_database_urls_resolve() -> None:
 
     services, env = _compose()["services"], _env_example()
     mlflow_cmd = services["mlflow"]["command"]
-    backend = next(a.split("=", 1)[1] for a in mlflow_cmd if a.startswith("--backend-store-uri="))
+    backend = services["mlflow"]["environment"]["MLFLOW_BACKEND_STORE_URI"]
     url = make_url(_interpolate(backend, env))
     assert (url.drivername, url.host, url.database) == ("postgresql+psycopg", "postgres", "mlflow")
     assert url.username == env["POSTGRES_USER"]
@@ -165,6 +165,29 @@ def test_compose_database_urls_resolve() -> None:
     url = make_url(_interpolate(prefect_url, env))
     assert (url.drivername, url.host, url.database) == ("postgresql+asyncpg", "postgres", "prefect")
     assert services["prefect-server"]["command"][:4] == ["server", "start", "--host", "0.0.0.0"]
+
+
+def test_compose_keeps_the_database_password_out_of_every_argv() -> None:
+    """`ps` on the host shows every container process's argv: the password may only be in env."""
+    for name, svc in _compose()["services"].items():
+        for key in ("command", "entrypoint"):
+            text = json.dumps(svc.get(key) or [])
+            assert "POSTGRES_PASSWORD}" not in text, f"{name}.{key} interpolates the password into an argv"
+            assert not any(a.startswith("--backend-store-uri") for a in svc.get(key) or []), name
+
+
+@pytest.mark.parametrize("password, ok", [("change-me-local-only", False), ("", False), ("changeme", False),
+                                          ("Vq3-eS9.k_2~w", True)])
+def test_postgres_refuses_placeholder_passwords(password: str, ok: bool) -> None:
+    entry = _compose()["services"]["postgres"]["entrypoint"]
+    assert entry[:2] == ["sh", "-c"]
+    script = entry[2].replace("$$", "$").replace("exec docker-entrypoint.sh postgres", "exit 0")
+    res = subprocess.run(["sh", "-c", script], env={"PATH": "/usr/bin:/bin", "POSTGRES_PASSWORD": password},
+                         capture_output=True, text=True, timeout=10)
+    assert (res.returncode == 0) == ok, res.stderr
+    if not ok:
+        assert "POSTGRES_PASSWORD" in res.stderr
+    assert _env_example()["POSTGRES_PASSWORD"] == "change-me-local-only"  # the example is refused as is
 
 
 def test_compose_worker_and_offline_env() -> None:

@@ -120,7 +120,10 @@ def _cmd_train(cfg: Config, args: argparse.Namespace) -> int:
 
         args.overrides = load_best_params(args.best_params) + list(args.overrides)
         cfg = load_config(args.params, args.profile, args.overrides)
-    return launch_training(cfg, args, resume=args.resume, max_steps=args.max_steps, out_dir=args.out)
+    if args.resume and args.overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+    return launch_training(cfg, args, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
+                           out_dir=args.out)
 
 
 def _cmd_evaluate(cfg: Config, args: argparse.Namespace) -> int:
@@ -248,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", parents=[common], help=helps["train"])
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    p.add_argument("--overwrite", action="store_true",
+                   help="delete the checkpoints in --out and start over (a fresh run refuses a used folder)")
     p.add_argument("--max-steps", type=_positive, default=None, help="stop after N steps (default gspo.steps)")
     p.add_argument("--out", default=None, help="run folder (default gspo.out_dir)")
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")

@@ -192,6 +192,8 @@ class TrackingConfig(_Section):
     uri: str = Field("sqlite:///mlflow.db", description="MLflow tracking URI")
     experiment: str = Field("agent-gspo", description="MLflow experiment")
     log_model: bool = Field(True, description="log and register the final policy")
+    outage_wait_s: float = Field(900.0, ge=0.0, description="at the end of training, how long to wait for an "
+                                 "unreachable tracking server (metrics are buffered meanwhile)")
 
 
 EXPERIMENT_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -305,8 +307,10 @@ class Config(_Section):
         """sha256 of the canonical JSON of this config (the 'config hash' in tags and checkpoints).
 
         The ``experiments`` section is left out: it lists runs to make, not a setting of any one run,
-        so editing an experiment must not change (and block resuming) every other run's hash."""
-        blob = json.dumps(self.model_dump(mode="json", exclude={"experiments"}), sort_keys=True).encode()
+        so editing an experiment must not change (and block resuming) every other run's hash. So is
+        ``tracking``: where results are logged does not change them, and a run must resume after
+        ``MLFLOW_TRACKING_URI`` moved (or its password changed)."""
+        blob = json.dumps(self.model_dump(mode="json", exclude={"experiments", "tracking"}), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
     def flat(self) -> dict[str, Any]:

@@ -59,7 +59,8 @@ def search_task(profile: str | None, params: str | None, overrides: list[str]) -
 
 @task(name="train", retries=2, retry_delay_seconds=5, retry_condition_fn=_not_user_error, cache_policy=NO_CACHE)
 def train_task(profile: str | None, params: str | None, overrides: list[str]) -> dict[str, Any]:
-    """Launch training as a subprocess; on a retry, resume from the newest checkpoint."""
+    """Launch training as a subprocess: the first attempt starts over (``--overwrite``: a pipeline
+    run trains from scratch), a retry resumes from the newest checkpoint."""
     from components.gspo.job import history_table
     from components.gspo.launch import MODULE, forwarded_args, launch_env, launcher_command, run_streaming
 
@@ -68,7 +69,7 @@ def train_task(profile: str | None, params: str | None, overrides: list[str]) ->
     attempt = getattr(get_run_context().task_run, "run_count", 1)
     resume = attempt > 1
     args = SimpleNamespace(params=params, profile=profile, overrides=overrides, no_track=False)
-    train_args = forwarded_args(args, resume=resume, max_steps=None, out_dir=None)
+    train_args = forwarded_args(args, resume=resume, max_steps=None, out_dir=None, overwrite=not resume)
     cmd = ([sys.executable, "-m", MODULE, *train_args] if cfg.deepspeed.launcher == "none"
            else launcher_command(cfg, train_args))
     logger.info("attempt %d%s: %s", attempt, " (resume)" if resume else "", redact(" ".join(cmd)))

@@ -116,7 +116,8 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], budget: B
 
         log(f"[{exp.name}] training {cfg.gspo.steps} step(s) into {cfg.gspo.out_dir}"
             + (f" with B = {budget.target:.1f} {budget.measure} tokens/episode" if budget else ""))
-        result = train(cfg, out_dir=cfg.gspo.out_dir, data_dir=data_dir, track=track)
+        # an experiment (re)run trains from scratch: the folder's earlier checkpoints are its own
+        result = train(cfg, out_dir=cfg.gspo.out_dir, data_dir=data_dir, track=track, overwrite=True)
         train_s = time.perf_counter() - t0
         history = [{k: float(v) for k, v in h.items()} for h in result.history]
         trained = str(result.final_model)

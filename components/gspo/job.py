@@ -5,6 +5,12 @@ Runs identically as one CPU process, under ``torchrun`` / the ``deepspeed`` laun
 metrics, plots and talks to MLflow. With ``resume=True`` the newest complete checkpoint under
 ``out_dir`` is restored (weights, optimizer, scheduler, RNG, dual state, data cursor, history)
 and, because rollouts are seeded per step, the run continues exactly as if never interrupted.
+A fresh run refuses a folder that holds checkpoints unless ``overwrite=True`` (``--overwrite``).
+
+Tracking never stops training: each step's checkpoint is written first, then its metrics are
+queued for a background sender (:class:`components.tracking.outbox.MetricOutbox`) that retries
+through an outage; metrics not yet acknowledged are stored in every checkpoint and re-sent on
+resume. Only the end of training waits for the server (``tracking.outage_wait_s``) to log the model.
 """
 
 from __future__ import annotations
@@ -75,9 +81,14 @@ def _maybe_tracker(cfg: Config, enabled: bool, run_name: str, run_id: str | None
         yield tracker
 
 
-def _log_step(tracker: Any, step: int, metrics: dict[str, float]) -> None:
-    if tracker is not None:
-        tracker.log_metrics(metrics, step=step)
+def _check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
+    """Earlier checkpoints are deleted only when asked: a fresh run into a used folder is refused."""
+    from components.gspo.checkpoint import list_checkpoints
+
+    found = list_checkpoints(out)
+    if found and not resume and not overwrite:
+        raise UserError(f"{out} holds checkpoints of an earlier run (newest {found[-1].name}): pass --resume to "
+                        f"continue it, or --overwrite to delete them and start over (or choose another --out)")
 
 
 def _progress_line(step: int, total: int, m: dict[str, float]) -> str:
@@ -88,7 +99,8 @@ def _progress_line(step: int, total: int, m: dict[str, float]) -> str:
             f"{m.get('perf/rollout_tokens_per_s', 0):.0f} tok/s  {m.get('perf/step_s', 0):.1f} s/step")
 
 
-def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, out_dir: str | Path | None = None,
+def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_steps: int | None = None,
+          out_dir: str | Path | None = None,
           data_dir: Path | None = None, track: bool = True, on_step: StepCallback | None = None,
           items: list[Item] | None = None) -> TrainResult:
     """Run (or resume) GSPO training as configured; see the module docstring."""
@@ -104,6 +116,7 @@ def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, ou
     total = max_steps if max_steps is not None else cfg.gspo.steps
     if total < 1:
         raise UserError(f"--max-steps must be >= 1, got {total}")
+    _check_fresh_start(out, resume, overwrite)
     info = init_distributed(for_deepspeed=cfg.gspo.engine == "deepspeed")
     try:
         seed_everything(cfg.gspo.seed + info.rank)
@@ -132,7 +145,7 @@ def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, ou
             run_id = extra.get("mlflow_run_id")
             if info.is_main:
                 print(f"resumed from {ckpt} at step {trainer.step_idx}", file=sys.stderr)
-        elif not resume and info.is_main and (out / "checkpoints").exists():
+        elif overwrite and info.is_main and (out / "checkpoints").exists():
             shutil.rmtree(out / "checkpoints")
         if ckpt is None and cfg.budget.enabled and cfg.budget.fraction is not None:  # a resumed run restores B
             mean = trainer.calibrate_budget(cfg.budget.fraction, cfg.budget.calibration_questions)
@@ -140,29 +153,49 @@ def train(cfg: Config, *, resume: bool = False, max_steps: int | None = None, ou
                 print(f"budget: untrained policy {mean:.1f} {cfg.reward.token_measure} tokens/episode over "
                       f"{cfg.budget.calibration_questions} x {cfg.gspo.group_size} sampled training episodes; "
                       f"B = {cfg.budget.fraction:g} x {mean:.1f} = {trainer.controller.target:.1f}", file=sys.stderr)
+        pending = extra.get("mlflow_pending", []) if ckpt is not None else []
         use_tracker = track and info.is_main
         with _maybe_tracker(cfg, use_tracker, f"train-{cfg.profile}", run_id) as tracker:
-            if tracker is not None and run_id is None:
-                tracker.log_params(cfg.flat())
-            while trainer.step_idx < total:
-                res = trainer.train_step()
-                if info.is_main:
-                    print(_progress_line(res.step, total, res.metrics), flush=True)
-                    _log_step(tracker, res.step, res.metrics)
-                if on_step is not None:
-                    on_step(res.step, res.metrics)
-                if res.step % cfg.gspo.checkpoint_every == 0 or res.step == total:
-                    extra = trainer.state() | {"mlflow_run_id": getattr(tracker, "run_id", run_id)}
-                    save_checkpoint(out, res.step, engine, tokenizer, extra=extra, keep=cfg.gspo.keep_checkpoints)
-            result = TrainResult(out, None, trainer.step_idx, trainer.history, getattr(tracker, "run_id", None))
-            _finalise(cfg, out, engine, tokenizer, trainer, tracker, result)  # collective: every rank
+            outbox = _outbox(tracker, pending)
+            try:
+                if tracker is not None and run_id is None:
+                    tracker.log_params(cfg.flat())
+                while trainer.step_idx < total:
+                    res = trainer.train_step()
+                    done_ms = int(time.time() * 1000)
+                    if info.is_main:
+                        print(_progress_line(res.step, total, res.metrics), flush=True)
+                    if on_step is not None:
+                        on_step(res.step, res.metrics)
+                    if res.step % cfg.gspo.checkpoint_every == 0 or res.step == total:
+                        unsent = outbox.pending() + [(res.step, done_ms, dict(res.metrics))] if outbox else []
+                        extra = trainer.state() | {"mlflow_run_id": getattr(tracker, "run_id", run_id),
+                                                   "mlflow_pending": unsent}
+                        save_checkpoint(out, res.step, engine, tokenizer, extra=extra, keep=cfg.gspo.keep_checkpoints)
+                    if outbox is not None:  # after the checkpoint: sending can never cost one
+                        outbox.put(res.step, res.metrics, done_ms)
+                result = TrainResult(out, None, trainer.step_idx, trainer.history, getattr(tracker, "run_id", None))
+                _finalise(cfg, out, engine, tokenizer, trainer, tracker, result, outbox)  # collective: every rank
+            finally:
+                if outbox is not None:
+                    outbox.close()
         return result
     finally:
         shutdown_distributed()
 
 
+def _outbox(tracker: Any, pending: list[Any]) -> Any:
+    if tracker is None:
+        return None
+    from components.tracking.outbox import MetricOutbox
+
+    outbox = MetricOutbox(tracker)
+    outbox.restore(pending)  # metrics a crashed run had not delivered
+    return outbox
+
+
 def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any, tracker: Any,
-              result: TrainResult) -> None:
+              result: TrainResult, outbox: Any = None) -> None:
     """Final policy folder, metrics.json (DVC), plots, MLflow model + registry version.
 
     Called on every rank: under ZeRO-3 gathering the full parameters is a collective that every
@@ -195,16 +228,28 @@ def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any,
     result.plots = write_training_plots(trainer.history, out / "plots")
     if tracker is None:
         return
+    from components.tracking.outbox import retry_until
+
+    deadline = time.monotonic() + cfg.tracking.outage_wait_s
+    if outbox is not None and not outbox.drain(cfg.tracking.outage_wait_s):
+        from components.tracking import TrackingError
+
+        raise TrackingError(
+            f"training finished ({trainer.step_idx} steps; checkpoints and {final} are saved), but the tracking "
+            f"server did not take the metrics of {len(outbox.pending())} step(s) within tracking.outage_wait_s="
+            f"{cfg.tracking.outage_wait_s:g} s ({outbox.last_error}); once it is back, rerun with --resume to log "
+            f"them and the model (nothing is retrained)")
     for path in result.plots:
-        tracker.log_artifact(path, "plots")
-    tracker.log_artifact(out / "history.json")
+        retry_until(lambda path=path: tracker.log_artifact(path, "plots"), deadline)
+    retry_until(lambda: tracker.log_artifact(out / "history.json"), deadline)
     if cfg.tracking.log_model:
         from components.tracking import git_commit
 
         tags = {"config.sha256": cfg.hash(), "git.commit": git_commit() or "unknown",
                 "data.manifest_sha256": _manifest_hash(Path(cfg.data.out_dir)), "config.profile": cfg.profile,
                 "train.run_id": tracker.run_id, "train.steps": str(trainer.step_idx)}
-        version = tracker.log_policy_model(final, registered_name=cfg.registry.model_name, tags=tags)
+        version = retry_until(lambda: tracker.log_policy_model(final, registered_name=cfg.registry.model_name,
+                                                              tags=tags), deadline)
         result.model_version = str(getattr(version, "version", version))
         print(f"registered {cfg.registry.model_name} version {result.model_version}", file=sys.stderr)
 
@@ -235,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default=None)
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="delete the checkpoints in --out and start over")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--out", default=None)
     p.add_argument("--no-track", action="store_true")
@@ -242,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args.params, args.profile, args.overrides)
         t0 = time.perf_counter()
-        res = train(cfg, resume=args.resume, max_steps=args.max_steps, out_dir=args.out, track=not args.no_track)
+        if args.resume and args.overwrite:
+            raise UserError("--resume and --overwrite exclude each other")
+        res = train(cfg, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps, out_dir=args.out,
+                    track=not args.no_track)
         if res.final_model is not None:
             print(json.dumps({"final_model": str(res.final_model), "steps": res.steps, "run_id": res.run_id,
                               "model_version": res.model_version, "seconds": round(time.perf_counter() - t0, 1)}))

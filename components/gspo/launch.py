@@ -46,7 +46,8 @@ NOT_FORWARDED = frozenset({"DS_ENV_FILE", "CUDA_VISIBLE_DEVICES"})
 _UNSAFE_VALUE = re.compile(r'["$`\\\n]')
 
 
-def forwarded_args(args: Any, *, resume: bool, max_steps: int | None, out_dir: str | None) -> list[str]:
+def forwarded_args(args: Any, *, resume: bool, max_steps: int | None, out_dir: str | None,
+                   overwrite: bool = False) -> list[str]:
     """The training flags of one CLI invocation, re-emitted for every rank."""
     out: list[str] = []
     if getattr(args, "params", None):
@@ -57,6 +58,8 @@ def forwarded_args(args: Any, *, resume: bool, max_steps: int | None, out_dir: s
         out += ["--set", item]
     if resume:
         out.append("--resume")
+    if overwrite:
+        out.append("--overwrite")
     if max_steps is not None:
         out += ["--max-steps", str(max_steps)]
     if out_dir:
@@ -192,8 +195,9 @@ def run_streaming(cmd: Sequence[str], *, env: dict[str, str] | None = None,
     return proc.wait()
 
 
-def launch_training(cfg: Config, args: Any, *, resume: bool = False, max_steps: int | None = None,
-                    out_dir: str | None = None, on_line: Callable[[str], None] | None = None) -> int:
+def launch_training(cfg: Config, args: Any, *, resume: bool = False, overwrite: bool = False,
+                    max_steps: int | None = None, out_dir: str | None = None,
+                    on_line: Callable[[str], None] | None = None) -> int:
     """Train as configured; returns the exit code (0 = success)."""
     from components.gspo.precision import check_training_dtype_setting
 
@@ -201,9 +205,11 @@ def launch_training(cfg: Config, args: Any, *, resume: bool = False, max_steps: 
     if cfg.deepspeed.launcher == "none":
         from components.gspo.job import train
 
-        train(cfg, resume=resume, max_steps=max_steps, out_dir=out_dir, track=not getattr(args, "no_track", False))
+        train(cfg, resume=resume, overwrite=overwrite, max_steps=max_steps, out_dir=out_dir,
+              track=not getattr(args, "no_track", False))
         return 0
-    cmd = launcher_command(cfg, forwarded_args(args, resume=resume, max_steps=max_steps, out_dir=out_dir))
+    cmd = launcher_command(cfg, forwarded_args(args, resume=resume, max_steps=max_steps, out_dir=out_dir,
+                                               overwrite=overwrite))
     env = launch_env()
     print("launching: " + redact(" ".join(cmd)), file=sys.stderr)
     if cfg.deepspeed.launcher != "deepspeed" or not cfg.deepspeed.hostfile:

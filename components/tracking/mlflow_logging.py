@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -170,10 +170,12 @@ class Tracker:
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Validate names (``ValueError`` on unknown ones) and log all values at ``step``."""
+        self.log_metric_rows([(step or 0, int(time.time() * 1000), validate_metrics(metrics))])
+
+    def log_metric_rows(self, rows: Sequence[tuple[int, int, Mapping[str, float]]]) -> None:
+        """Log ``(step, unix time in ms, validated metrics)`` rows, 1000 values per request."""
         client, run_id = self._require()
-        values = validate_metrics(metrics)
-        now = int(time.time() * 1000)
-        items = [Metric(k, v, now, step or 0) for k, v in values.items()]
+        items = [Metric(k, float(v), ts, step) for step, ts, values in rows for k, v in values.items()]
         for i in range(0, len(items), METRICS_PER_BATCH):
             chunk = items[i:i + METRICS_PER_BATCH]
             self._guard("log metrics", lambda chunk=chunk: client.log_batch(run_id, metrics=chunk))

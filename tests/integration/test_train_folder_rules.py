@@ -1,0 +1,65 @@
+"""Training never deletes checkpoints unless told to, and resumes when only tracking settings
+changed (the config hash leaves ``tracking.*`` out)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.gspo.checkpoint import list_checkpoints, read_meta
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(data_dir: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    sets = [f"data.out_dir={data_dir}", "model.name=tiny-random", "gspo.engine=torch", "gspo.steps=4",
+            "gspo.checkpoint_every=1", "gspo.keep_checkpoints=4", "gspo.questions_per_step=2", "gspo.group_size=2",
+            "gspo.minibatches=2", "gspo.lr=1e-3", "mas.agents=2", "mas.rounds=1", "mas.max_message_tokens=8",
+            f"tracking.uri=sqlite:///{out.parent / 'first.db'}"]
+    cmd = [sys.executable, "-m", "components.cli", "train", "--no-track", "--out", str(out),
+           *[a for s in sets for a in ("--set", s)], *extra]
+    return subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                          capture_output=True, text=True, timeout=600)
+
+
+def _snapshot(out: Path) -> list[tuple[str, float]]:
+    return [(c.name, read_meta(c).created) for c in list_checkpoints(out)]
+
+
+def test_used_folder_needs_resume_or_overwrite(prepared_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    first = _run(prepared_data, out, "--max-steps", "2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = _snapshot(out)
+    assert [name for name, _ in before] == ["step-000001", "step-000002"]
+
+    again = _run(prepared_data, out)
+    assert again.returncode == 2, again.stderr[-3000:]
+    assert "--resume" in again.stderr and "--overwrite" in again.stderr and "step-000002" in again.stderr
+    assert _snapshot(out) == before  # nothing deleted
+
+    both = _run(prepared_data, out, "--resume", "--overwrite")
+    assert both.returncode == 2 and "exclude each other" in both.stderr
+    assert _snapshot(out) == before
+
+    # only tracking settings differ (another URI through the environment, another experiment): resumes
+    moved = _run(prepared_data, out, "--resume", "--set", "tracking.experiment=elsewhere",
+                 env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'second.db'}"})
+    assert moved.returncode == 0, moved.stderr[-3000:]
+    assert f"resumed from {out / 'checkpoints' / 'step-000002'}" in moved.stderr
+    assert [name for name, _ in _snapshot(out)] == [f"step-00000{i}" for i in range(1, 5)]
+    assert _snapshot(out)[:2] == before  # the earlier checkpoints were kept
+
+    fresh = _run(prepared_data, out, "--overwrite")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert "resumed from" not in fresh.stderr
+    after = _snapshot(out)
+    assert [name for name, _ in after] == [f"step-00000{i}" for i in range(1, 5)]
+    assert after[0][1] > before[0][1]  # started over: step 1 was written again
+    assert len(json.loads((out / "history.json").read_text())) == 4

@@ -1,4 +1,9 @@
-"""Atomic file and folder writes: a failed run never leaves a half-written output."""
+"""Atomic file and folder writes: a failed run never leaves a half-written output.
+
+A process killed in the middle (SIGKILL, power loss) can still leave the temporary names below
+beside the target; :func:`recover_leftovers`, called while holding the target's
+:func:`file_lock`, removes them (or finishes an interrupted swap) before the next write.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from components.errors import UserError
 
 
 def _umask_mode(base: int) -> int:
@@ -70,3 +77,57 @@ def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str], timeout_s: float = 600.0) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if needed) across processes and threads.
+
+    ``filelock`` (``flock``): released by the kernel when the holder dies, so a killed run never
+    leaves a stale lock. Waiting longer than ``timeout_s`` raises :class:`UserError`."""
+    import filelock
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(path), thread_local=False)
+    try:
+        lock.acquire(timeout=timeout_s)
+    except filelock.Timeout:
+        raise UserError(f"{path}: still locked by another process after {timeout_s:.0f} s (a concurrent "
+                        f"`agent-gspo prepare` into the same folder?)") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def recover_leftovers(target: str | os.PathLike[str]) -> list[str]:
+    """Clean what an interrupted :func:`atomic_dir` / :func:`atomic_path` of ``target`` left behind.
+
+    Staging folders and temporary files go. A backup ``.<name>.old-*`` is the previous content of
+    a swap cut between its two renames: it becomes ``target`` again when ``target`` is missing,
+    else it goes. Call only while holding the lock every writer of ``target`` takes (then no
+    leftover can belong to a write in progress). Returns what was done, one line per entry."""
+    target = Path(target)
+    done: list[str] = []
+    if not target.parent.is_dir():
+        return done
+    prefix = f".{target.name}."
+    for entry in sorted(target.parent.iterdir()):
+        rest = entry.name[len(prefix):] if entry.name.startswith(prefix) else None
+        if rest is None:
+            continue
+        if rest.startswith("old-") and entry.is_dir() and not entry.is_symlink():
+            if not target.exists():
+                os.replace(entry, target)
+                done.append(f"restored {target} from {entry.name}")
+                continue
+            shutil.rmtree(entry)
+        elif rest.endswith(".staging") and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif rest.endswith(".tmp") and not entry.is_dir():
+            entry.unlink()
+        else:
+            continue
+        done.append(f"removed {entry.name}")
+    return done

@@ -5,6 +5,8 @@ One suite per benchmark, parameterised per split (row count and split value are
 
 - every record column exists; id, benchmark, split, question, answer, answer_type, meta non-null
 - row count equals the expected count for the split; ids unique; split/benchmark/answer_type fixed
+- no duplicated record (same question, choices and answer as an earlier row) beyond the upstream
+  data's own (``BenchmarkSpec.known_duplicates``: MMLU and MultiArith repeat a few problems)
 - answer format per answer_type: numeric ``^-?\\d+(?:\\.\\d+)?$``, choice a letter (A-D MMLU, A-E AQuA),
   math and code non-blank; question non-blank
 - choice benchmarks have exactly 4 (MMLU) / 5 (AQuA) choices; other benchmarks have none
@@ -32,6 +34,8 @@ from great_expectations.data_context.types.base import ProgressBarsConfig  # noq
 from components.data.spec import RECORD_COLUMNS, DataValidationError, get_spec  # noqa: E402
 from components.io import write_text_atomic  # noqa: E402
 
+DUPLICATE = "repeats_earlier_record"
+"""Derived 0/1 column: the row's question, choices and answer equal an earlier row's."""
 NUMERIC_RE = r"^-?\d+(?:\.\d+)?$"  # brief: ^-?\d+(\.\d+)?$, non-capturing (pandas warns on groups)
 NONBLANK_RE = r"\S"
 MAX_EXAMPLES = 5
@@ -93,6 +97,8 @@ def build_suite(name: str) -> gx.ExpectationSuite:
     exps.append(E.ExpectColumnValuesToMatchRegex(column="answer", regex=answer_re))
     n = spec.n_choices or 0
     exps.append(E.ExpectColumnValuesToBeBetween(column="n_choices", min_value=n, max_value=n))
+    exps.append(E.ExpectColumnSumToBeBetween(column=DUPLICATE, min_value=0,
+                                             max_value={"$PARAMETER": "max_duplicates"}))
     suite = gx.ExpectationSuite(name=f"agent_gspo.{name}")
     for e in exps:
         suite.add_expectation(e)
@@ -112,6 +118,16 @@ def _validation(name: str) -> Any:
 
 def _n_choices(value: Any) -> int:
     return 0 if value is None or (isinstance(value, float) and pd.isna(value)) else len(value)
+
+
+def _repeats(frame: pd.DataFrame) -> pd.Series:
+    """1 where question + choices + answer equal an earlier row's, else 0."""
+    if not {"question", "answer"} <= set(frame):
+        return pd.Series(0, index=frame.index)
+    choices = frame["choices"].map(lambda c: "\x1e".join(map(str, c)) if _n_choices(c) else "") \
+        if "choices" in frame else ""
+    key = frame["question"].astype(str) + "\x1f" + choices + "\x1f" + frame["answer"].astype(str)
+    return key.duplicated(keep="first").astype(int)
 
 
 def validate_frame(name: str, split: str, df: pd.DataFrame) -> SuiteResult:
@@ -141,10 +157,12 @@ def validate_frame(name: str, split: str, df: pd.DataFrame) -> SuiteResult:
         )
     frame = df.reset_index(drop=True).copy()
     frame["n_choices"] = frame["choices"].map(_n_choices) if "choices" in frame else 0
+    frame[DUPLICATE] = _repeats(frame)
     with _LOCK:
         result = _validation(name).run(
             batch_parameters={"dataframe": frame},
-            expectation_parameters={"rows": expected, "splits": [split]},
+            expectation_parameters={"rows": expected, "splits": [split],
+                                    "max_duplicates": spec.known_duplicates.get(split, 0)},
             result_format="COMPLETE",
         )
     ids = frame["id"].tolist() if "id" in frame else []
@@ -156,6 +174,8 @@ def validate_frame(name: str, split: str, df: pd.DataFrame) -> SuiteResult:
         res = er.result or {}
         idx = (res.get("unexpected_index_list") or [])[:MAX_EXAMPLES]
         examples = [ids[i] if isinstance(i, int) and i < len(ids) else i for i in idx]
+        if cfg.kwargs.get("column") == DUPLICATE:  # a sum has no unexpected rows: name the repeats
+            examples = [ids[i] for i in frame.index[frame[DUPLICATE] == 1][:MAX_EXAMPLES] if i < len(ids)]
         observed = res.get("observed_value")
         if observed is None and "unexpected_count" in res:
             observed = (
@@ -165,6 +185,9 @@ def validate_frame(name: str, split: str, df: pd.DataFrame) -> SuiteResult:
         if er.exception_info and er.exception_info.get("raised_exception"):
             observed = f"error: {er.exception_info.get('exception_message')}"
         kwargs = {k: v for k, v in cfg.kwargs.items() if k not in ("batch_id", "column")}
+        if cfg.kwargs.get("column") == DUPLICATE:
+            observed = f"{int(observed or 0)} record(s) repeating an earlier record's question, choices and answer"
+            kwargs = {"at_most": spec.known_duplicates.get(split, 0)}
         failures.append(
             {
                 "expectation": cfg.type,

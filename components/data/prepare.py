@@ -9,6 +9,12 @@ Validation runs *before* anything is written and the benchmark folder is swapped
 (:func:`components.io.atomic_dir`), so a malformed input, a failed suite or a crash leaves
 the previously prepared files byte-identical. The manifest holds no timestamps, so preparing
 the same inputs twice gives the same bytes (DVC-friendly).
+
+Concurrent prepares into one folder are safe: each benchmark's swap holds ``.<name>.lock`` and the
+manifest's read-modify-write holds ``.manifest.lock`` (``flock``: freed when a holder dies). Under
+its lock a writer first clears what a killed prepare left (``.<name>.*.staging``, an
+interrupted swap's ``.<name>.old-*``, which is put back when the folder is missing), so no
+leftover ever trips a later prepare.
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ import pyarrow.parquet as pq
 from components.data.adapters import Record
 from components.data.item import Item
 from components.data.sources import load_benchmark, resolve_mirror
-from components.data.spec import DataError, DataValidationError, get_spec
-from components.io import atomic_dir, write_json_atomic
+from components.data.spec import BENCHMARK_NAMES, DataError, DataValidationError, get_spec
+from components.io import atomic_dir, file_lock, recover_leftovers, write_json_atomic
 
 MANIFEST = "manifest.json"
 PARQUET_SCHEMA = pa.schema(
@@ -110,11 +116,13 @@ def prepare_benchmark(
             report,
         )
     out_dir = Path(out_dir)
-    with atomic_dir(out_dir / name) as staging:
-        staging.chmod(0o755)  # mkdtemp makes 0700; prepared data is meant to be shared/read by DVC
-        for split, table in tables.items():
-            pq.write_table(table, staging / f"{split}.parquet")
-        out_sha = {f"{name}/{split}.parquet": _sha256(staging / f"{split}.parquet") for split in tables}
+    with file_lock(out_dir / f".{name}.lock"):
+        recover_leftovers(out_dir / name)
+        with atomic_dir(out_dir / name) as staging:
+            staging.chmod(0o755)  # mkdtemp makes 0700; prepared data is meant to be shared/read by DVC
+            for split, table in tables.items():
+                pq.write_table(table, staging / f"{split}.parquet")
+            out_sha = {f"{name}/{split}.parquet": _sha256(staging / f"{split}.parquet") for split in tables}
     return BenchmarkResult(
         name,
         loaded.source,
@@ -143,6 +151,12 @@ def write_manifest(results: list[BenchmarkResult], out_dir: str | os.PathLike[st
     folder still exists (so ``prepare --benchmarks gsm8k`` does not forget MMLU).
     """
     out_dir = Path(out_dir)
+    with file_lock(out_dir / ".manifest.lock"):  # read-modify-write: concurrent prepares must not lose entries
+        recover_leftovers(out_dir / MANIFEST)
+        return _write_manifest(results, out_dir)
+
+
+def _write_manifest(results: list[BenchmarkResult], out_dir: Path) -> dict[str, Any]:
     entries: dict[str, Any] = {}
     path = out_dir / MANIFEST
     if path.is_file():
@@ -179,6 +193,7 @@ def prepare(
     """
     for name in benchmarks:
         get_spec(name)  # unknown names fail before any work
+    recover_interrupted(out_dir)
     t0 = time.perf_counter()
     results: list[BenchmarkResult] = []
     try:
@@ -206,6 +221,19 @@ def prepare(
     if not results:
         manifest = write_manifest([], out_dir)
     return PrepareReport(results, Path(out_dir) / MANIFEST, round(time.perf_counter() - t0, 3), manifest)
+
+
+def recover_interrupted(out_dir: str | os.PathLike[str]) -> list[str]:
+    """Clear the leftovers of killed prepares for every benchmark in ``out_dir`` (each under its lock)."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        return []
+    names = {entry.name[1:].split(".", 1)[0] for entry in out_dir.iterdir() if entry.name.startswith(".")}
+    done: list[str] = []
+    for name in sorted(names & set(BENCHMARK_NAMES)):
+        with file_lock(out_dir / f".{name}.lock"):
+            done += recover_leftovers(out_dir / name)
+    return done
 
 
 def load_split(data_dir: str | os.PathLike[str], benchmark: str, split: str) -> list[Item]:

@@ -52,8 +52,12 @@ def score_predictions_file(records: list[Item], predictions_path: Path, out_path
     """Score a JSON-lines predictions file against normalised records (``agent-gspo score``).
 
     Writes ``{"id","correct","extracted","error"}`` per prediction to ``out_path`` (atomic) and
-    returns ``{n, correct, accuracy, errors, missing_ids, unknown_ids}``; ``errors`` counts
-    grader failures, ``missing_ids`` lists records without a prediction.
+    returns ``{n, n_records, coverage, correct, accuracy, accuracy_on_submitted, errors,
+    missing_ids, unknown_ids}``: ``accuracy`` is over *all* records of the split, a missing
+    prediction counting as wrong (so submitting only the answers one is sure of cannot pass for
+    the benchmark's accuracy); ``accuracy_on_submitted`` is over the ``n`` predictions given and
+    ``coverage`` = ``n / n_records``. ``errors`` counts grader failures, ``missing_ids`` lists
+    records without a prediction.
     """
     predictions_path = Path(predictions_path)
     by_id = {item.id: item for item in records}
@@ -73,12 +77,15 @@ def score_predictions_file(records: list[Item], predictions_path: Path, out_path
             for (_, pid, _), res in zip(rows, results, strict=True):
                 fh.write(json.dumps({"id": pid, "correct": res.correct, "extracted": res.extracted,
                                      "error": res.error}) + "\n")
-    n = len(results)
+    n, n_records = len(results), len(by_id)
     correct = sum(r.correct for r in results)
     return {
         "n": n,
+        "n_records": n_records,
+        "coverage": n / n_records if n_records else 0.0,
         "correct": correct,
-        "accuracy": correct / n if n else 0.0,
+        "accuracy": correct / n_records if n_records else 0.0,
+        "accuracy_on_submitted": correct / n if n else 0.0,
         "errors": sum(r.error is not None for r in results),
         "missing_ids": [i for i in by_id if i not in seen],
         "unknown_ids": [],  # unknown ids are an error (raised above); kept for the summary schema

@@ -56,7 +56,8 @@ def test_predictions_file_end_to_end(tmp_path: Path) -> None:
     ])
     out = tmp_path / "out" / "scores.jsonl"
     summary = score_predictions_file(as_items(RECORDS), preds, out)
-    assert summary == {"n": 4, "correct": 3, "accuracy": 0.75, "errors": 0, "missing_ids": [], "unknown_ids": []}
+    assert summary == {"n": 4, "n_records": 4, "coverage": 1.0, "correct": 3, "accuracy": 0.75,
+                       "accuracy_on_submitted": 0.75, "errors": 0, "missing_ids": [], "unknown_ids": []}
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [x["id"] for x in lines] == ["gsm8k/test/0", "aqua/test/0", "math500/0", "humaneval/0"]
     assert lines[0] == {"id": "gsm8k/test/0", "correct": True, "extracted": "1450000", "error": None}

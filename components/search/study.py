@@ -16,14 +16,17 @@ Storage: ``sqlite:///file.db`` (default, one host) or ``postgresql+psycopg://use
 started on every host joins one study (``python -m components.search.worker``). A rerun of a
 finished study therefore runs no new trial: use a new ``search.study_name`` for a fresh search
 (``budget_seconds`` likewise counts from the study's first start, gaps between resumes included).
-An exception raised by ``trial_fn`` fails that trial and is re-raised (this worker stops; the
-others carry on, and the failed trial is charged its token reservation).
+An exception raised by ``trial_fn`` (an OOM, a tracking error, a bad outcome) fails that trial
+-- Optuna state FAIL, the error in its ``search:error`` user attribute -- and the worker goes on with the next one; only a budget refusal stops it. A failed trial is
+charged its token reservation. A tracking error while logging a finished trial's metrics does
+not fail the trial.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,12 +36,16 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from components.config import Config
+from components.redact import redact as redact_text
 from components.search import budget as B
 from components.search.errors import SearchError
 from components.search.params_file import write_best_params
 from components.search.space import SearchSpace, apply_overrides
 from components.search.storage import open_study, redact
 from components.search.tracking import TrackerFactory, log_search_metrics
+
+ATTR_ERROR = "search:error"
+"""user attribute of a failed trial: the exception, type and message (URI passwords redacted)"""
 
 
 @dataclass(frozen=True)
@@ -177,7 +184,13 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
             if run is not None:
                 run.log_params({o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides})
             t0 = time.perf_counter()
-            outcome = _check_outcome(trial_fn(trial_cfg, trial), trial.number)
+            try:
+                outcome = _check_outcome(trial_fn(trial_cfg, trial), trial.number)
+            except Exception as exc:
+                trial.set_user_attr(ATTR_ERROR, redact_text(f"{type(exc).__name__}: {exc}")[:1000])
+                print(f"search: trial {trial.number} failed ({type(exc).__name__}: {redact_text(str(exc))[:300]}); "
+                      "going on with the next trial", file=sys.stderr)
+                raise
             wall = time.perf_counter() - t0
             c = float(outcome.mean_tokens_per_episode) - limit
             trial.set_user_attr(B.ATTR_TOKENS, int(outcome.tokens_spent))
@@ -186,12 +199,17 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
             trial.set_user_attr(B.ATTR_ACCURACY, float(outcome.dev_accuracy))
             trial.set_constraint(B.CONSTRAINT_KEY, c)
             if run is not None:
-                log_search_metrics(run, {
-                    "search/dev_accuracy": outcome.dev_accuracy,
-                    "search/mean_tokens_per_episode": outcome.mean_tokens_per_episode,
-                    "search/constraint": c, "search/tokens_spent": outcome.tokens_spent,
-                    "search/seconds": outcome.seconds})
-                run.set_tags({"feasible": c <= 0})
+                from components.tracking.errors import TrackingError  # lazy: mlflow only with a tracker
+
+                try:
+                    log_search_metrics(run, {
+                        "search/dev_accuracy": outcome.dev_accuracy,
+                        "search/mean_tokens_per_episode": outcome.mean_tokens_per_episode,
+                        "search/constraint": c, "search/tokens_spent": outcome.tokens_spent,
+                        "search/seconds": outcome.seconds})
+                    run.set_tags({"feasible": c <= 0})
+                except TrackingError as exc:  # the trial's result is in the study; only its MLflow copy is lost
+                    print(f"search: trial {trial.number}: metrics not logged ({exc})", file=sys.stderr)
         return float(outcome.dev_accuracy)
 
     def after_trial(study_: optuna.Study, _trial: FrozenTrial) -> None:
@@ -208,8 +226,9 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
                                "search.max_tokens_per_episode": limit, "search.storage": redact(url)})
         reason = B.exhausted(used(), limits)
         if reason is None:
+            # a refusal stops the study (study.stop above); any other failure fails one trial only
             study.optimize(lambda t: objective(t, parent), n_trials=None, callbacks=[after_trial],
-                           catch=(_Refused,))
+                           catch=(Exception,))
         else:
             stopped_by.append(reason)
         result = _finish(study, cfg, url, name, used(), stopped_by, mine, out_params or s.out_params)
@@ -223,9 +242,11 @@ def _finish(study: optuna.Study, cfg: Config, url: str | optuna.storages.BaseSto
     all_trials = study.get_trials(deepcopy=False)
     best = select_best(all_trials)
     if best is None:
+        errors = list(dict.fromkeys(t.user_attrs[ATTR_ERROR] for t in all_trials if ATTR_ERROR in t.user_attrs))
+        seen = f"; trial errors: {' | '.join(errors[:3])}" if errors else ""
         raise SearchError(f"search: study {name!r} in {redact(url)} has no completed trial "
                           f"(stopped by {stopped_by[0] if stopped_by else 'unknown'}); raise search.trials "
-                          f"or the budgets, or check the failed trials' errors above")
+                          f"or the budgets, or fix what failed the trials{seen}")
     overrides = list(best.user_attrs.get(B.ATTR_OVERRIDES, []))
     constraint = float(best.constraints.get(B.CONSTRAINT_KEY, math.nan))
     feasible = all(v <= 0 for v in best.constraints.values())

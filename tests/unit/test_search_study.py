@@ -166,3 +166,42 @@ def test_worker_entry_runs_synthetic_search_and_exits_2_on_bad_input(
     assert '"n_complete": 3' in out and (tmp_path / "best.yaml").is_file()
     assert worker.main(["--trial-fn", "no_such_module:fn", *args[1:]]) == 2
     assert "cannot import" in capsys.readouterr().err
+
+
+class _Flaky:
+    """Every third trial fails the way real ones do (OOM, tracking outage); the others are synthetic."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, cfg: Config, trial: optuna.Trial) -> TrialOutcome:
+        self.calls += 1
+        if self.calls % 3 == 1:
+            raise MemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if self.calls % 3 == 2:
+            from components.tracking.errors import TrackingError
+
+            raise TrackingError("log metrics failed on MLflow tracking URI http://u:s3cret@h:5000: refused")
+        return SyntheticTrial()(cfg, trial)
+
+
+def test_a_failing_trial_is_recorded_and_the_worker_goes_on(tmp_path: Path) -> None:
+    storage = optuna.storages.InMemoryStorage()
+    flaky = _Flaky()
+    result = run_search(_cfg(tmp_path), flaky, trials=9, storage=storage)
+    trials = _study(storage).trials
+    assert flaky.calls == 9 and len(trials) == 9
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 6 and result.n_failed == 6 and result.n_complete == 3
+    errors = [t.user_attrs["search:error"] for t in failed]
+    assert sum(e.startswith("MemoryError: CUDA out of memory") for e in errors) == 3
+    assert sum(e.startswith("TrackingError") and "u:***@h" in e and "s3cret" not in e for e in errors) == 3
+    assert result.best_trial in {t.number for t in trials if t.state == TrialState.COMPLETE}
+
+
+def test_only_failures_end_with_the_trial_errors_named(tmp_path: Path) -> None:
+    def always(cfg: Config, trial: optuna.Trial) -> TrialOutcome:
+        raise RuntimeError("no GPU left on this node")
+
+    with pytest.raises(SearchError, match=r"no completed trial.*RuntimeError: no GPU left on this node"):
+        run_search(_cfg(tmp_path), always, trials=3, storage=optuna.storages.InMemoryStorage())

@@ -17,9 +17,9 @@ started on every host joins one study (``python -m components.search.worker``). 
 finished study therefore runs no new trial: use a new ``search.study_name`` for a fresh search
 (``budget_seconds`` likewise counts from the study's first start, gaps between resumes included).
 An exception raised by ``trial_fn`` (an OOM, a tracking error, a bad outcome) fails that trial
--- Optuna state FAIL, the error in its ``search:error`` user attribute -- and the worker goes on with the next one; only a budget refusal stops it. A failed trial is
-charged its token reservation. A tracking error while logging a finished trial's metrics does
-not fail the trial.
+(Optuna state FAIL, the error in its ``search:error`` user attribute) and the worker goes on
+with the next one; only a budget refusal stops it. A failed trial is charged its token
+reservation. A tracking error while logging a finished trial's metrics does not fail the trial.
 """
 
 from __future__ import annotations

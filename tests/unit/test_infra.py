@@ -190,6 +190,26 @@ def test_postgres_refuses_placeholder_passwords(password: str, ok: bool) -> None
     assert _env_example()["POSTGRES_PASSWORD"] == "change-me-local-only"  # the example is refused as is
 
 
+def test_code_sandbox_permissions_are_lifted_only_where_code_is_scored(prefect_template: dict[str, Any]) -> None:
+    """The sandbox needs unshare() and mount() (namespaces, no capabilities): Docker's and the
+    runtimes' default seccomp/AppArmor profiles forbid them, so the flow-running containers lift
+    exactly those two and drop everything else; the training job keeps RuntimeDefault (code
+    scoring refuses there, as documented)."""
+    services = _compose()["services"]
+    worker = services["prefect-worker"]
+    assert set(worker["security_opt"]) == {"seccomp=unconfined", "apparmor=unconfined", "no-new-privileges:true"}
+    assert worker["cap_drop"] == ["ALL"]
+    assert all("security_opt" not in services[n] for n in services if n != "prefect-worker")
+    ctx = prefect_template["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]["containers"][0][
+        "securityContext"]
+    assert ctx["seccompProfile"] == {"type": "Unconfined"} and ctx["appArmorProfile"] == {"type": "Unconfined"}
+    assert ctx["allowPrivilegeEscalation"] is False and ctx["capabilities"] == {"drop": ["ALL"]}
+    trainer = _k8s_docs()["Job"]["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert trainer["seccompProfile"] == {"type": "RuntimeDefault"} and trainer["capabilities"] == {"drop": ["ALL"]}
+    readme = (INFRA / "README.md").read_text()
+    assert "Code sandbox" in readme and "seccomp=unconfined" in readme and "AGENT_GSPO_UNSAFE_CODE_EXEC" in readme
+
+
 def test_compose_worker_and_offline_env() -> None:
     services = _compose()["services"]
     worker = services["prefect-worker"]

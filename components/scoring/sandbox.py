@@ -56,8 +56,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.errors import UserError
+from components.scoring.sandbox_proc import kill_all, read_all, remove_uid_files, tail, uid_procs
 
-_TAIL = 2000
 _UID_BASE = 100_000
 UNSAFE_ENV = "AGENT_GSPO_UNSAFE_CODE_EXEC"
 _HERE = Path(__file__).resolve().parent
@@ -163,68 +163,6 @@ class _Limits:
     max_file_mb: int
 
 
-def _uid_procs(uid: int) -> list[int]:
-    """Live (non-zombie) PIDs whose real uid is ``uid`` (a racy /proc scan, so callers loop)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as fh:
-                for line in fh:
-                    if line.startswith("State:") and line.split()[1] in ("Z", "X"):
-                        break
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
-                            pids.append(int(entry))
-                        break
-        except OSError:
-            continue
-    return pids
-
-
-def _kill_all(pgid: int, uid: int | None) -> None:
-    """SIGKILL the process group (with namespaces: init, hence the whole PID namespace) and, in
-    unsafe mode with a private uid, every process of that uid."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for _ in range(50 if uid is not None else 0):
-        pids = _uid_procs(uid)  # type: ignore[arg-type]
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.01)
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - _TAIL))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _read_all(fd: int, deadline: float) -> bytes:
-    """Everything written to ``fd`` until EOF or ``deadline``."""
-    import select
-
-    out = b""
-    while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        out += chunk
-    return out
-
-
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::\s.*)?$")
 
 
@@ -255,7 +193,7 @@ def _run(source: str, task: CodeTask | None, timeout_s: float, lim: _Limits, *, 
     """One sandboxed run (``task`` None: a bare program); see the module docstring."""
     root = os.geteuid() == 0
     uid = _UID_BASE + secrets.randbelow(1 << 20) if root else None
-    nproc = lim.max_procs if (root or not unsafe) else len(_uid_procs(os.getuid())) + lim.max_procs
+    nproc = lim.max_procs if (root or not unsafe) else len(uid_procs(os.getuid())) + lim.max_procs
     base = Path(tempfile.mkdtemp(prefix="agent-gspo-sandbox-"))
     work = base / "work"
     work.mkdir(mode=0o700)
@@ -293,21 +231,21 @@ def _run(source: str, task: CodeTask | None, timeout_s: float, lim: _Limits, *, 
         _feed(proc, b"".join(_frame(f) for f in frames))
         verdict: dict | None = None
         if task:
-            raw = _read_all(verdict_r, deadline + 2.0)
+            raw = read_all(verdict_r, deadline + 2.0)
             try:
                 verdict = json.loads(raw) if raw else None
             except ValueError:
                 verdict = None
             if not (verdict and verdict.get("why") == "ended"):  # else let the program's status arrive
-                _kill_all(proc.pid, killer)
+                kill_all(proc.pid, killer)
             report_wait = time.monotonic() + 2.0
         else:
             if _wait(proc, deadline) is None:
-                _kill_all(proc.pid, killer)
+                kill_all(proc.pid, killer)
             report_wait = time.monotonic() + 1.0
-        report_raw = _read_all(report_r, report_wait)
+        report_raw = read_all(report_r, report_wait)
         duration = time.monotonic() - start
-        _kill_all(proc.pid, killer)  # the whole namespace; unsafe mode: leftovers of the private uid
+        kill_all(proc.pid, killer)  # the whole namespace; unsafe mode: leftovers of the private uid
         proc.wait()
         report: dict = {}
         for line in report_raw.splitlines():  # one line when set up, a fuller one at the end
@@ -315,7 +253,7 @@ def _run(source: str, task: CodeTask | None, timeout_s: float, lim: _Limits, *, 
                 report.update(json.loads(line))
             except ValueError:
                 pass
-        stdout, stderr = _tail(out_path), _tail(err_path)
+        stdout, stderr = tail(out_path), tail(err_path)
         if report.get("setup"):
             raise SandboxUnavailable(f"sandbox set-up failed ({report.get('isolation') or 'namespaces'}): "
                                      f"{report['setup']}")
@@ -332,13 +270,13 @@ def _run(source: str, task: CodeTask | None, timeout_s: float, lim: _Limits, *, 
         return SandboxResult(False, f"sandbox: could not run program: {exc}", "", "", time.monotonic() - start)
     finally:
         if proc is not None and proc.poll() is None:
-            _kill_all(proc.pid, killer)
+            kill_all(proc.pid, killer)
             proc.wait()
         for fd in pipes:
             os.close(fd)
         shutil.rmtree(base, ignore_errors=True)
         if unsafe and uid is not None:
-            _remove_uid_files(uid)
+            remove_uid_files(uid)
 
 
 def _frame(message: dict) -> bytes:
@@ -381,25 +319,6 @@ def _wait(proc: subprocess.Popen, deadline: float) -> int | None:
         return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         return None
-
-
-def _remove_uid_files(uid: int) -> None:
-    """Unsafe mode: delete what the private uid left in the world-writable temp folders (top level)."""
-    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.stat(follow_symlinks=False).st_uid != uid:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    os.unlink(entry.path)
-            except OSError:
-                continue
 
 
 def _limits(timeout_s: float, memory_mb: int, cpu_s: int | None, max_procs: int, max_file_mb: int) -> _Limits:

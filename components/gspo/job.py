@@ -155,43 +155,45 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_ste
                       f"B = {cfg.budget.fraction:g} x {mean:.1f} = {trainer.controller.target:.1f}", file=sys.stderr)
         pending = extra.get("mlflow_pending", []) if ckpt is not None else []
         use_tracker = track and info.is_main
-        with _maybe_tracker(cfg, use_tracker, f"train-{cfg.profile}", run_id) as tracker:
-            outbox = _outbox(tracker, pending)
-            try:
-                if tracker is not None and run_id is None:
-                    tracker.log_params(cfg.flat())
-                while trainer.step_idx < total:
-                    res = trainer.train_step()
-                    done_ms = int(time.time() * 1000)
-                    if info.is_main:
-                        print(_progress_line(res.step, total, res.metrics), flush=True)
-                    if on_step is not None:
-                        on_step(res.step, res.metrics)
-                    if res.step % cfg.gspo.checkpoint_every == 0 or res.step == total:
-                        unsent = outbox.pending() + [(res.step, done_ms, dict(res.metrics))] if outbox else []
-                        extra = trainer.state() | {"mlflow_run_id": getattr(tracker, "run_id", run_id),
-                                                   "mlflow_pending": unsent}
-                        save_checkpoint(out, res.step, engine, tokenizer, extra=extra, keep=cfg.gspo.keep_checkpoints)
-                    if outbox is not None:  # after the checkpoint: sending can never cost one
-                        outbox.put(res.step, res.metrics, done_ms)
-                result = TrainResult(out, None, trainer.step_idx, trainer.history, getattr(tracker, "run_id", None))
-                _finalise(cfg, out, engine, tokenizer, trainer, tracker, result, outbox)  # collective: every rank
-            finally:
-                if outbox is not None:
-                    outbox.close()
+        with _maybe_tracker(cfg, use_tracker, f"train-{cfg.profile}", run_id) as tracker, \
+                _outbox(tracker, pending) as outbox:
+            if tracker is not None and run_id is None:
+                tracker.log_params(cfg.flat())
+            while trainer.step_idx < total:
+                res = trainer.train_step()
+                done_ms = int(time.time() * 1000)
+                if info.is_main:
+                    print(_progress_line(res.step, total, res.metrics), flush=True)
+                if on_step is not None:
+                    on_step(res.step, res.metrics)
+                if res.step % cfg.gspo.checkpoint_every == 0 or res.step == total:
+                    unsent = outbox.pending() + [(res.step, done_ms, dict(res.metrics))] if outbox else []
+                    extra = trainer.state() | {"mlflow_run_id": getattr(tracker, "run_id", run_id),
+                                               "mlflow_pending": unsent}
+                    save_checkpoint(out, res.step, engine, tokenizer, extra=extra, keep=cfg.gspo.keep_checkpoints)
+                if outbox is not None:  # after the checkpoint: sending can never cost one
+                    outbox.put(res.step, res.metrics, done_ms)
+            result = TrainResult(out, None, trainer.step_idx, trainer.history, getattr(tracker, "run_id", None))
+            _finalise(cfg, out, engine, tokenizer, trainer, tracker, result, outbox)  # collective: every rank
         return result
     finally:
         shutdown_distributed()
 
 
-def _outbox(tracker: Any, pending: list[Any]) -> Any:
+@contextlib.contextmanager
+def _outbox(tracker: Any, pending: list[Any]) -> Iterator[Any]:
+    """The metric outbox of ``tracker`` (None without one), holding what a crashed run had not sent."""
     if tracker is None:
-        return None
+        yield None
+        return
     from components.tracking.outbox import MetricOutbox
 
     outbox = MetricOutbox(tracker)
-    outbox.restore(pending)  # metrics a crashed run had not delivered
-    return outbox
+    try:
+        outbox.restore(pending)
+        yield outbox
+    finally:
+        outbox.close()
 
 
 def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any, tracker: Any,

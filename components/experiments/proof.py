@@ -125,7 +125,8 @@ def run_proof(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_di
     for name, variant in (("agent_gspo", _variant(cfg, "agent_gspo")), ("lambda0", _variant(cfg, "lambda0", LAMBDA0))):
         log(f"[{exp.name}] training {name}: {variant.gspo.steps} step(s) into {variant.gspo.out_dir}")
         t1 = time.perf_counter()
-        result = train(variant, out_dir=variant.gspo.out_dir, data_dir=data_dir, track=track)
+        # an experiment (re)run trains from scratch: the folder's earlier checkpoints are its own
+        result = train(variant, out_dir=variant.gspo.out_dir, data_dir=data_dir, track=track, overwrite=True)
         t2 = time.perf_counter()
         log(f"[{exp.name}] evaluating {name} ({result.final_model})")
         reports[name] = evaluate(variant, model=str(result.final_model), baselines=[], data_dir=data_dir,

@@ -11,12 +11,14 @@ import pytest
 
 from components.scoring.math_grader import MathGraderPool
 
-# Each worker process numbers itself (files in a folder), then applies ACTION (which may use n, the
+# Each worker process numbers itself (files in a folder, under a lock: two workers starting together
+# must not both take the same number), then applies ACTION (which may use n, the
 # number of workers started before it), and serves with a stand-in for math-verify (string
 # equality, so a worker starts in ~0.1 s): verdicts are then known exactly.
 BOOT = (
-    "import os, sys, time; sys.path.insert(0, sys.argv[1]); d = {folder!r}; n = len(os.listdir(d)); "
-    "open(os.path.join(d, str(n)), 'w').close(); {action}; "
+    "import fcntl, os, sys, time; sys.path.insert(0, sys.argv[1]); d = {folder!r}; "
+    "lk = open(d + '.lock', 'a'); fcntl.flock(lk, fcntl.LOCK_EX); n = len(os.listdir(d)); "
+    "open(os.path.join(d, str(n)), 'w').close(); fcntl.flock(lk, fcntl.LOCK_UN); {action}; "
     "import components.scoring.math_grader as m; "
     "m._verify = lambda e, g, t: (time.sleep(3600) if e == 'hang' else None, (e == g, None))[1]; "
     "m._serve(int(sys.argv[2]), int(sys.argv[3]))"

@@ -131,6 +131,9 @@ def run_system(system: System, items: Sequence[Item], *, batch_size: int, seed: 
     episodes: list[EpisodeLike | None] = [None] * len(items)
     starts = range(0, len(order), batch_size)
     bar = tqdm(starts, desc=f"evaluate {system.name} ({benchmark})", unit="batch", leave=False, disable=len(starts) < 2)
+    t0, done = time.perf_counter(), 0
+    log.info("evaluate %s (%s): %d items in %d batch(es) of up to %d", system.name, benchmark, len(items),
+             len(starts), batch_size)
     for b, start in enumerate(bar):
         idx = order[start:start + batch_size]
         batch = [items[k] for k in idx]
@@ -140,6 +143,9 @@ def run_system(system: System, items: Sequence[Item], *, batch_size: int, seed: 
         vote(out, batch, system.engine.cfg)
         for k, ep in zip(idx, out, strict=True):
             episodes[k] = EpisodeStats.from_episode(ep) if compact else ep
+        done += len(idx)
+        log.info("evaluate %s (%s): batch %d/%d done, %d/%d items, %.0f s", system.name, benchmark, b + 1,
+                 len(starts), done, len(items), time.perf_counter() - t0)
     return [ep for ep in episodes if ep is not None]
 
 
@@ -300,6 +306,7 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     per_system = {s.name: _run_benchmarks(s, items, batch_size=ev.batch_size, seed=ev.seed, timings=timings)
                   for s in systems}
     t0 = time.perf_counter()
+    log.info("evaluate: grading %d episodes", sum(len(e) for eps in per_system.values() for e in eps.values()))
     by_id = {b: {i.id: i for i in its} for b, its in items.items()}  # ids need only be unique per benchmark
     pairs = [(by_id[b][e.question_id], e) for eps in per_system.values() for b, bench_eps in eps.items()
              for e in bench_eps]  # every episode at once: the most parallel sandboxes and workers
@@ -344,22 +351,26 @@ def eval_metrics(rows: Sequence[EvalRow], system: str) -> dict[str, float]:
     return out
 
 
-def log_to_tracker(tracker, report: EvalReport, main: str) -> None:
-    """Main system's metrics on the tracker's run; each other system in a nested run tagged
+def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """``eval/<key>`` of one system's :func:`summarise` entry (None values, e.g. no correct answer, left out)."""
+    return {f"eval/{k}": float(v) for k, v in summary.items() if v is not None}
+
+
+def log_to_tracker(tracker, report: EvalReport, main: str, model_id: str | None = None) -> None:
+    """Main system's metrics on the tracker's run (its summary linked to ``model_id``, a registered
+    version's logged model, when given); each other system in a nested run tagged
     ``eval.system=<name>`` with the same contract names (the metric validator allows only those)."""
     meta = report.meta
     tags = {"eval.system": main, "eval.model_uri": meta.get("model_uri"), "eval.config_hash": meta["config_hash"],
             "eval.data_manifest_sha256": meta["data_manifest_sha256"], "eval.seed": meta["seed"],
-            "eval.limit": meta["limit"], "eval.accuracy": report.summary[main]["accuracy"],
-            "eval.tokens_total": report.summary[main]["tokens_total"]}
+            "eval.limit": meta["limit"]}
     tracker.set_tags(tags)
     tracker.log_metrics(eval_metrics(report.table, main))
+    tracker.log_metrics(summary_metrics(report.summary[main]), model_id=model_id)
     for name in report.summary:
         if name == main:
             continue
-        with tracker.child(f"eval-{name}", tags={**tags, "eval.system": name,
-                                                 "eval.accuracy": report.summary[name]["accuracy"],
-                                                 "eval.tokens_total": report.summary[name]["tokens_total"]}) as sub:
-            sub.log_metrics(eval_metrics(report.table, name))
+        with tracker.child(f"eval-{name}", tags={**tags, "eval.system": name}) as sub:
+            sub.log_metrics(eval_metrics(report.table, name) | summary_metrics(report.summary[name]))
     for path in report.paths.values():
         tracker.log_artifact(path, "eval")

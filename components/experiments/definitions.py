@@ -9,8 +9,6 @@ episode, read from the baselines results file in the unit the trainer's budget t
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,11 +103,6 @@ def settings_of(cfg: Config) -> dict[str, Any]:
     """The :data:`SETTINGS_KEYS` values of ``cfg`` (stored in every results file)."""
     flat = cfg.flat()
     return {k: flat[k] for k in SETTINGS_KEYS}
-
-
-def item_ids_sha256(item_ids: dict[str, list[str]]) -> str:
-    """Identity of an evaluation sample: sha256 of the item ids per benchmark."""
-    return hashlib.sha256(json.dumps(item_ids, sort_keys=True).encode()).hexdigest()
 
 
 def check_compatible(baseline: ResultsFile, cfg: Config, source: str) -> None:

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config
+from components.evaluation.setting import item_ids_sha256
 from components.experiments.definitions import (
     Experiment,
     budget_from_baseline,
     check_compatible,
     experiment_config,
-    item_ids_sha256,
     select,
     settings_of,
 )

@@ -246,13 +246,20 @@ def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any,
     retry_until(lambda: tracker.log_artifact(out / "history.json"), deadline)
     if cfg.tracking.log_model:
         from components.tracking import git_commit
+        from components.tracking.served import system_settings
 
-        tags = {"config.sha256": cfg.hash(), "git.commit": git_commit() or "unknown",
+        commit = git_commit()
+        tags = {"config.sha256": cfg.hash(), "git.commit": commit or "unknown",
                 "data.manifest_sha256": _manifest_hash(Path(cfg.data.out_dir)), "config.profile": cfg.profile,
                 "train.run_id": tracker.run_id, "train.steps": str(trainer.step_idx)}
+        settings = system_settings(cfg, git_commit=commit)
         version = retry_until(lambda: tracker.log_policy_model(final, registered_name=cfg.registry.model_name,
-                                                              tags=tags), deadline)
+                                                              tags=tags, settings=settings), deadline)
         result.model_version = str(getattr(version, "version", version))
+        from components.tracking.versions import VersionRef, write_registration
+
+        write_registration(final, VersionRef(cfg.registry.model_name, result.model_version), uri=cfg.tracking.uri,
+                           run_id=tracker.run_id)
         print(f"registered {cfg.registry.model_name} version {result.model_version}", file=sys.stderr)
 
 

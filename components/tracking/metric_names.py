@@ -34,6 +34,14 @@ token's mean first-token probability (the exploration rate), calls the protocol 
 that reached the length cap, and silence of the agents that held / did not hold the private fact
 on split-information items (search metrics are checked in components/search)."""
 
+EVAL_SUMMARY_NAMES: frozenset[str] = frozenset({
+    "eval/accuracy", "eval/accuracy_micro", "eval/n", "eval/correct", "eval/benchmarks", "eval/tokens_total",
+    "eval/tokens_total_mean", "eval/tokens_completion", "eval/tokens_communicated", "eval/tokens_per_correct",
+    "eval/silence_rate", "eval/grading_errors",
+})
+"""One evaluated system over all benchmarks (``components.evaluation.metrics.summarise`` as ``eval/<key>``);
+``eval/accuracy`` and ``eval/tokens_total`` are what the promotion gate compares."""
+
 SILENCE_METRIC_RE = re.compile(r"^silence/agent\d+_round\d+$")
 """``silence/agent<a>_round<r>``: silence rate per agent and round (training plots)."""
 
@@ -45,7 +53,8 @@ EVAL_METRIC_RE = re.compile(r"^eval/(?P<bench>[a-z0-9][a-z0-9_.\-]*)/(?P<metric>
 
 def is_metric_name(name: str) -> bool:
     """True when ``name`` belongs to the vocabulary."""
-    return (name in METRIC_NAMES or name in EXTRA_METRIC_NAMES or EVAL_METRIC_RE.match(name) is not None
+    return (name in METRIC_NAMES or name in EXTRA_METRIC_NAMES or name in EVAL_SUMMARY_NAMES
+            or EVAL_METRIC_RE.match(name) is not None
             or SILENCE_METRIC_RE.match(name) is not None)
 
 

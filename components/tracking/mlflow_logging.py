@@ -168,14 +168,19 @@ class Tracker:
             self._guard("log params", lambda chunk=chunk: client.log_batch(run_id, params=chunk))
         return flat
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Validate names (``ValueError`` on unknown ones) and log all values at ``step``."""
-        self.log_metric_rows([(step or 0, int(time.time() * 1000), validate_metrics(metrics))])
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None, model_id: str | None = None) -> None:
+        """Validate names (``ValueError`` on unknown ones) and log all values at ``step``.
 
-    def log_metric_rows(self, rows: Sequence[tuple[int, int, Mapping[str, float]]]) -> None:
+        ``model_id`` (a registered version's ``model_id``) also links the values to that model, so
+        the MLflow UI shows them on the model's page."""
+        self.log_metric_rows([(step or 0, int(time.time() * 1000), validate_metrics(metrics))], model_id=model_id)
+
+    def log_metric_rows(self, rows: Sequence[tuple[int, int, Mapping[str, float]]],
+                        model_id: str | None = None) -> None:
         """Log ``(step, unix time in ms, validated metrics)`` rows, 1000 values per request."""
         client, run_id = self._require()
-        items = [Metric(k, float(v), ts, step) for step, ts, values in rows for k, v in values.items()]
+        items = [Metric(k, float(v), ts, step, model_id=model_id)
+                 for step, ts, values in rows for k, v in values.items()]
         for i in range(0, len(items), METRICS_PER_BATCH):
             chunk = items[i:i + METRICS_PER_BATCH]
             self._guard("log metrics", lambda chunk=chunk: client.log_batch(run_id, metrics=chunk))
@@ -207,10 +212,10 @@ class Tracker:
         self._guard(f"log figure {artifact_file}", lambda: client.log_figure(run_id, figure, artifact_file))
 
     def log_policy_model(self, model_dir: str | os.PathLike[str], *, registered_name: str,
-                         tags: Mapping[str, Any]) -> Any:
+                         tags: Mapping[str, Any], settings: Mapping[str, Any]) -> Any:
         """:func:`log_policy_model` into this run."""
         self._require()
-        return log_policy_model(Path(model_dir), registered_name=registered_name, tags=tags,
+        return log_policy_model(Path(model_dir), registered_name=registered_name, tags=tags, settings=settings,
                                 tracking_uri=self.uri)
 
     @contextlib.contextmanager

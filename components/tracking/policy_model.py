@@ -1,16 +1,23 @@
-"""Log a saved HF policy folder as an MLflow model, register it, and resolve model URIs back.
+"""Log a trained policy as an MLflow model of the multi-agent system, register it, resolve URIs back.
 
-The model is an MLflow pyfunc (see :mod:`components.tracking.hf_pyfunc` for why not the
-transformers flavour) whose ``hf_model`` artifact is the untouched HF folder. Requirements
-are pinned explicitly from the installed versions, so MLflow never imports the model to infer
-them (which is what makes ``mlflow.pytorch.log_model`` slow) and nothing touches the network.
+The model is an MLflow pyfunc (see :mod:`components.tracking.hf_pyfunc`) with two artifacts: the
+untouched HF policy folder (``hf_model``) and the settings it was trained with (``system``, see
+:mod:`components.tracking.served`), plus the ``components`` package as code, so the served
+system runs the recorded protocol with the code that trained it. The signature documents the
+request (``question``, optional ``answer_type`` / ``choices``), the response (answer, transcript,
+token counts) and the params with the trained values as defaults. Requirements are pinned from
+the installed versions, so MLflow never imports the model to infer them and nothing touches the
+network.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import shutil
+import tempfile
 import warnings
 from collections.abc import Mapping
 from importlib import metadata
@@ -21,19 +28,21 @@ import mlflow
 import yaml
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
-from mlflow.exceptions import MlflowException
 from mlflow.models.signature import ModelSignature
-from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
+from mlflow.types.schema import Array, ColSpec, Object, ParamSchema, ParamSpec, Property, Schema
 
 from components.io import atomic_dir
 from components.tracking.backend import check_reachable, configure_http_retries, git_commit, guarded
 from components.tracking.errors import ModelUriError
+from components.tracking.served import SETTINGS_FILE
+from components.tracking.versions import get_model_version, parse_models_uri
 
 PYFUNC_CODE = Path(__file__).with_name("hf_pyfunc.py")
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 ARTIFACT_KEY = "hf_model"
+SETTINGS_KEY = "system"
 GIT_COMMIT_TAG = "git.commit"
-REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors")
-MODELS_URI_RE = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[\w\-]+)|/(?P<version>\d+))$")
+REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors", "pydantic", "pyyaml", "pandas", "math-verify")
 HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 DEFAULT_CACHE = "~/.cache/agent-gspo/registry"
 _COMPLETE = ".agent-gspo-complete"
@@ -58,13 +67,41 @@ def _check_hf_folder(folder: Path, what: str) -> None:
                             f"(expected a folder written by save_pretrained)")
 
 
-def log_policy_model(model_dir: Path, *, registered_name: str, tags: Mapping[str, Any],
-                     tracking_uri: str | None = None, artifact_name: str = "policy") -> ModelVersion:
-    """Log ``model_dir`` (HF model + tokenizer) as an MLflow model and register a new version.
+def system_signature(settings: Mapping[str, Any]) -> ModelSignature:
+    """Request / response / params of the served system; params default to the trained settings."""
+    mas = settings["mas"]
+    message = Object([Property("agent", "long"), Property("role", "string"), Property("round", "long"),
+                      Property("silent", "boolean"), Property("text", "string"), Property("prompt_tokens", "long"),
+                      Property("completion_tokens", "long"), Property("recipients", Array("long"))])
+    inputs = Schema([ColSpec("string", "question"), ColSpec("string", "answer_type", required=False),
+                     ColSpec(Array("string"), "choices", required=False)])
+    outputs = Schema([ColSpec("string", "answer", required=False), ColSpec("string", "final_text"),
+                      ColSpec(Array(message), "transcript"),
+                      *[ColSpec("long", key) for key in ("prompt_tokens", "completion_tokens", "communicated_tokens",
+                                                         "total_tokens", "turns", "messages")]])
+    params = ParamSchema([ParamSpec("agents", "long", int(mas["agents"])),
+                          ParamSpec("rounds", "long", int(mas["rounds"])),
+                          ParamSpec("max_new_tokens", "long", int(mas["max_message_tokens"])),
+                          ParamSpec("temperature", "double", 0.0), ParamSpec("seed", "long", 0)])
+    return ModelSignature(inputs=inputs, outputs=outputs, params=params)
 
-    ``tags`` go on the model version (data manifest hash, config hash, ...); ``git.commit`` is
-    added from :func:`git_commit` when absent. Logs into the active run if there is one.
-    Returns the new ``ModelVersion`` (status READY). ~1 s for a tiny model on sqlite.
+
+def _stage_code(tmp: Path) -> Path:
+    """A clean copy of the ``components`` package (no caches) to ship as the model's code."""
+    target = tmp / "code" / "components"
+    shutil.copytree(PACKAGE_DIR, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return target
+
+
+def log_policy_model(model_dir: Path, *, registered_name: str, tags: Mapping[str, Any],
+                     settings: Mapping[str, Any], tracking_uri: str | None = None,
+                     artifact_name: str = "policy") -> ModelVersion:
+    """Log ``model_dir`` (HF model + tokenizer) with its training ``settings`` and register a new version.
+
+    ``settings`` come from :func:`components.tracking.served.system_settings`. ``tags`` go on the
+    model version (data manifest hash, config hash, ...); ``git.commit`` is added from
+    :func:`git_commit` when absent. Logs into the active run if there is one. Returns the new
+    ``ModelVersion`` (status READY).
     """
     model_dir = Path(model_dir)
     _check_hf_folder(model_dir, "log_policy_model")
@@ -76,17 +113,20 @@ def log_policy_model(model_dir: Path, *, registered_name: str, tags: Mapping[str
     version_tags = {str(k): str(v) for k, v in tags.items()}
     if GIT_COMMIT_TAG not in version_tags and (sha := git_commit()):
         version_tags[GIT_COMMIT_TAG] = sha
-    signature = ModelSignature(
-        inputs=Schema([ColSpec("string")]), outputs=Schema([ColSpec("string")]),
-        params=ParamSchema([ParamSpec("max_new_tokens", "long", 64),
-                            ParamSpec("temperature", "double", 0.0)]))
+    signature = system_signature(settings)
+    metadata_ = {"agent_gspo": {"mas": dict(settings["mas"]), "config_sha256": settings.get("config_sha256")}}
 
     def _log() -> ModelVersion:
-        with warnings.catch_warnings():  # an input example would load the model at log time
-            warnings.filterwarnings("ignore", message=".*input example was not provided.*")
-            info = mlflow.pyfunc.log_model(
-                name=artifact_name, python_model=str(PYFUNC_CODE), artifacts={ARTIFACT_KEY: str(model_dir)},
-                pip_requirements=_pinned_requirements(), signature=signature)
+        with tempfile.TemporaryDirectory(prefix="agent-gspo-model-") as tmp:
+            settings_path = Path(tmp) / SETTINGS_FILE
+            settings_path.write_text(json.dumps(dict(settings), indent=2, sort_keys=True))
+            with warnings.catch_warnings():  # an input example would load the model at log time
+                warnings.filterwarnings("ignore", message=".*input example was not provided.*")
+                info = mlflow.pyfunc.log_model(
+                    name=artifact_name, python_model=str(PYFUNC_CODE),
+                    artifacts={ARTIFACT_KEY: str(model_dir), SETTINGS_KEY: str(settings_path)},
+                    code_paths=[str(_stage_code(Path(tmp)))], pip_requirements=_pinned_requirements(),
+                    signature=signature, metadata=metadata_)
         return mlflow.register_model(info.model_uri, registered_name, tags=version_tags)
 
     return guarded(uri, f"log and register {model_dir} as {registered_name!r}", _log)
@@ -138,28 +178,12 @@ def resolve_model_uri(uri: str | os.PathLike[str], *, dst_dir: str | os.PathLike
 
 
 def _download_registered(text: str, dst_dir: str | os.PathLike[str] | None, tracking_uri: str | None) -> Path:
-    match = MODELS_URI_RE.match(text)
-    if not match:
-        raise ModelUriError(f"model {text!r}: expected models:/<name>@<alias> or models:/<name>/<version> "
-                            f"(stages are not used; use aliases such as @champion)")
+    name, _, _ = parse_models_uri(text)
     uri = tracking_uri or mlflow.get_tracking_uri()
     configure_http_retries()
     check_reachable(uri)
     client = MlflowClient(tracking_uri=uri, registry_uri=tracking_uri)
-    name, alias, version = match["name"], match["alias"], match["version"]
-
-    def _version() -> ModelVersion:
-        try:
-            if alias:
-                return client.get_model_version_by_alias(name, alias)
-            return client.get_model_version(name, version)
-        except MlflowException as exc:
-            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
-                raise ModelUriError(
-                    f"model {text!r} not found in the registry at {uri}: {exc.message}") from exc
-            raise
-
-    mv = guarded(uri, f"resolve {text}", _version)
+    mv = get_model_version(client, text, uri=uri)
     cache = Path(dst_dir or os.environ.get("AGENT_GSPO_MODEL_CACHE", DEFAULT_CACHE)).expanduser()
     # "<name>/<version>" alone is not an identity: every registry has its own version 1. Key the
     # download by the registry and the version's source run too, so another registry's (or a

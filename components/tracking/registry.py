@@ -1,8 +1,7 @@
-"""Model-registry helpers: evaluation tags on versions, aliases, and the promotion lock.
+"""Model-registry helpers: versions, aliases, and the promotion lock.
 
-Evaluation writes its headline numbers as version tags (:data:`ACCURACY_TAG`,
-:data:`TOKENS_TAG`) with :func:`write_eval_tags`; promotion reads them back with
-:func:`version_metrics`, so the registry alone is enough to re-run a promotion.
+What the gate reads and writes (evaluation results, the lineage reference) is in
+:mod:`components.tracking.gate`.
 
 Locking (:func:`promotion_lock`): MLflow has no conditional write, so two promotions at once
 could both read the same champion and both move ``@champion``. Two mechanisms:
@@ -27,7 +26,6 @@ could both read the same champion and both move ``@champion``. Two mechanisms:
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import re
 import time
@@ -44,45 +42,9 @@ from mlflow.exceptions import MlflowException
 
 from components.tracking.errors import PromotionError
 
-ACCURACY_TAG = "eval.accuracy"
-TOKENS_TAG = "eval.tokens_total"
 LOCK_TAG = "promotion.lock"
 SETTLE_S = 0.5
 LockKind = Literal["auto", "file", "tag", "none"]
-
-
-def write_eval_tags(client: MlflowClient, name: str, version: str | int, *, accuracy: float,
-                    tokens_total: float, extra: dict[str, object] | None = None) -> None:
-    """Record evaluation results on a model version (what :func:`version_metrics` reads)."""
-    tags = {ACCURACY_TAG: accuracy, TOKENS_TAG: tokens_total, **(extra or {})}
-    for key, value in tags.items():
-        client.set_model_version_tag(name, str(version), key, str(value))
-
-
-def _as_float(value: object, what: str) -> float:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise PromotionError(f"{what}: {value!r} is not a number") from exc
-    if not math.isfinite(number):
-        raise PromotionError(f"{what}: {value!r} is not finite")
-    return number
-
-
-def normalise_metrics(metrics: dict[str, object], where: str) -> dict[str, float]:
-    """``{accuracy, tokens_total}`` from keys with or without the ``eval.`` prefix."""
-    out: dict[str, float] = {}
-    for key in ("accuracy", "tokens_total"):
-        value = metrics.get(key, metrics.get(f"eval.{key}"))
-        if value is None:
-            raise PromotionError(f"{where}: missing {key!r} (set the version tag eval.{key} with "
-                                 f"write_eval_tags, or pass it in)")
-        out[key] = _as_float(value, f"{where} {key}")
-    if not 0.0 <= out["accuracy"] <= 1.0:
-        raise PromotionError(f"{where}: accuracy {out['accuracy']} is outside [0, 1]")
-    if out["tokens_total"] < 0:
-        raise PromotionError(f"{where}: tokens_total {out['tokens_total']} is negative")
-    return out
 
 
 def get_version(client: MlflowClient, name: str, version: str | int) -> ModelVersion:
@@ -91,14 +53,8 @@ def get_version(client: MlflowClient, name: str, version: str | int) -> ModelVer
         return client.get_model_version(name, str(version))
     except MlflowException as exc:
         if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-            raise PromotionError(f"model {name!r} version {version} does not exist: {exc.message}") from exc
+            raise PromotionError(f"model {name!r} version {version} does not exist") from None
         raise
-
-
-def version_metrics(client: MlflowClient, name: str, version: str | int) -> dict[str, float]:
-    """Accuracy and tokens of a version, read from its ``eval.*`` tags."""
-    mv = get_version(client, name, version)
-    return normalise_metrics(dict(mv.tags), f"model {name!r} version {version} tags")
 
 
 def alias_version(client: MlflowClient, name: str, alias: str) -> ModelVersion | None:

@@ -25,10 +25,10 @@ import pytest
 import requests
 from mlflow import MlflowClient
 
-from components.tracking import Tracker, TrackingError, promote, resolve_model_uri, write_eval_tags
+from components.tracking import GateResult, GateRule, Tracker, TrackingError, promote, resolve_model_uri, write_result
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-RULE = {"accuracy_tolerance": 0.01, "max_token_ratio": 1.0, "min_accuracy": 0.1}
+RULE = {"rule": GateRule(accuracy_tolerance=0.01, max_token_ratio=1.0, min_accuracy=0.1), "setting_key": "s1"}
 _spec = importlib.util.spec_from_file_location(
     "test_tracking_helpers", Path(__file__).parents[1] / "unit" / "test_tracking_helpers.py")
 helpers = importlib.util.module_from_spec(_spec)
@@ -93,17 +93,17 @@ def test_log_register_promote_resolve_then_dead_server(server, tmp_path: Path,
                        "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}.items():
         monkeypatch.setenv(key, value)
     model_dir = helpers.build_tiny_hf_model(tmp_path / "tiny")
+    settings = helpers.system_settings()
     with Tracker(uri, "agent-gspo", "train", {"stage": "train"}) as tracker:
         tracker.log_params({"gspo": {"lr": 1e-6, "steps": 2}})
         tracker.log_metrics({"train/reward": 0.5, "train/tokens_total": 321}, step=1)
-        v1 = tracker.log_policy_model(model_dir, registered_name="policy", tags={"config.sha256": "c1"})
-        v2 = tracker.log_policy_model(model_dir, registered_name="policy", tags={"config.sha256": "c2"})
-        v3 = tracker.log_policy_model(model_dir, registered_name="policy", tags={"config.sha256": "c3"})
+        v1, v2, v3 = (tracker.log_policy_model(model_dir, registered_name="policy", tags={"config.sha256": f"c{k}"},
+                                               settings=settings) for k in (1, 2, 3))
         run_id = tracker.run_id
     client = MlflowClient(uri)
     v1, v2, v3 = str(v1.version), str(v2.version), str(v3.version)
     for version, acc, tokens in ((v1, 0.5, 1000), (v2, 0.6, 900), (v3, 0.6, 800)):
-        write_eval_tags(client, "policy", version, accuracy=acc, tokens_total=tokens)
+        write_result(client, "policy", version, "s1", {"limit": 1}, GateResult(acc, tokens))
 
     assert promote(client, "policy", v1, **RULE).decision == "champion"
     results: list = []

@@ -61,7 +61,7 @@ class FakeTracker:
     def set_tags(self, tags):
         self.tags.update(tags)
 
-    def log_metrics(self, metrics, step=None):
+    def log_metrics(self, metrics, step=None, model_id=None):
         self.metrics.update(validate_metrics(metrics))
 
     def log_artifact(self, path, artifact_path=None):
@@ -153,9 +153,21 @@ def test_real_mlflow_tracker_gets_contract_metrics_nested_runs_and_artifacts(dat
     client = MlflowClient(uri)
     run = client.get_run(run_id)
     assert run.data.metrics["eval/gsm8k/accuracy"] == rep.table[0].accuracy
+    assert run.data.metrics["eval/accuracy"] == rep.summary["agent_gspo"]["accuracy"]  # the summary, as metrics
+    assert run.data.metrics["eval/tokens_total"] == rep.summary["agent_gspo"]["tokens_total"]
     assert run.data.tags["eval.system"] == "agent_gspo"
     assert {a.path for a in client.list_artifacts(run_id, "eval")} >= {"eval/report.md", "eval/summary.json",
                                                                         "eval/accuracy_vs_tokens.png"}
     children = client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
     assert [c.data.tags["eval.system"] for c in children] == ["single_cot"]
     assert children[0].data.metrics["eval/aqua/accuracy"] == 0.0
+
+
+def test_progress_is_logged_per_batch_with_counts(data, tmp_path, caplog):
+    """Long evaluations say where they are (terminal via the CLI, Prefect via flows.logs)."""
+    caplog.set_level("INFO", logger="components.evaluation.runner")
+    evaluate(_cfg(), limit=3, data_dir=data, out_dir=tmp_path / "eval", systems=[System("agent_gspo", FakeEngine())])
+    lines = [r.getMessage() for r in caplog.records if r.name == "components.evaluation.runner"]
+    assert "evaluate agent_gspo (pooled): 6 items in 3 batch(es) of up to 2" in lines
+    assert any(line.startswith("evaluate agent_gspo (pooled): batch 3/3 done, 6/6 items") for line in lines), lines
+    assert "evaluate: grading 6 episodes" in lines

@@ -40,9 +40,12 @@ def template_db(cache_dir: Path) -> Path:
 
 
 @pytest.fixture()
-def mlflow_uri(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh ``sqlite:///`` tracking + registry URI; restores MLflow's global URI after."""
+def mlflow_uri(tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh ``sqlite:///`` tracking + registry URI; restores MLflow's global URI after.
+
+    The test runs in ``tmp_path``: a sqlite store puts artifacts in ``./mlruns`` of the working directory."""
     cache = Path(request.config.cache.mkdir("agent-gspo-mlflow"))
+    monkeypatch.chdir(tmp_path)
     db = tmp_path / "mlflow.db"
     shutil.copy(template_db(cache), db)
     previous = mlflow.get_tracking_uri()
@@ -73,3 +76,24 @@ def build_tiny_hf_model(folder: Path, seed: int = 0) -> Path:
     LlamaForCausalLM(config).save_pretrained(folder)
     fast.save_pretrained(folder)
     return folder
+
+
+def save_tiny_chat_model(folder: Path, seed: int = 0) -> Path:
+    """The tiny random ChatML policy of ``components.models.tiny`` saved as a trained folder would be."""
+    from components.models.tiny import build_tiny_model
+
+    model, tokenizer = build_tiny_model(seed=seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def system_settings(*overrides: str) -> dict:
+    """Recorded training settings of a tiny system (``mas.*`` etc. overrides as ``section.key=value``)."""
+    from components.config import load_config
+    from components.tracking.served import system_settings as settings_of
+
+    cfg = load_config(Path(__file__).parents[2] / "params.yaml", None,
+                      ["model.name=tiny-random", "mas.agents=2", "mas.rounds=2", "mas.max_message_tokens=4",
+                       *overrides])
+    return settings_of(cfg, git_commit="c0ffee")

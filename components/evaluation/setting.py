@@ -1,0 +1,91 @@
+"""The setting an evaluation ran under: what two numbers must share to be compared.
+
+Two evaluations are comparable only when they graded the same items (benchmarks, split, seeded
+sample, hence limit and seed) of the same data (the prepared manifest's sha256) with the same
+multi-agent protocol (every ``mas`` setting but the sampling and speed knobs, which greedy
+evaluation does not use). :meth:`EvalSetting.key` names that setting in registry tags; the
+promotion gate compares a candidate with a champion only under one key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from components.config import Config, MasConfig
+
+NOT_PROTOCOL = ("temperature", "top_p", "static_cache")
+"""``mas`` keys that do not change what a greedy evaluation computes"""
+
+
+def item_ids_sha256(item_ids: dict[str, list[str]]) -> str:
+    """Identity of an evaluation sample: sha256 of the item ids per benchmark."""
+    return hashlib.sha256(json.dumps(item_ids, sort_keys=True).encode()).hexdigest()
+
+
+def protocol_of(mas: MasConfig) -> dict[str, Any]:
+    """The ``mas`` settings that define the evaluated system's behaviour."""
+    return {k: v for k, v in mas.model_dump(mode="json").items() if k not in NOT_PROTOCOL}
+
+
+class EvalSetting(BaseModel):
+    """Benchmarks, split, sample, data and protocol of one evaluation (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    benchmarks: tuple[str, ...]
+    split: str
+    limit: int | None
+    seed: int
+    item_ids_sha256: str
+    data_manifest_sha256: str | None
+    protocol: dict[str, Any]
+
+    def key(self) -> str:
+        """12 hex characters of the sha256 of the canonical JSON (a registry tag component)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+    def describe(self) -> str:
+        """One line for messages and logs."""
+        p = self.protocol
+        return (f"{', '.join(self.benchmarks)} / {self.split}, {self.limit or 'all'} items each, seed {self.seed}, "
+                f"data {str(self.data_manifest_sha256)[:12]}, {p.get('agents')} agents x {p.get('rounds')} rounds "
+                f"{p.get('topology')}")
+
+    def params(self) -> dict[str, str]:
+        """Flat ``setting.*`` MLflow params of an evaluation run."""
+        out = {"setting.key": self.key(), "setting.benchmarks": ",".join(self.benchmarks),
+               "setting.split": self.split, "setting.limit": str(self.limit), "setting.seed": str(self.seed),
+               "setting.item_ids_sha256": self.item_ids_sha256,
+               "setting.data_manifest_sha256": str(self.data_manifest_sha256)}
+        out.update({f"setting.protocol.{k}": json.dumps(v) if isinstance(v, list | dict) else str(v)
+                    for k, v in self.protocol.items()})
+        return out
+
+
+def setting_of(cfg: Config, item_ids: dict[str, list[str]], *, split: str, limit: int | None,
+               data_manifest_sha256: str | None, mas: MasConfig | None = None) -> EvalSetting:
+    """The setting of an evaluation that graded ``item_ids`` with ``cfg`` (``mas``: the evaluated system's)."""
+    return EvalSetting(benchmarks=tuple(sorted(item_ids)), split=split, limit=limit, seed=cfg.eval.seed,
+                       item_ids_sha256=item_ids_sha256({b: list(ids) for b, ids in item_ids.items()}),
+                       data_manifest_sha256=data_manifest_sha256, protocol=protocol_of(mas or cfg.mas))
+
+
+def planned_setting(cfg: Config, *, limit: int | None = None, split: str = "test",
+                    data_dir: str | Path | None = None) -> EvalSetting:
+    """The setting ``agent-gspo evaluate`` would run under with ``cfg`` (reads and samples the data)."""
+    from components.data.prepare import load_split
+    from components.evaluation.runner import file_sha256
+    from components.evaluation.sampling import sample_items
+
+    data = Path(data_dir if data_dir is not None else cfg.data.out_dir)
+    limit = cfg.eval.limit if limit is None else limit
+    ids = {b: [str(i["id"]) for i in sample_items(load_split(data, b, split), limit, cfg.eval.seed,
+                                                   where=f"{data}/{b}/{split}")]
+           for b in cfg.eval.benchmarks}
+    return setting_of(cfg, ids, split=split, limit=limit, data_manifest_sha256=file_sha256(data / "manifest.json"))

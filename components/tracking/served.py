@@ -1,0 +1,169 @@
+"""The registered model at run time: the trained multi-agent system, not the bare language model.
+
+A registered version holds the policy folder (weights + tokenizer) and :data:`SETTINGS_FILE`,
+the ``mas`` / ``reward`` / model settings the policy was trained with. :class:`ServedSystem`
+loads both and answers each question the way the system was trained to: N agents sharing the
+policy talk for T rounds under the recorded protocol, and the final answer is aggregated as in
+training. It returns the answer, the full transcript (every agent and round, silent turns
+included) and the token counts. ``mlflow.pyfunc.load_model`` and ``mlflow models serve`` reach
+it through :mod:`components.tracking.hf_pyfunc`.
+
+Request params (the model signature lists them with the trained values as defaults):
+``agents``, ``rounds``, ``max_new_tokens`` (per message), ``temperature`` (0 = greedy, the
+default; > 0 samples with ``seed``) and ``seed``. A value the configuration schema refuses
+(``agents=0``, ``rounds=9``, ``temperature=3``) is a clear error (HTTP 400 when served). Note that
+MLflow itself drops params outside the signature, with a warning in the server log.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from components.config import MasConfig
+
+SETTINGS_FILE = "agent_gspo_system.json"
+SETTINGS_FORMAT = 1
+ANSWER_TYPES = ("math", "numeric", "choice", "code")
+DEFAULT_ANSWER_TYPE = "math"
+PARAM_KEYS = {"agents": "agents", "rounds": "rounds", "max_new_tokens": "max_message_tokens"}
+"""request param -> ``mas`` key it overrides (``temperature`` and ``seed`` are handled apart)"""
+_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
+
+
+class RequestError(ValueError):
+    """A request the served system cannot answer; the message names the field or param."""
+
+
+def system_settings(cfg: Any, *, git_commit: str | None = None) -> dict[str, Any]:
+    """What a registered version records about how its policy was trained (``cfg``: a Config)."""
+    return {"format": SETTINGS_FORMAT, "mas": cfg.mas.model_dump(mode="json"),
+            "reward": cfg.reward.model_dump(mode="json"),
+            "model": {"base": cfg.model.name, "dtype": cfg.model.dtype},
+            "config_sha256": cfg.hash(), "profile": cfg.profile, "git_commit": git_commit}
+
+
+def read_settings(path: str | Path) -> dict[str, Any]:
+    """Read and check :data:`SETTINGS_FILE`; the ``mas`` section must validate against today's schema."""
+    doc = json.loads(Path(path).read_text())
+    if doc.get("format") != SETTINGS_FORMAT:
+        raise RequestError(f"{path}: settings format {doc.get('format')!r}, expected {SETTINGS_FORMAT}")
+    MasConfig.model_validate(doc["mas"])
+    return doc
+
+
+def extract_answer(item: dict, text: str) -> str | None:
+    """The answer a message states, without a gold answer (what voting and the response need)."""
+    from components.scoring import extract_choice, extract_math_answer, extract_number
+    from components.scoring.numeric import canonical_number
+
+    kind = item["answer_type"]
+    if kind == "code":
+        block = _CODE_BLOCK.search(text)
+        return block.group(1).strip() if block else None
+    if kind == "choice":
+        return extract_choice(text, item.get("choices"))
+    if kind == "numeric":
+        number = extract_number(text)
+        return None if number is None else canonical_number(number)
+    return extract_math_answer(text)
+
+
+def _no_grade(item: dict, text: str) -> tuple[bool, str | None, str | None]:
+    return False, None, None  # a served question has no gold answer
+
+
+def run_rollout(model: Any, tokenizer: Any, mas: MasConfig, items: list[dict], *, seed: int, greedy: bool,
+                device: str) -> list[Any]:
+    """One episode per item with the rollout engine used in training and evaluation.
+
+    The only place the served model touches the engine: a change of the engine's API is
+    adapted here. Returns ``components.mas.records.Episode`` objects in item order.
+    """
+    from components.mas.engine import RolloutEngine
+
+    engine = RolloutEngine(model, tokenizer, mas, device=device, score_fn=_no_grade, extract_fn=extract_answer)
+    return engine.rollout(items, 1, seed=seed, greedy=greedy)
+
+
+def _items(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Engine items from request rows: ``question`` (required), ``answer_type``, ``choices``."""
+    items = []
+    for k, row in enumerate(records):
+        question = row.get("question")
+        if not isinstance(question, str) or not question.strip():
+            raise RequestError(f"row {k}: 'question' must be a non-empty string, got {question!r:.80}")
+        kind = row.get("answer_type") or DEFAULT_ANSWER_TYPE
+        if kind not in ANSWER_TYPES:
+            raise RequestError(f"row {k}: answer_type {kind!r} is not one of {', '.join(ANSWER_TYPES)}")
+        choices = row.get("choices")
+        choices = None if choices is None else [str(c) for c in choices]
+        if kind == "choice" and not choices:
+            raise RequestError(f"row {k}: answer_type 'choice' needs 'choices' (the option texts, A first)")
+        items.append({"id": f"request-{k}", "benchmark": "request", "question": question, "choices": choices,
+                      "answer": "", "answer_type": kind, "meta": {}})
+    return items
+
+
+def _response(ep: Any, answer: str | None) -> dict[str, Any]:
+    transcript = [{"agent": m.agent_id, "role": m.role, "round": m.round, "silent": bool(m.silent),
+                   "text": m.text, "prompt_tokens": m.prompt_tokens, "completion_tokens": m.completion_tokens,
+                   "recipients": list(m.recipients)} for m in ep.messages]
+    return {"answer": answer, "final_text": ep.final_answer, "transcript": transcript,
+            "prompt_tokens": ep.prompt_tokens, "completion_tokens": ep.completion_tokens,
+            "communicated_tokens": ep.communicated_tokens, "total_tokens": ep.total_tokens,
+            "turns": ep.turns, "messages": len(ep.messages)}
+
+
+@dataclass
+class ServedSystem:
+    """The policy, its tokenizer and its recorded settings, ready to answer questions."""
+
+    model: Any
+    tokenizer: Any
+    settings: dict[str, Any]
+    device: str = "cpu"
+
+    @classmethod
+    def load(cls, policy_dir: str | Path, settings_path: str | Path) -> ServedSystem:
+        import torch
+
+        from components.models import load_policy
+
+        settings = read_settings(settings_path)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model, tokenizer = load_policy(str(policy_dir), dtype=settings["model"].get("dtype", "auto"), device=device)
+        return cls(model.eval(), tokenizer, settings, device)
+
+    def mas_for(self, params: dict[str, Any] | None) -> tuple[MasConfig, bool, int]:
+        """The trained ``mas`` settings with the request's params applied and validated."""
+        from pydantic import ValidationError
+
+        params = dict(params or {})
+        mas = dict(self.settings["mas"])
+        for key, target in PARAM_KEYS.items():
+            if params.get(key) is not None:
+                mas[target] = params[key]
+        temperature = float(params.get("temperature") or 0.0)
+        if temperature:
+            mas["temperature"] = temperature
+        try:
+            cfg = MasConfig.model_validate(mas)
+        except ValidationError as exc:
+            names = {v: k for k, v in PARAM_KEYS.items()} | {"temperature": "temperature"}
+            parts = [f"{names.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else 'params'}="
+                     f"{e.get('input')!r}: {e['msg']}" for e in exc.errors()]
+            raise RequestError("invalid params: " + "; ".join(parts)) from None
+        return cfg, temperature == 0.0, int(params.get("seed") or 0)
+
+    def answer(self, records: list[dict[str, Any]], params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Answer each row (``{"question", "answer_type"?, "choices"?}``); see the module docstring."""
+        mas, greedy, seed = self.mas_for(params)
+        items = _items(records)
+        if not items:
+            return []
+        episodes = run_rollout(self.model, self.tokenizer, mas, items, seed=seed, greedy=greedy, device=self.device)
+        return [_response(ep, extract_answer(item, ep.final_answer)) for item, ep in zip(items, episodes, strict=True)]

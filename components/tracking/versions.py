@@ -1,0 +1,144 @@
+"""``models:/`` URIs to registry versions, with one-line errors and a bounded wait.
+
+Every command that takes a registered model (evaluate, promote, the model download) resolves it
+here, so a wrong name, version or alias fails the same way everywhere: a
+:class:`ModelUriError` (exit 2) in one line that says what exists instead. The client is opened
+through :func:`registry_client`, which bounds MLflow's HTTP retries and probes an ``http(s)://``
+server first, so an unreachable registry fails within seconds instead of MLflow's default
+minutes of retries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities.model_registry import ModelVersion
+from mlflow.exceptions import MlflowException
+
+from components.tracking.backend import check_reachable, configure_http_retries, guarded
+from components.tracking.errors import ModelUriError
+
+REGISTERED_FILE = "registered_model.json"
+"""Written into a trained policy folder once it is registered: evaluating the folder then records
+the results on that version (what the DVC pipeline does)."""
+MODELS_URI_RE = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[\w\-]+)|/(?P<version>\d+))?$")
+MISSING = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND")
+SHOWN = 8
+
+
+@dataclass(frozen=True)
+class VersionRef:
+    """One registered model version (``name``, ``version`` as a string)."""
+
+    name: str
+    version: str
+
+    @property
+    def uri(self) -> str:
+        """``models:/<name>/<version>``: pins the version (an alias may move later)."""
+        return f"models:/{self.name}/{self.version}"
+
+
+def registry_client(uri: str) -> MlflowClient:
+    """A client on ``uri`` (tracking and registry) that fails fast when the server is down."""
+    configure_http_retries()
+    check_reachable(uri)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def parse_models_uri(text: str) -> tuple[str, str | None, str | None]:
+    """``(name, version, alias)`` of ``models:/<name>[/<version>|@<alias>]``; at most one of the last two."""
+    match = MODELS_URI_RE.match(text)
+    if match is None:
+        raise ModelUriError(f"model {text!r}: expected models:/<name>, models:/<name>/<version> or "
+                            f"models:/<name>@<alias> (stages are not used; use aliases such as @champion)")
+    return match["name"], match["version"], match["alias"]
+
+
+def _listing(items: list[str]) -> str:
+    shown = ", ".join(items[:SHOWN]) + (f", ... ({len(items)} in all)" if len(items) > SHOWN else "")
+    return shown or "none"
+
+
+def _not_found(client: MlflowClient, uri: str, text: str, name: str, version: str | None,
+               alias: str | None) -> ModelUriError:
+    """The one-line error for a models:/ URI the registry does not know, naming what it does know."""
+    try:
+        model = client.get_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code not in MISSING:
+            raise
+        names = [m.name for m in client.search_registered_models(max_results=50)]
+        return ModelUriError(f"model {text!r}: no registered model {name!r} in the registry at {uri} "
+                             f"(registered: {_listing(names)})")
+    if alias is not None:
+        known = [f"@{a} -> v{v}" for a, v in sorted(model.aliases.items())]
+        return ModelUriError(f"model {text!r}: {name!r} has no alias @{alias} (aliases: {_listing(known)})")
+    versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
+    if version is None:
+        return ModelUriError(f"model {text!r}: {name!r} has no versions yet (train first: agent-gspo train)")
+    return ModelUriError(f"model {text!r}: {name!r} has no version {version} "
+                         f"(versions: {_listing([str(v) for v in versions])})")
+
+
+def get_model_version(client: MlflowClient, text: str, *, uri: str) -> ModelVersion:
+    """The registry entry behind ``text`` (newest version when neither a version nor an alias is given)."""
+    name, version, alias = parse_models_uri(text)
+
+    def _lookup() -> ModelVersion:
+        try:
+            if alias is not None:
+                return client.get_model_version_by_alias(name, alias)
+            if version is not None:
+                return client.get_model_version(name, version)
+            found = client.search_model_versions(f"name='{name}'")
+        except MlflowException as exc:
+            if exc.error_code in MISSING:
+                raise _not_found(client, uri, text, name, version, alias) from None
+            raise
+        if not found:
+            raise _not_found(client, uri, text, name, None, None)
+        return max(found, key=lambda mv: int(mv.version))
+
+    return guarded(uri, f"resolve {text}", _lookup)
+
+
+def resolve_version(text: str, *, uri: str, client: MlflowClient | None = None) -> VersionRef:
+    """``models:/...`` -> :class:`VersionRef`; aliases and "newest" are resolved now, once."""
+    mv = get_model_version(client or registry_client(uri), text, uri=uri)
+    return VersionRef(mv.name, str(mv.version))
+
+
+def write_registration(folder: str | Path, ref: VersionRef, *, uri: str, run_id: str | None) -> Path:
+    """Record in a policy folder which registry version it became (see :data:`REGISTERED_FILE`)."""
+    from components.io import write_json_atomic
+
+    path = Path(folder) / REGISTERED_FILE
+    write_json_atomic(path, {"name": ref.name, "version": ref.version, "tracking_uri": uri, "run_id": run_id})
+    return path
+
+
+def registration_of(folder: str | Path, *, uri: str) -> VersionRef | None:
+    """The version a policy folder was registered as in the registry at ``uri``, when it still is.
+
+    None when the folder holds no registration, names another registry, or the version is gone
+    or comes from another run (a re-created database): the folder is then just a folder.
+    """
+    path = Path(folder) / REGISTERED_FILE
+    if not path.is_file():
+        return None
+    rec = json.loads(path.read_text())
+    if rec.get("tracking_uri") != uri:
+        return None
+    client = registry_client(uri)
+    try:
+        mv = get_model_version(client, f"models:/{rec['name']}/{rec['version']}", uri=uri)
+    except ModelUriError:
+        return None
+    if rec.get("run_id") and mv.run_id != rec["run_id"]:
+        return None
+    return VersionRef(mv.name, str(mv.version))

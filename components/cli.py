@@ -1,8 +1,9 @@
-"""`agent-gspo` command line: every pipeline step, calling the same functions as flows and DVC.
+"""`agent-gspo` command line: every pipeline step, running the same jobs as the flows and DVC.
 
-Each subcommand lives in a small ``_cmd_*`` function that parses nothing itself: the parser
-below owns the flags, :func:`load_config` owns validation. Bad input (a :class:`UserError`)
-prints one clear message and exits 2; anything else is a bug and keeps its traceback.
+Each subcommand lives in a small ``_cmd_*`` function that builds a job (:mod:`components.jobs`)
+from its flags and prints the job's result: the parser below owns the flags,
+:func:`load_config` owns validation. Bad input (a :class:`UserError`) prints one clear message
+and exits 2; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from components.config import ALL_BENCHMARKS, Config, load_config
 from components.errors import UserError
+from components.jobs.base import ConfigSource
 
 
 def _csv(text: str) -> list[str]:
@@ -39,36 +41,37 @@ def _benchmarks(text: str) -> list[str]:
     return names
 
 
-def _cmd_prepare(cfg: Config, args: argparse.Namespace) -> int:
-    from components.data.prepare import prepare
-    from components.data.sources import resolve_mirror
+def _source(args: argparse.Namespace) -> ConfigSource:
+    return ConfigSource(params=args.params, profile=args.profile, overrides=tuple(args.overrides))
 
-    names = args.benchmarks or cfg.data.benchmarks
-    out = Path(args.out or cfg.data.out_dir)
-    report = prepare(names, mirror=resolve_mirror(args.mirror, cfg.data.mirror), out_dir=out,
-                     use_hub=cfg.data.use_hub, progress=sys.stdout.isatty())
-    print(f"prepared {len(report.results)} benchmark(s) into {out} in {report.seconds:.1f} s")
+
+def _cmd_prepare(cfg: Config, args: argparse.Namespace) -> int:
+    from components.jobs import PrepareJob
+
+    job = PrepareJob(cfg=cfg, benchmarks=args.benchmarks, mirror=args.mirror, out_dir=args.out,
+                     validate_after=not args.no_validate, progress=sys.stdout.isatty(), metrics_file=args.metrics)
+    result = job.run()
+    report = result.report
+    print(f"prepared {len(report.results)} benchmark(s) into {job.out} in {report.seconds:.1f} s")
     for r in report.results:
         rows = ", ".join(f"{split} {n}" for split, n in r.splits.items())
         print(f"  {r.name:<11} {rows:<34} source {r.source}")
     print(f"manifest: {report.manifest_path}")
-    if not args.no_validate:
-        return _validate(cfg, out, names)
+    if result.validation is not None:
+        _print_validation(result.validation)
     return 0
 
 
-def _validate(cfg: Config, data_dir: Path, names: list[str]) -> int:
-    from components.data.expectations import validate
-
-    report_path = Path(cfg.data.report_dir) / "validation.md"
-    report = validate(data_dir, report_path, names)
+def _print_validation(report) -> None:
     n = len(report.results)
-    print(f"validation: {n}/{n} suites passed (great-expectations); report {report_path}")
-    return 0
+    print(f"validation: {n}/{n} suites passed (great-expectations); report {report.path}")
 
 
 def _cmd_validate(cfg: Config, args: argparse.Namespace) -> int:
-    return _validate(cfg, Path(args.data or cfg.data.out_dir), cfg.data.benchmarks)
+    from components.jobs import ValidateJob
+
+    _print_validation(ValidateJob(cfg=cfg, data_dir=args.data).run())
+    return 0
 
 
 def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
@@ -113,43 +116,48 @@ def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_train(cfg: Config, args: argparse.Namespace) -> int:
-    from components.gspo.launch import launch_training
+    from components.jobs import TrainJob
 
+    source = _source(args)
     if args.best_params:
         from components.search import load_best_params
 
-        args.overrides = load_best_params(args.best_params) + list(args.overrides)
-        cfg = load_config(args.params, args.profile, args.overrides)
+        source = source.plus(load_best_params(args.best_params))
+        cfg = source.load()
     if args.resume and args.overwrite:
         raise UserError("--resume and --overwrite exclude each other")
-    return launch_training(cfg, args, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
-                           out_dir=args.out)
+    TrainJob(cfg=cfg, source=source, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
+             out_dir=args.out, track=not args.no_track, metrics_file=args.metrics).run()
+    return 0
 
 
 def _cmd_evaluate(cfg: Config, args: argparse.Namespace) -> int:
-    from components.jobs import evaluate_job
+    from components.jobs import EvaluateJob
 
-    report = evaluate_job(cfg, model=args.model, limit=args.limit, baselines=args.baselines,
-                          out_dir=args.out, track=not args.no_track)
-    print(report.markdown)
-    print("outputs: " + ", ".join(str(p) for p in report.paths.values()))
+    result = EvaluateJob(cfg=cfg, model=args.model, limit=args.limit, baselines=args.baselines, out_dir=args.out,
+                         track=not args.no_track, metrics_file=args.metrics).run()
+    print(result.report.markdown)
+    print("outputs: " + ", ".join(str(p) for p in result.report.paths.values()))
+    where = f"; recorded on {result.version.uri}" if result.version else ""
+    print(f"setting {result.setting.key()} ({result.setting.describe()}); run {result.run_id}{where}")
     return 0
 
 
 def _cmd_promote(cfg: Config, args: argparse.Namespace) -> int:
-    from components.jobs import promote_job
+    from components.jobs import PromoteJob
 
-    decision = promote_job(cfg, args.candidate)
+    decision = PromoteJob(cfg=cfg, candidate=args.candidate, limit=args.limit,
+                          evaluate_champion=args.evaluate_champion).run()
     print(f"{decision.name} v{decision.version}: {decision.decision} ({decision.reason})")
     print(json.dumps(decision.metrics_used, indent=2, default=str))
     return 0
 
 
 def _cmd_search(cfg: Config, args: argparse.Namespace) -> int:
-    from components.jobs import search_job
+    from components.jobs import SearchJob
 
-    result = search_job(cfg, trials=args.trials, budget_tokens=args.budget_tokens, storage=args.storage,
-                        track=not args.no_track)
+    result = SearchJob(cfg=cfg, trials=args.trials, budget_tokens=args.budget_tokens, storage=args.storage,
+                       track=not args.no_track).run()
     print(f"search: {result.n_complete} trial(s) complete, stopped by {result.stopped_by}, "
           f"{result.tokens_spent} tokens spent; best dev accuracy {result.best_dev_accuracy} at "
           f"{result.best_mean_tokens_per_episode} tokens/episode (feasible: {result.best_feasible})")
@@ -170,22 +178,18 @@ def _cmd_experiments(cfg: Config, args: argparse.Namespace) -> int:
     runs use ``experiments.profile`` (the results profile), not the 200-step default."""
     import os
 
-    if args.experiments_command == "report":
-        from components.experiments import build_report
+    from components.jobs import ExperimentsJob, ReportJob
 
-        results = args.results or cfg.experiments.results_dir
-        out = args.out or cfg.experiments.report
-        rep = build_report(results, out, command=f"agent-gspo experiments report --results {results} --out {out}")
+    if args.experiments_command == "report":
+        rep = ReportJob(cfg=cfg, results=args.results, out=args.out, metrics_file=args.metrics).run()
         for c in rep.claims:
             print(f"claim ({c.key}) {c.status}: {c.title}")
         print("outputs: " + ", ".join(str(p) for p in rep.paths.values()))
         return 0
-    from components.experiments import run_experiments
-
     if args.profile is None and not os.environ.get("AGENT_GSPO_PROFILE"):
         cfg = load_config(args.params, cfg.experiments.profile, args.overrides)
-    outcomes = run_experiments(cfg, only=args.only, limit=args.limit, results_dir=args.results,
-                               user_overrides=args.overrides, track=not args.no_track, params=args.params)
+    outcomes = ExperimentsJob(cfg=cfg, only=args.only, limit=args.limit, results_dir=args.results,
+                              user_overrides=list(args.overrides), track=not args.no_track, params=args.params).run()
     for o in outcomes:
         extra = " (run first: the budget needs it)" if o.ran_as_dependency else ""
         if o.results.kind == "proof":
@@ -216,6 +220,9 @@ COMMANDS: dict[str, tuple[str, Callable[[Config, argparse.Namespace], int]]] = {
 }
 
 
+METRICS_HELP = "also write a small numbers-only metrics JSON here (what the DVC stages track)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--params", default=None, help="params file (default params.yaml or $AGENT_GSPO_PARAMS)")
@@ -232,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mirror", default=None, help="mirror folder (overrides $AGENT_GSPO_DATA_MIRROR, data.mirror)")
     p.add_argument("--out", default=None, help="output folder (default data.out_dir)")
     p.add_argument("--no-validate", action="store_true", help="skip the validation report after preparing")
+    p.add_argument("--metrics", default=None, help=METRICS_HELP)
 
     p = sub.add_parser("validate", parents=[common], help=helps["validate"])
     p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
@@ -257,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="run folder (default gspo.out_dir)")
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
     p.add_argument("--best-params", default=None, help="apply a search's best-params file (search.out_params)")
+    p.add_argument("--metrics", default=None, help=METRICS_HELP)
 
     p = sub.add_parser("evaluate", parents=[common], help=helps["evaluate"])
     p.add_argument("--model", default=None, help="local folder, HF id, alias, or models:/<name>[/<v>|@<alias>]")
@@ -265,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "mas_untrained (empty string: none)")
     p.add_argument("--out", default=None, help="output folder (default eval.out_dir)")
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    p.add_argument("--metrics", default=None, help=METRICS_HELP)
 
     p = sub.add_parser("search", parents=[common], help=helps["search"])
     p.add_argument("--budget-tokens", type=int, default=None, help="stop after this many tokens (all workers)")
@@ -273,7 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
 
     p = sub.add_parser("promote", parents=[common], help=helps["promote"])
-    p.add_argument("--candidate", default=None, help="models:/<name>[/<version>] (default: newest version)")
+    p.add_argument("--candidate", default=None, help="models:/<name>[/<version>|@<alias>] (default: newest version)")
+    p.add_argument("--limit", type=_positive, default=None, help="items per benchmark of the compared evaluations "
+                   "(default eval.limit; as given to evaluate)")
+    p.add_argument("--evaluate-champion", action="store_true", help="evaluate @champion first when it has no "
+                   "results under the same setting")
 
     sub.add_parser("run", parents=[common], help=helps["run"])
 
@@ -294,12 +308,28 @@ def build_parser() -> argparse.ArgumentParser:
     q = exp_sub.add_parser("report", parents=[common], help="regenerate the report from the results folder")
     q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
     q.add_argument("--out", default=None, help="markdown report (default experiments.report; PNGs beside it)")
+    q.add_argument("--metrics", default=None, help=METRICS_HELP)
     return parser
+
+
+def _log_progress(command: str) -> None:
+    """Progress lines of the library (``components.*`` loggers, INFO) on stderr. Not for ``run``:
+    there Prefect shows them (see flows/logs.py), and twice would be noise."""
+    import logging
+
+    if command == "run":
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger = logging.getLogger("components")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _log_progress(args.command)
     try:
         cfg = load_config(args.params, args.profile, args.overrides)
         return COMMANDS[args.command][1](cfg, args)

@@ -1,8 +1,9 @@
 """Prefect flow: prepare every benchmark (one task each), write the manifest, validate.
 
-Orchestration only: the work is :func:`components.data.prepare.prepare_benchmark`,
-:func:`components.data.prepare.write_manifest` and :func:`components.data.expectations.validate`,
-the same functions ``agent-gspo prepare`` / ``validate`` and the DVC stages call.
+Orchestration only: the work is :class:`components.jobs.PrepareJob` (one task per
+:meth:`~components.jobs.PrepareJob.prepare_one`, then its manifest) and
+:class:`components.jobs.ValidateJob`, the jobs ``agent-gspo prepare`` / ``validate`` and the DVC
+stages run.
 
 Caching: a benchmark task's cache key is the output folder plus the sha256 of its raw input
 files, so an unchanged benchmark is not re-prepared (a second run is a cache hit) and another
@@ -22,9 +23,9 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 import components  # noqa: F401  (offline defaults before prefect is imported)
-from components.config import Config, load_config
-from components.data.prepare import prepare_benchmark, write_manifest
+from components.config import Config
 from components.data.sources import input_fingerprint
+from components.jobs import ConfigSource, PrepareJob, ValidateJob
 
 
 def outputs_match_manifest(out_dir: Path, name: str) -> bool:
@@ -42,9 +43,10 @@ def outputs_match_manifest(out_dir: Path, name: str) -> bool:
 
 
 def _benchmark_cache_key(context: Any, parameters: dict[str, Any]) -> str:
-    name, mirror, out_dir = parameters["name"], parameters["mirror"], Path(parameters["out_dir"])
-    inputs = input_fingerprint(name, Path(mirror) if mirror else None)
-    where = hashlib.sha256(str(out_dir.resolve()).encode()).hexdigest()[:16]
+    job, name = parameters["job"], parameters["name"]
+    mirror = job.mirror_dir()
+    inputs = input_fingerprint(name, mirror)
+    where = hashlib.sha256(str(job.out.resolve()).encode()).hexdigest()[:16]
     return f"prepare-{name}-{where}-{inputs}"
 
 
@@ -65,26 +67,26 @@ def _retry_on_io_error(task: Any, task_run: Any, state: Any) -> bool:
 
 @task(name="prepare-benchmark", retries=2, retry_delay_seconds=2, retry_condition_fn=_retry_on_io_error,
       cache_key_fn=_benchmark_cache_key, persist_result=True)
-def prepare_benchmark_task(name: str, mirror: str | None, out_dir: str, use_hub: bool) -> Any:
-    return prepare_benchmark(name, mirror=Path(mirror) if mirror else None, out_dir=Path(out_dir), use_hub=use_hub)
+def prepare_benchmark_task(job: PrepareJob, name: str) -> Any:
+    return job.prepare_one(name)
 
 
 @task(name="write-manifest", cache_policy=NO_CACHE)
-def write_manifest_task(results: list[Any], out_dir: str) -> Any:
-    return write_manifest(results, Path(out_dir))
+def write_manifest_task(job: PrepareJob, results: list[Any]) -> Any:
+    return job.write_manifest(results)
 
 
 @task(name="validate-data", cache_policy=NO_CACHE)
-def validate_task(data_dir: str, report_path: str, benchmarks: list[str]) -> str:
-    from components.data.expectations import DataValidationError, validate
+def validate_task(job: ValidateJob) -> str:
+    from components.data.expectations import DataValidationError
 
     try:
-        report = validate(Path(data_dir), Path(report_path), benchmarks)
+        report = job.run()
     except DataValidationError as exc:
-        create_markdown_artifact(key="data-validation", markdown=Path(report_path).read_text(),
+        create_markdown_artifact(key="data-validation", markdown=job.report_path.read_text(),
                                  description="great-expectations validation (FAILED)")
         raise exc
-    text = Path(report_path).read_text()
+    text = job.report_path.read_text()
     create_markdown_artifact(key="data-validation", markdown=text, description="great-expectations validation")
     return getattr(report, "markdown", text)
 
@@ -92,26 +94,22 @@ def validate_task(data_dir: str, report_path: str, benchmarks: list[str]) -> str
 @flow(name="data-prep", log_prints=True)
 def data_prep_flow(profile: str | None = None, params: str | None = None, mirror: str | None = None,
                    benchmarks: list[str] | None = None, out_dir: str | None = None,
-                   overrides: list[str] | None = None) -> str:
+                   overrides: list[str] | None = None, cfg: Config | None = None) -> str:
     """Prepare the configured benchmarks in parallel tasks, write the manifest, validate them.
 
-    ``overrides`` ("section.key=value") are the pipeline's: without them a run with
-    ``data.benchmarks`` / ``data.out_dir`` overridden prepared every benchmark into ./data.
+    ``cfg`` is the pipeline's validated config; without it the flow loads ``params`` /
+    ``profile`` / ``overrides`` ("section.key=value") itself.
     """
-    cfg: Config = load_config(params, profile, overrides)
-    names = benchmarks or cfg.data.benchmarks
-    out = out_dir or cfg.data.out_dir
-    from components.data.sources import resolve_mirror
-
-    mirror_dir = resolve_mirror(mirror, cfg.data.mirror)
+    cfg = cfg or ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())).load()
+    job = PrepareJob(cfg=cfg, benchmarks=benchmarks, mirror=mirror, out_dir=out_dir)
     futures = []
-    for n in names:
-        fresh = outputs_match_manifest(Path(out), n)
+    for n in job.names:
+        fresh = outputs_match_manifest(job.out, n)
         run = prepare_benchmark_task if fresh else prepare_benchmark_task.with_options(refresh_cache=True)
-        futures.append(run.submit(n, str(mirror_dir) if mirror_dir else None, out, cfg.data.use_hub))
+        futures.append(run.submit(job, n))
     results = [f.result() for f in futures]
-    write_manifest_task(results, out)
-    return validate_task(out, str(Path(cfg.data.report_dir) / "validation.md"), names)
+    write_manifest_task(job, results)
+    return validate_task(ValidateJob(cfg=cfg, data_dir=str(job.out), benchmarks=job.names))
 
 
 if __name__ == "__main__":

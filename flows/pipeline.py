@@ -1,11 +1,12 @@
 """The whole pipeline as one Prefect flow: prepare → validate → (search) → train → evaluate → promote.
 
-Orchestration only; every task calls the function the CLI and DVC stages call
-(:mod:`flows.data_prep`, :func:`components.gspo.launch.launch_training`,
-:mod:`components.jobs`). Training runs as a subprocess through the configured launcher
-(``deepspeed.launcher``: none → ``python -m components.gspo.train_main``; torchrun / deepspeed
-for many ranks or nodes) and its progress lines are streamed into the task log. A failed
-training attempt is retried with ``--resume``, so it continues from its last checkpoint.
+Orchestration only: the flow validates its config once and every task runs a job of
+:mod:`components.jobs` (the CLI and the DVC stages run the same jobs). Training runs as a
+subprocess through the configured launcher (``deepspeed.launcher``: none → ``python -m
+components.gspo.train_main``; torchrun / deepspeed for many ranks or nodes) and its progress
+lines are streamed into the task log. A failed training attempt is retried with ``--resume``, so
+it continues from its last checkpoint. Library progress (evaluation batches, search trials)
+reaches the task logs through :func:`flows.logs.forward_logs`.
 """
 
 from __future__ import annotations
@@ -13,23 +14,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 
 import components  # noqa: F401  (offline defaults before prefect is imported)
-from components.config import Config, load_config
+from components.config import Config
 from components.errors import UserError
+from components.jobs import ConfigSource, EvaluateJob, PromoteJob, SearchJob, TrainJob
 from components.redact import redact
 from flows.data_prep import data_prep_flow
-
-
-def _cfg(profile: str | None, params: str | None, overrides: list[str] | None) -> Config:
-    return load_config(params, profile, overrides)
+from flows.logs import forward_logs
 
 
 def _not_user_error(task: Any, task_run: Any, state: Any) -> bool:
@@ -44,12 +42,11 @@ def _not_user_error(task: Any, task_run: Any, state: Any) -> bool:
 
 
 @task(name="search", cache_policy=NO_CACHE)
-def search_task(profile: str | None, params: str | None, overrides: list[str]) -> list[str]:
-    from components.jobs import search_job
+def search_task(cfg: Config) -> list[str]:
     from components.search import load_best_params
 
-    cfg = _cfg(profile, params, overrides)
-    result = search_job(cfg)
+    with forward_logs():
+        result = SearchJob(cfg=cfg).run()
     create_markdown_artifact(key="search-result", markdown=(
         f"# Search\n\n{result.n_complete} trials, stopped by **{result.stopped_by}**, {result.tokens_spent} tokens.\n\n"
         f"Best dev accuracy {result.best_dev_accuracy} at {result.best_mean_tokens_per_episode} tokens/episode "
@@ -58,91 +55,96 @@ def search_task(profile: str | None, params: str | None, overrides: list[str]) -
 
 
 @task(name="train", retries=2, retry_delay_seconds=5, retry_condition_fn=_not_user_error, cache_policy=NO_CACHE)
-def train_task(profile: str | None, params: str | None, overrides: list[str]) -> dict[str, Any]:
-    """Launch training as a subprocess: the first attempt starts over (``--overwrite``: a pipeline
-    run trains from scratch), a retry resumes from the newest checkpoint."""
+def train_task(cfg: Config, source: ConfigSource) -> dict[str, Any]:
+    """Train in a subprocess: the first attempt starts over (``--overwrite``: a pipeline run trains
+    from scratch), a retry resumes from the newest checkpoint."""
     from components.gspo.job import history_table
-    from components.gspo.launch import MODULE, forwarded_args, launch_env, launcher_command, run_streaming
 
-    logger = get_run_logger()
-    cfg = _cfg(profile, params, overrides)
     attempt = getattr(get_run_context().task_run, "run_count", 1)
-    resume = attempt > 1
-    args = SimpleNamespace(params=params, profile=profile, overrides=overrides, no_track=False)
-    train_args = forwarded_args(args, resume=resume, max_steps=None, out_dir=None, overwrite=not resume)
-    cmd = ([sys.executable, "-m", MODULE, *train_args] if cfg.deepspeed.launcher == "none"
-           else launcher_command(cfg, train_args))
-    logger.info("attempt %d%s: %s", attempt, " (resume)" if resume else "", redact(" ".join(cmd)))
-    result: dict[str, Any] = {}
-
-    def on_line(line: str) -> None:
-        if line.startswith("step "):
-            logger.info(line)
-        elif line.startswith("{") and '"final_model"' in line:
-            result.update(json.loads(line))
-
-    rc = run_streaming(cmd, env=launch_env(), on_line=on_line)
-    if rc != 0:
-        raise RuntimeError(f"training exited with code {rc} (attempt {attempt}); a retry resumes from the "
-                           f"last checkpoint in {cfg.gspo.out_dir}")
-    history = json.loads((Path(cfg.gspo.out_dir) / "history.json").read_text())
+    with forward_logs() as logger:
+        resume = attempt > 1
+        job = TrainJob(cfg=cfg, source=source, resume=resume, overwrite=not resume, isolate=True,
+                       on_line=lambda line: logger.info(line) if line.startswith(("step ", "resumed")) else None)
+        logger.info("attempt %d%s: %s", attempt, " (resume)" if resume else "", redact(" ".join(job.args())))
+        result = job.run()
     keys = ["train/reward", "train/accuracy", "train/budget_tokens", "train/budget", "train/lambda_tok",
             "train/silence_rate"]
-    create_markdown_artifact(key="training-curves", markdown="# Training\n\n" + history_table(history, keys),
-                             description=f"{len(history)} steps, model version {result.get('model_version')}")
-    return result
+    create_markdown_artifact(key="training-curves", markdown="# Training\n\n" + history_table(result.history, keys),
+                             description=f"{len(result.history)} steps, model version {result.model_version}")
+    return {"final_model": str(result.final_model), "steps": result.steps, "run_id": result.run_id,
+            "model_version": result.model_version}
 
 
 @task(name="evaluate", retries=1, retry_condition_fn=_not_user_error, cache_policy=NO_CACHE)
-def evaluate_task(profile: str | None, params: str | None, overrides: list[str], model: str | None) -> dict:
-    from components.jobs import evaluate_job
-
-    cfg = _cfg(profile, params, overrides)
-    report = evaluate_job(cfg, model=model)
-    create_markdown_artifact(key="evaluation", markdown=report.markdown, description="systems × benchmarks")
-    return {"summary": report.summary, "paths": [str(p) for p in report.paths.values()]}
+def evaluate_task(cfg: Config, model: str | None) -> dict:
+    with forward_logs():
+        result = EvaluateJob(cfg=cfg, model=model).run()
+    create_markdown_artifact(key="evaluation", markdown=result.report.markdown, description="systems × benchmarks")
+    return {"summary": result.report.summary, "paths": [str(p) for p in result.report.paths.values()],
+            "setting": result.setting.key(), "run_id": result.run_id}
 
 
 @task(name="promote", cache_policy=NO_CACHE)
-def promote_task(profile: str | None, params: str | None, overrides: list[str], candidate: str) -> dict:
-    from components.jobs import promote_job
-
-    decision = promote_job(_cfg(profile, params, overrides), candidate)
+def promote_task(cfg: Config, candidate: str) -> dict:
+    with forward_logs():
+        decision = PromoteJob(cfg=cfg, candidate=candidate, evaluate_champion=True).run()
     row = {"model": decision.name, "version": decision.version, "decision": decision.decision,
-           "reason": decision.reason, "compared_to": str(decision.compared_to)}
+           "reason": decision.reason, "compared_to": str(decision.compared_to), "setting": decision.setting}
     create_table_artifact(key="promotion", table=[row], description="promotion gate decision")
     return row
 
 
+def _with_best_params(source: ConfigSource, best_params: str | None) -> ConfigSource:
+    """``source`` with the search's best parameters (a missing file is logged and skipped: no search yet)."""
+    if not best_params:
+        return source
+    from prefect import get_run_logger
+
+    from components.search import load_best_params
+
+    if not Path(best_params).is_file():
+        get_run_logger().info("no best-parameters file at %s yet; training with the profile's parameters",
+                              best_params)
+        return source
+    overrides = load_best_params(best_params)
+    get_run_logger().info("applying the search's best parameters from %s: %s", best_params, " ".join(overrides))
+    return source.plus(overrides)
+
+
 @flow(name="agent-gspo-pipeline", log_prints=True)
-def pipeline_flow(profile: str | None = None, params: str | None = None,
-                  overrides: list[str] | None = None) -> dict[str, Any]:
-    """prepare → validate → (search when ``search.enabled``) → train → evaluate → promote."""
-    overrides = list(overrides or [])
-    cfg = _cfg(profile, params, overrides)
-    data_prep_flow(profile=profile, params=params, overrides=overrides)
+def pipeline_flow(profile: str | None = None, params: str | None = None, overrides: list[str] | None = None,
+                  best_params: str | None = None) -> dict[str, Any]:
+    """prepare → validate → (search when ``search.enabled``) → train → evaluate → promote.
+
+    ``best_params``: a best-parameters file (``search.out_params`` of the weekly search) applied
+    under the overrides; the nightly deployment passes it, so the search's result is trained.
+    """
+    source = _with_best_params(ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())),
+                               best_params)
+    cfg = source.load()  # validated once; tasks receive it
+    data_prep_flow(cfg=cfg)
     if cfg.search.enabled:
-        overrides = search_task(profile, params, overrides) + overrides
-    trained = train_task(profile, params, overrides)
+        source = source.plus(search_task(cfg))
+        cfg = source.load()
+    trained = train_task(cfg, source)
     version = trained.get("model_version")
     model = f"models:/{cfg.registry.model_name}/{version}" if version else trained.get("final_model")
-    evaluation = evaluate_task(profile, params, overrides, model)
-    promotion = promote_task(profile, params, overrides, model) if version else {"decision": "skipped",
-                                                                                 "reason": "model not registered"}
+    evaluation = evaluate_task(cfg, model)
+    promotion = promote_task(cfg, model) if version else {"decision": "skipped", "reason": "model not registered"}
     return {"model": model, "summary": evaluation["summary"], "promotion": promotion}
 
 
 @flow(name="agent-gspo-search", log_prints=True)
 def search_flow(profile: str | None = None, params: str | None = None, overrides: list[str] | None = None) -> list[str]:
     """The weekly search alone (its best parameters land in ``search.out_params``)."""
-    return search_task(profile, params, list(overrides or []))
+    return search_task(ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())).load())
 
 
 @flow(name="agent-gspo-evaluate", log_prints=True)
 def evaluate_flow(profile: str | None = None, params: str | None = None, overrides: list[str] | None = None,
                   model: str | None = None) -> dict:
     """On-demand evaluation of a policy (a folder, HF id or ``models:/`` URI)."""
-    return evaluate_task(profile, params, list(overrides or []), model)
+    return evaluate_task(ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())).load(), model)
 
 
 if __name__ == "__main__":

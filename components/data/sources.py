@@ -53,13 +53,32 @@ class Loaded:
     """Sources tried before the one that served it."""
 
 
+def dvc_temp_project_root(cwd: str | os.PathLike[str] | None = None) -> Path | None:
+    """The project root when ``cwd`` is the copy ``dvc exp run --temp`` / ``--queue`` works in.
+
+    DVC runs those experiments in ``<project>/.dvc/tmp/exps/<tmpdir>``, where a path relative to
+    the project (``../shared/benchmarks``) points nowhere.
+    """
+    parts = Path(cwd or os.getcwd()).resolve().parts
+    for i in range(len(parts) - 3):
+        if parts[i:i + 3] == (".dvc", "tmp", "exps"):
+            return Path(*parts[:i])
+    return None
+
+
 def resolve_mirror(
     cli: str | os.PathLike[str] | None = None, config_mirror: str | None = None
 ) -> Path | None:
-    """Mirror folder by precedence: explicit argument > $AGENT_GSPO_DATA_MIRROR > config value."""
+    """Mirror folder by precedence: explicit argument > $AGENT_GSPO_DATA_MIRROR > config value.
+
+    A relative path that does not exist is read relative to the project root when running in a
+    DVC experiment's temporary copy (:func:`dvc_temp_project_root`).
+    """
     for value in (cli, os.environ.get(MIRROR_ENV), config_mirror):
         if value not in (None, ""):
-            return Path(value).expanduser()
+            path = Path(value).expanduser()
+            root = None if path.is_absolute() or path.exists() else dvc_temp_project_root()
+            return root / path if root is not None else path
     return None
 
 

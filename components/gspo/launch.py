@@ -1,9 +1,11 @@
-"""Start training in-process or under a distributed launcher, streaming its output.
+"""Commands that start training in a new process or under a distributed launcher, streaming its output.
 
-``deepspeed.launcher`` in params.yaml picks how: ``none`` runs :func:`components.gspo.job.train`
-in this process; ``torchrun`` and ``deepspeed`` spawn ``components.gspo.train_main`` on every
-rank (``nproc_per_node`` per node, ``num_nodes`` nodes). The CLI, the Prefect training task and
-the DVC stage all come through here, so one flow drives a CPU process, one GPU or many nodes.
+``deepspeed.launcher`` in params.yaml picks how: ``none`` runs ``python -m
+components.gspo.train_main`` (or :func:`components.gspo.job.train` in the caller's process, see
+:class:`components.jobs.TrainJob`); ``torchrun`` and ``deepspeed`` spawn it on every rank
+(``nproc_per_node`` per node, ``num_nodes`` nodes). The CLI, the Prefect training task and the
+DVC stage all run the training job, which comes through here, so one flow drives a CPU process,
+one GPU or many nodes.
 
 Multi-node, the two launchers differ in who starts the other nodes:
 
@@ -28,7 +30,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from components.config import Config
 from components.env import OFFLINE_DEFAULTS
@@ -44,29 +45,6 @@ FORWARD_NAMES = frozenset(OFFLINE_DEFAULTS) | {"OMP_NUM_THREADS", "TORCHINDUCTOR
 NOT_FORWARDED = frozenset({"DS_ENV_FILE", "CUDA_VISIBLE_DEVICES"})
 """set per node by the DeepSpeed launcher itself (or naming this very file)"""
 _UNSAFE_VALUE = re.compile(r'["$`\\\n]')
-
-
-def forwarded_args(args: Any, *, resume: bool, max_steps: int | None, out_dir: str | None,
-                   overwrite: bool = False) -> list[str]:
-    """The training flags of one CLI invocation, re-emitted for every rank."""
-    out: list[str] = []
-    if getattr(args, "params", None):
-        out += ["--params", str(args.params)]
-    if getattr(args, "profile", None):
-        out += ["--profile", str(args.profile)]
-    for item in getattr(args, "overrides", []) or []:
-        out += ["--set", item]
-    if resume:
-        out.append("--resume")
-    if overwrite:
-        out.append("--overwrite")
-    if max_steps is not None:
-        out += ["--max-steps", str(max_steps)]
-    if out_dir:
-        out += ["--out", str(out_dir)]
-    if getattr(args, "no_track", False):
-        out.append("--no-track")
-    return out
 
 
 def _node_rank(num_nodes: int) -> int:
@@ -195,21 +173,21 @@ def run_streaming(cmd: Sequence[str], *, env: dict[str, str] | None = None,
     return proc.wait()
 
 
-def launch_training(cfg: Config, args: Any, *, resume: bool = False, overwrite: bool = False,
-                    max_steps: int | None = None, out_dir: str | None = None,
-                    on_line: Callable[[str], None] | None = None) -> int:
-    """Train as configured; returns the exit code (0 = success)."""
+def training_command(cfg: Config, train_args: Sequence[str]) -> list[str]:
+    """argv that trains as configured in a new process: ``python -m`` :data:`MODULE` for
+    ``deepspeed.launcher=none``, else the distributed launcher (:func:`launcher_command`)."""
+    if cfg.deepspeed.launcher == "none":
+        return [sys.executable, "-m", MODULE, *train_args]
+    return launcher_command(cfg, train_args)
+
+
+def launch_training(cfg: Config, train_args: Sequence[str], *, on_line: Callable[[str], None] | None = None) -> int:
+    """Train in a new process (:func:`training_command`) with ``train_args`` (the flags of
+    ``components.gspo.train_main``) and stream its output; returns the exit code (0 = success)."""
     from components.gspo.precision import check_training_dtype_setting
 
     check_training_dtype_setting(cfg.model.dtype)  # before any rank starts
-    if cfg.deepspeed.launcher == "none":
-        from components.gspo.job import train
-
-        train(cfg, resume=resume, overwrite=overwrite, max_steps=max_steps, out_dir=out_dir,
-              track=not getattr(args, "no_track", False))
-        return 0
-    cmd = launcher_command(cfg, forwarded_args(args, resume=resume, max_steps=max_steps, out_dir=out_dir,
-                                               overwrite=overwrite))
+    cmd = training_command(cfg, train_args)
     env = launch_env()
     print("launching: " + redact(" ".join(cmd)), file=sys.stderr)
     if cfg.deepspeed.launcher != "deepspeed" or not cfg.deepspeed.hostfile:

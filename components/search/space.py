@@ -20,6 +20,9 @@ mas.agents           2 .. 5                             1 agent is no MAS; >5 ra
 mas.rounds           1 .. 3                             more rounds = more tokens, diminishing returns
 mas.topology         complete/chain/star/layered/debate  "custom" needs a matrix, so it is excluded
 ===================  ================================  =============================================
+
+``agent-gspo search`` uses :meth:`SearchSpace.within`: sizes (G, agents, rounds, ...) never exceed
+the profile's own values, so memory and time per trial stay those of the profile.
 """
 
 from __future__ import annotations
@@ -91,6 +94,10 @@ DEFAULT_SPACE: dict[str, ParamSpec] = {
 }
 """Default search space, in suggestion order (tied entries follow their source)."""
 
+SIZE_KEYS = ("gspo.group_size", "gspo.questions_per_step", "mas.agents", "mas.rounds", "mas.max_message_tokens",
+             "mas.context_tokens")
+"""Keys that set how big a rollout is; :meth:`SearchSpace.within` caps them at the profile's values."""
+
 
 def format_value(value: Any) -> str:
     """``value`` as a YAML scalar that ``yaml.safe_load`` reads back identically.
@@ -160,6 +167,26 @@ class SearchSpace:
                 continue
             _check_spec(key, spec, [k for k, s in self.specs.items() if not isinstance(s, TiedParam)])
             self.specs[key] = spec
+
+    @classmethod
+    def within(cls, cfg: Config, ranges: Mapping[str, ParamSpec | None] | None = None) -> SearchSpace:
+        """The space (default plus ``ranges``) with every size in :data:`SIZE_KEYS` capped at ``cfg``'s value.
+
+        A profile's sizes bound its search: the smoke profile (G 2, 3 agents, 2 rounds) must not
+        run a trial with G 12 and 5 agents (19 GB instead of a few). A range that starts above the
+        profile's value is dropped, so the key keeps the profile's value.
+        """
+        merged: dict[str, ParamSpec | None] = dict(DEFAULT_SPACE)
+        merged.update(ranges or {})
+        flat = cfg.flat()
+        for key in SIZE_KEYS:
+            spec = merged.get(key)
+            if not isinstance(spec, IntParam) or spec.high <= int(flat[key]):
+                continue
+            cap = int(flat[key])
+            high = spec.low + (cap - spec.low) // spec.step * spec.step
+            merged[key] = IntParam(spec.low, high, spec.step, spec.log) if cap >= spec.low else None
+        return cls(merged, use_defaults=False)
 
     def sample(self, trial: optuna.Trial) -> dict[str, Any]:
         """Suggest every entry on ``trial``; return ``{section.key: value}`` (tied ones included)."""

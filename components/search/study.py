@@ -25,6 +25,7 @@ reservation. A tracking error while logging a finished trial's metrics does not 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import sys
 import time
@@ -43,6 +44,8 @@ from components.search.params_file import write_best_params
 from components.search.space import SearchSpace, apply_overrides
 from components.search.storage import open_study, redact
 from components.search.tracking import TrackerFactory, log_search_metrics
+
+log = logging.getLogger(__name__)
 
 ATTR_ERROR = "search:error"
 """user attribute of a failed trial: the exception, type and message (URI passwords redacted)"""
@@ -177,6 +180,7 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
         mine.append(trial.number)
         overrides = space.suggest(trial)
         trial.set_user_attr(B.ATTR_OVERRIDES, overrides)
+        log.info("trial %d/%d started: %s", trial.number + 1, n_trials, " ".join(overrides))
         trial_cfg = apply_overrides(cfg, overrides)
         run_ctx = (parent.child(f"trial-{trial.number}", {"study": name, "trial": trial.number})
                    if parent is not None else contextlib.nullcontext())
@@ -210,6 +214,9 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
                     run.set_tags({"feasible": c <= 0})
                 except TrackingError as exc:  # the trial's result is in the study; only its MLflow copy is lost
                     print(f"search: trial {trial.number}: metrics not logged ({exc})", file=sys.stderr)
+        log.info("trial %d/%d done in %.0f s: dev accuracy %.3f, %.1f tokens/episode (limit %g); %s",
+                 trial.number + 1, n_trials, outcome.seconds or wall, outcome.dev_accuracy,
+                 outcome.mean_tokens_per_episode, limit, _spent(used(), limits))
         return float(outcome.dev_accuracy)
 
     def after_trial(study_: optuna.Study, _trial: FrozenTrial) -> None:
@@ -235,6 +242,13 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
         if parent is not None:
             _log_result(parent, result)
     return result
+
+
+def _spent(usage: B.Ledger, limits: B.Budget) -> str:
+    """Budget spent so far, for the progress line: tokens and seconds against their limits."""
+    tokens = f"{usage.tokens_spent}" + (f"/{limits.tokens}" if limits.tokens else "")
+    seconds = f"{usage.seconds_elapsed:.0f}" + (f"/{limits.seconds:.0f}" if limits.seconds else "")
+    return f"budget spent: {tokens} tokens, {seconds} s, {usage.admitted}/{limits.trials} trials"
 
 
 def _finish(study: optuna.Study, cfg: Config, url: str | optuna.storages.BaseStorage, name: str,

@@ -68,3 +68,50 @@ def test_bad_input_exits_2(tmp_path):
     assert res.returncode == 2 and "gsm9k" in res.stderr
     res = _cli("validate", "--data", str(tmp_path / "missing"))
     assert res.returncode == 2 and "missing" in res.stderr
+
+
+def _sqlite_registry(tmp_path: Path, request) -> str:
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.spec_from_file_location("test_tracking_helpers", ROOT / "tests" / "unit" /
+                                                  "test_tracking_helpers.py")
+    helpers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helpers)
+    db = tmp_path / "mlflow.db"
+    shutil.copy(helpers.template_db(Path(request.config.cache.mkdir("agent-gspo-mlflow"))), db)
+    return f"sqlite:///{db}"
+
+
+def test_unknown_registry_model_exits_2_with_one_line(tmp_path, request):
+    uri = _sqlite_registry(tmp_path, request)
+    for args in (["evaluate", "--model", "models:/nope@champion"], ["promote", "--candidate", "models:/nope/3"],
+                 ["promote", "--candidate", "models:/nope"]):
+        res = _cli(*args, "--set", f"tracking.uri={uri}", cwd=tmp_path)
+        lines = [line for line in res.stderr.splitlines() if line.startswith("agent-gspo")]
+        assert res.returncode == 2, res.stderr[-2000:]
+        assert "Traceback" not in res.stderr and len(lines) == 1, res.stderr[-2000:]
+        assert "no registered model 'nope'" in lines[0] and uri in lines[0], lines
+
+
+def test_unreachable_registry_fails_fast_with_a_clear_error(tmp_path):
+    """A refused connection and a server that accepts but never answers: exit 2 within seconds, not minutes."""
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts connections (kernel backlog) and never answers
+    refused = socket.socket()
+    refused.bind(("127.0.0.1", 0))
+    port = refused.getsockname()[1]
+    refused.close()
+    try:
+        for url in (f"http://127.0.0.1:{port}", f"http://127.0.0.1:{silent.getsockname()[1]}"):
+            t0 = time.monotonic()
+            res = _cli("promote", "--set", f"tracking.uri={url}", cwd=tmp_path)
+            took = time.monotonic() - t0
+            assert res.returncode == 2 and "unreachable" in res.stderr and url in res.stderr, res.stderr[-2000:]
+            assert took < 60, took  # process start (~5-10 s on 2 busy cores) + the 5 s /health probe
+    finally:
+        silent.close()

@@ -181,13 +181,18 @@ def test_pipeline_end_to_end(prefect: PrefectServer, mlflow_srv: MlflowServer, t
     assert result["model"] == f"models:/agent-gspo-policy/{version.version}"
     assert result["promotion"]["decision"] == "champion"
     tags = version.tags
-    assert {"config.sha256", "git.commit", "data.manifest_sha256", "eval.accuracy"} <= set(tags)
+    key = result["promotion"]["setting"]
+    assert {"config.sha256", "git.commit", "data.manifest_sha256", f"eval.{key}.accuracy"} <= set(tags)
+    (linked,) = [r for r in evals if r.info.run_id == tags[f"eval.{key}.run_id"]]  # run <-> version
+    assert linked.data.tags["eval.model_version"] == str(version.version)
+    assert linked.data.params["setting.key"] == key and linked.data.metrics["eval/accuracy"] == pytest.approx(
+        result["summary"]["agent_gspo"]["accuracy"])
     assert tags["config.sha256"] == train[0].data.tags["config.sha256"]
     sha = tags["git.commit"]  # a commit of this repo (HEAD may move while the test runs: compare loosely)
     assert git_commit(ROOT) is None or subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=ROOT,
                                                       timeout=30).returncode == 0, sha
     assert tags["data.manifest_sha256"] != "missing"
-    assert float(tags["eval.accuracy"]) == pytest.approx(result["summary"]["agent_gspo"]["accuracy"])
+    assert float(tags[f"eval.{key}.accuracy"]) == pytest.approx(result["summary"]["agent_gspo"]["accuracy"])
 
     # Prefect, through the server's API
     with _client(prefect.api_url) as pc:
@@ -204,6 +209,14 @@ def test_pipeline_end_to_end(prefect: PrefectServer, mlflow_srv: MlflowServer, t
 
         arts = pc.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(
             any_=[f.id for f in flows])))
+        from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+        logs = [entry.message for entry in pc.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(
+            any_=[f.id for f in flows])), limit=1000)]
+    # progress reaches the Prefect logs: training steps, evaluation batches with counts, the gate's setting
+    assert any(m.startswith("step 2/2") for m in logs), logs[-50:]
+    assert any(m.startswith("evaluate agent_gspo (pooled): batch 1/1 done, 2/2 items") for m in logs), logs[-50:]
+    assert any(m.startswith("promote models:/agent-gspo-policy/") for m in logs), logs[-50:]
     keys = {a.key for a in arts}
     assert {"data-validation", "training-curves", "evaluation", "promotion"} <= keys, keys
 
@@ -356,11 +369,13 @@ def test_training_survives_mlflow_outage(mlflow_srv: MlflowServer, prepared: Pat
 TRAIN_ONLY = """
 import json, sys
 from prefect import flow
+from components.jobs import ConfigSource
 from flows.pipeline import train_task
 
 @flow(name="train-only")
 def train_only(params: str, overrides: list[str]) -> dict:
-    return train_task(None, params, overrides)
+    source = ConfigSource(params=params, overrides=tuple(overrides))
+    return train_task(source.load(), source)
 
 state = train_only(sys.argv[1], json.loads(sys.argv[2]), return_state=True)
 print("FLOW_RUN", state.state_details.flow_run_id, flush=True)

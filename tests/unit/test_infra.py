@@ -33,6 +33,7 @@ K8S_PVC = INFRA / "k8s" / "workspace-pvc.yaml"
 PREFECT_TEMPLATE = INFRA / "k8s" / "prefect-base-job-template.json"
 SBATCH = INFRA / "slurm" / "train.sbatch"
 PREFECT_YAML = ROOT / "prefect.yaml"
+PREFECT_GPU_YAML = INFRA / "prefect-gpu.yaml"  # the GPU deployment, deployed apart from prefect.yaml
 
 # The CLI contract (docs/architecture.md).
 KNOWN_SUBCOMMANDS = {"prepare", "validate", "train", "search", "evaluate", "promote", "score", "run"}
@@ -464,7 +465,7 @@ def test_prefect_template_passes_prefect_validation(prefect_template: dict[str, 
 
 
 def _k8s_pool_job_variables() -> dict[str, Any]:
-    return yaml.safe_load(PREFECT_YAML.read_text())["definitions"]["k8s_pool"]["job_variables"]
+    return yaml.safe_load(PREFECT_GPU_YAML.read_text())["definitions"]["k8s_pool"]["job_variables"]
 
 
 def _render_prefect(template: dict[str, Any], job_variables: dict[str, Any]) -> dict[str, Any]:
@@ -535,7 +536,7 @@ def test_k8s_job_resources_sized_per_gpu() -> None:
         pod["containers"][0]["resources"]["requests"]["cpu"])
 
 
-@pytest.mark.parametrize("variables", ["template defaults", "prefect.yaml k8s_pool"])
+@pytest.mark.parametrize("variables", ["template defaults", "prefect-gpu.yaml k8s_pool"])
 def test_prefect_gpu_pod_resources_sized_per_gpu(prefect_template: dict[str, Any], variables: str) -> None:
     job_variables = {} if variables == "template defaults" else _k8s_pool_job_variables()
     rendered = _render_prefect(prefect_template, job_variables)
@@ -543,7 +544,7 @@ def test_prefect_gpu_pod_resources_sized_per_gpu(prefect_template: dict[str, Any
 
 
 def test_prefect_gpu_deployment_launches_one_process_per_gpu() -> None:
-    deployments = {d["name"]: d for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
+    deployments = {d["name"]: d for d in yaml.safe_load(PREFECT_GPU_YAML.read_text())["deployments"]}
     overrides = dict(o.split("=", 1) for o in deployments["nightly-pipeline-gpu"]["parameters"]["overrides"])
     assert int(overrides["deepspeed.nproc_per_node"]) == _k8s_pool_job_variables()["gpu_limit"]
 

@@ -107,7 +107,7 @@ def test_launch_refuses_float16_before_starting_ranks() -> None:
 
     cfg = load_config(overrides=["model.dtype=float16", "deepspeed.launcher=torchrun"])
     with pytest.raises(PrecisionError, match="model.dtype=float16"):
-        launch_training(cfg, SimpleNamespace())
+        launch_training(cfg, [])
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])

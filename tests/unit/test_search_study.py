@@ -205,3 +205,33 @@ def test_only_failures_end_with_the_trial_errors_named(tmp_path: Path) -> None:
 
     with pytest.raises(SearchError, match=r"no completed trial.*RuntimeError: no GPU left on this node"):
         run_search(_cfg(tmp_path), always, trials=3, storage=optuna.storages.InMemoryStorage())
+
+
+def test_each_trial_logs_its_progress_and_the_budget_spent(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="components.search.study")
+    run_search(_cfg(tmp_path), SyntheticTrial(), trials=3, budget_tokens=10**9,
+               storage=optuna.storages.InMemoryStorage())
+    lines = [r.getMessage() for r in caplog.records if r.name == "components.search.study"]
+    assert [line.split(":")[0] for line in lines if " started" in line] == [f"trial {i}/3 started" for i in (1, 2, 3)]
+    done = [line for line in lines if " done in " in line]
+    assert len(done) == 3 and done[-1].startswith("trial 3/3 done in")
+    assert "tokens/episode" in done[-1] and "budget spent: " in done[-1] and "/1000000000 tokens" in done[-1]
+    assert done[-1].endswith("3/3 trials")
+
+
+def test_search_space_stays_within_the_profiles_sizes() -> None:
+    """A smoke search never samples a bigger rollout than the smoke profile (it once picked G 12 x 4 agents)."""
+    from components.search import SearchSpace
+
+    params = Path(__file__).resolve().parents[2] / "params.yaml"
+    smoke = load_config(params, "smoke")
+    space = SearchSpace.within(smoke)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(40):
+        values = space.sample(study.ask())
+        assert values.get("gspo.group_size", smoke.gspo.group_size) <= smoke.gspo.group_size
+        assert values.get("mas.agents", smoke.mas.agents) <= smoke.mas.agents
+        assert values.get("mas.rounds", smoke.mas.rounds) <= smoke.mas.rounds
+    assert "gspo.group_size" not in space.specs  # the default range (4..16) starts above G 2: kept at 2
+    default = SearchSpace.within(load_config(params, "default"))
+    assert (default.specs["gspo.group_size"].low, default.specs["gspo.group_size"].high) == (4, 8)

@@ -1,0 +1,143 @@
+"""The evaluation job: a policy (+ baselines) on the benchmarks, tracked and linked to its registry version.
+
+With tracking on, the evaluation is one MLflow run with the setting and the evaluation config as
+params and the evaluated system's summary as metrics (``eval/accuracy``, ``eval/tokens_total``,
+...; per benchmark ``eval/<benchmark>/*``). When the model is a registered version the run and
+the version point at each other: run tags ``eval.model_name`` / ``eval.model_version``, the
+summary linked to the version's logged model, and on the version the results under the
+setting's key (:mod:`components.tracking.gate`), which is what the promotion gate reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from components.evaluation.setting import EvalSetting
+from components.jobs.base import Job, log
+
+if TYPE_CHECKING:
+    from components.tracking.versions import VersionRef
+
+
+@dataclass
+class EvaluateResult:
+    """What an evaluation produced and where it was recorded."""
+
+    report: Any
+    """:class:`components.evaluation.EvalReport` (table, summary, markdown, written paths)"""
+    setting: EvalSetting
+    run_id: str | None = None
+    version: VersionRef | None = None
+    """the registry version evaluated (None for a folder, alias or hub id)"""
+
+    @property
+    def main(self) -> dict[str, Any]:
+        """Summary of the evaluated system (``accuracy``, ``tokens_total``, ...)."""
+        return self.report.summary[self.report.meta["main_system"]]
+
+
+def evaluated_model(cfg: Any, model: str | None, *, track: bool = True) -> tuple[str | None, VersionRef | None]:
+    """``model`` with a ``models:/`` alias or "newest" pinned to a version (evaluated and recorded
+    as that version even if the alias moves meanwhile), and the version. A trained folder that was
+    registered (it holds ``registered_model.json``) is evaluated as is and recorded on its version
+    when tracking is on; other models are returned unchanged."""
+    if model is None:
+        return None, None
+    from components.tracking.versions import registration_of, resolve_version
+
+    if model.startswith("models:/"):
+        ref = resolve_version(model, uri=cfg.tracking.uri)
+        return ref.uri, ref
+    if track and Path(model).is_dir():
+        ref = registration_of(model, uri=cfg.tracking.uri)
+        if ref is not None:
+            log.info("%s is registered as %s: its results are recorded there", model, ref.uri)
+        return model, ref
+    return model, None
+
+
+class EvaluateJob(Job):
+    """``agent-gspo evaluate``; see the module docstring."""
+
+    KIND = "evaluate"
+    model: str | None = Field(None, description="folder, alias, hub id or models:/<name>[/<v>|@<alias>]")
+    limit: int | None = Field(None, ge=1, description="items per benchmark (default eval.limit)")
+    baselines: list[str] | None = Field(None, description="baselines to run beside it (default eval.baselines)")
+    out_dir: str | None = Field(None, description="output folder (default eval.out_dir)")
+    data_dir: str | None = Field(None, description="prepared data (default data.out_dir)")
+    split: str = Field("test", description="benchmark split")
+    track: bool = Field(True, description="log an MLflow run (and record results on a registry version)")
+    metrics_file: str | None = Field(None, description="write each system's summary here (DVC metrics)")
+
+    def run(self) -> EvaluateResult:
+        result = self._evaluate()
+        if self.metrics_file:
+            from components.jobs.metrics import eval_metrics, write_metrics
+
+            write_metrics(self.metrics_file, eval_metrics(result.report.summary))
+        return result
+
+    def _evaluate(self) -> EvaluateResult:
+        from components.evaluation import evaluate
+        from components.evaluation.runner import log_to_tracker
+
+        cfg = self.cfg
+        model, version = evaluated_model(cfg, self.model, track=self.track)
+        log.info("evaluate %s on %s (%s items each)", model or cfg.model.name, ", ".join(cfg.eval.benchmarks),
+                 self.limit or cfg.eval.limit or "all")
+        kwargs = {"model": model, "limit": self.limit, "baselines": self.baselines,
+                  "out_dir": Path(self.out_dir) if self.out_dir else None,
+                  "data_dir": Path(self.data_dir) if self.data_dir else None, "split": self.split}
+        if not self.track:
+            report = evaluate(cfg, **kwargs)
+            return EvaluateResult(report, self._setting(report))
+        from components.tracking import Tracker
+
+        tags = {"stage": "evaluate", "eval.model": model or cfg.model.name}
+        if version is not None:
+            tags |= {"eval.model_name": version.name, "eval.model_version": version.version}
+        with Tracker.from_config(cfg, "evaluate", tags) as tracker:
+            report = evaluate(cfg, **kwargs)
+            setting = self._setting(report)
+            tracker.log_params(setting.params() | {f"eval.{k}": v for k, v in cfg.eval.model_dump().items()}
+                               | {"model": model or cfg.model.name})
+            log_to_tracker(tracker, report, report.meta["main_system"], model_id=self._model_id(version))
+            run_id = tracker.run_id
+            if version is not None:
+                self._record(version, setting, report, run_id)
+        return EvaluateResult(report, setting, run_id, version)
+
+    def _setting(self, report: Any) -> EvalSetting:
+        from components.evaluation.setting import setting_of
+
+        meta = report.meta
+        return setting_of(self.cfg, meta["item_ids"], split=meta["split"], limit=meta["limit"],
+                          data_manifest_sha256=meta["data_manifest_sha256"])
+
+    def _model_id(self, version: VersionRef | None) -> str | None:
+        if version is None:
+            return None
+        from components.tracking.versions import registry_client
+
+        mv = registry_client(self.cfg.tracking.uri).get_model_version(version.name, version.version)
+        source = str(mv.source or "")  # MLflow 3 registers a logged model as "models:/<model_id>"
+        return getattr(mv, "model_id", None) or (source.removeprefix("models:/") if source.startswith("models:/m-")
+                                                 else None)
+
+    def _record(self, version: VersionRef, setting: EvalSetting, report: Any, run_id: str | None) -> None:
+        """The results on the version under the setting's key (what the promotion gate compares)."""
+        from components.tracking.backend import guarded
+        from components.tracking.gate import GateResult, write_result
+        from components.tracking.versions import registry_client
+
+        main = report.summary[report.meta["main_system"]]
+        result = GateResult(float(main["accuracy"]), float(main["tokens_total"]), int(main["n"]), run_id)
+        client = registry_client(self.cfg.tracking.uri)
+        guarded(self.cfg.tracking.uri, f"record evaluation on {version.uri}", lambda: write_result(
+            client, version.name, version.version, setting.key(), setting.model_dump(mode="json"), result))
+        log.info("recorded on %s under setting %s (%s): accuracy %.4f, tokens %d", version.uri, setting.key(),
+                 setting.describe(), result.accuracy, int(result.tokens_total))

@@ -1,0 +1,60 @@
+"""The experiments jobs: run the paper's experiments, and regenerate their report from the results files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from components.jobs.base import Job
+
+
+class ExperimentsJob(Job):
+    """``agent-gspo experiments run``: train / evaluate each selected experiment, write ``results/<name>.json``."""
+
+    KIND = "experiments"
+    only: list[str] | None = Field(None, description="experiment names (default: all)")
+    limit: int | None = Field(None, ge=1, description="items per benchmark (overrides eval.limit)")
+    results_dir: str | None = Field(None, description="results folder (default experiments.results_dir)")
+    user_overrides: list[str] = Field(default_factory=list, description="--set overrides, re-applied last")
+    track: bool = Field(True, description="log MLflow runs")
+    params: str | None = Field(None, description="the params file the config came from (for subprocess runs)")
+
+    def run(self) -> list[Any]:
+        """One :class:`components.experiments.runner.ExperimentOutcome` per experiment run."""
+        from components.experiments import run_experiments
+
+        return run_experiments(self.cfg, only=self.only, limit=self.limit, results_dir=self.results_dir,
+                               user_overrides=self.user_overrides, track=self.track, params=self.params)
+
+
+class ReportJob(Job):
+    """``agent-gspo experiments report``: docs/results.md, its PNGs and the DVC metrics file, from results/ alone."""
+
+    KIND = "experiments-report"
+    results: str | None = Field(None, description="results folder (default experiments.results_dir)")
+    out: str | None = Field(None, description="markdown report (default experiments.report)")
+    metrics_file: str | None = Field(None, description="write accuracy and tokens per experiment here (DVC metrics)")
+
+    def run(self) -> Any:
+        """:class:`components.experiments.report.ReportOutput` (claims, written paths)."""
+        from components.experiments import build_report
+
+        results = self.results or self.cfg.experiments.results_dir
+        out = self.out or self.cfg.experiments.report
+        report = build_report(Path(results), Path(out),
+                              command=f"agent-gspo experiments report --results {results} --out {out}")
+        if self.metrics_file:
+            from components.experiments.results import load_results_dir
+            from components.jobs.metrics import write_metrics
+
+            write_metrics(self.metrics_file, experiments_metrics(load_results_dir(results)))
+        return report
+
+
+def experiments_metrics(results: dict[str, Any]) -> dict[str, Any]:
+    """Per experiment and evaluated system: macro accuracy, total and completion tokens."""
+    keys = ("accuracy", "tokens_total", "tokens_completion")
+    return {name: {system: {k: s[k] for k in keys if s.get(k) is not None} for system, s in res.summary.items()}
+            for name, res in results.items()}

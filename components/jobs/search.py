@@ -1,0 +1,81 @@
+"""The search job: budget-constrained Optuna search whose trial is a short GSPO run + a dev evaluation.
+
+The space is :data:`components.search.DEFAULT_SPACE` bounded by the profile's sizes
+(:meth:`components.search.SearchSpace.within`): a trial never samples more agents, rounds or
+episodes per question than the profile it runs under, so a smoke search stays a smoke-sized job.
+"""
+
+from __future__ import annotations
+
+import gc
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from components.config import Config
+from components.jobs.base import Job
+
+
+@dataclass
+class SearchTrial:
+    """The real trial: a short GSPO run from the configured model, then the dev slice evaluation.
+
+    Dev slice: the official development splits (``aqua/dev``, ``mmlu/val``; never a test split),
+    ``search.dev_items`` seeded items each, the trained MAS only. Constraint measure: mean completion
+    tokens per episode, the same measure as the dual budget's default.
+    """
+
+    data_dir: Path | None = None
+
+    def __call__(self, trial_cfg: Config, trial: Any) -> Any:
+        from components.evaluation import evaluate
+        from components.gspo.job import train
+        from components.search import TrialOutcome
+
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix=f"trial-{trial.number}-") as tmp:
+            result = train(trial_cfg, max_steps=trial_cfg.search.trial_steps, out_dir=Path(tmp) / "run",
+                           data_dir=self.data_dir, track=False)
+            gc.collect()  # the trained model and its optimizer state go before the evaluation loads the policy
+            train_tokens = int(sum(h.get("train/tokens_total", 0.0) * trial_cfg.gspo.questions_per_step
+                                   * trial_cfg.gspo.group_size for h in result.history))
+            ev_cfg = trial_cfg.model_copy(update={"eval": trial_cfg.eval.model_copy(update={
+                "benchmarks": ["aqua", "mmlu"], "baselines": []})})
+            accs, tokens, n, spent = [], 0.0, 0, 0
+            for bench, split in (("aqua", "dev"), ("mmlu", "val")):
+                one = ev_cfg.model_copy(update={"eval": ev_cfg.eval.model_copy(update={"benchmarks": [bench]})})
+                rep = evaluate(one, model=str(result.final_model), limit=trial_cfg.search.dev_items, baselines=[],
+                               out_dir=Path(tmp) / f"eval-{bench}", data_dir=self.data_dir, split=split)
+                s = rep.summary["agent_gspo"]
+                accs.append(float(s["accuracy"]))
+                tokens += float(s["tokens_completion"])
+                n += int(s["n"])
+                spent += int(s["tokens_total"])
+                gc.collect()
+        return TrialOutcome(dev_accuracy=sum(accs) / len(accs), mean_tokens_per_episode=tokens / max(1, n),
+                            tokens_spent=train_tokens + spent, seconds=time.perf_counter() - t0)
+
+
+class SearchJob(Job):
+    """``agent-gspo search``: writes the best parameters to ``search.out_params``."""
+
+    KIND = "search"
+    trials: int | None = Field(None, ge=1, description="study-wide trial target (default search.trials)")
+    budget_tokens: int | None = Field(None, ge=0, description="study-wide token budget (default search.budget_tokens)")
+    storage: str | None = Field(None, description="Optuna storage URL (default search.storage)")
+    track: bool = Field(True, description="log a parent MLflow run with one nested run per trial")
+
+    def run(self) -> Any:
+        """:class:`components.search.SearchResult` of the whole study."""
+        from components.search import SearchSpace, mlflow_tracker_factory, run_search
+
+        cfg = self.cfg
+        tokens = self.budget_tokens if self.budget_tokens is not None else (cfg.search.budget_tokens or None)
+        return run_search(cfg, SearchTrial(Path(cfg.data.out_dir)), trials=self.trials, budget_tokens=tokens,
+                          budget_seconds=cfg.search.budget_seconds or None, storage=self.storage,
+                          space=SearchSpace.within(cfg), tracker_factory=mlflow_tracker_factory(cfg) if self.track
+                          else None)

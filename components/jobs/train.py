@@ -1,0 +1,99 @@
+"""The training job: in this process, or as a subprocess / distributed launch of the same config.
+
+``deepspeed.launcher=none`` trains in the caller's process unless ``isolate`` asks for a
+subprocess (the Prefect task does, so a crash or SIGKILL of training never takes the flow down,
+and its retry resumes from the last checkpoint); ``torchrun`` / ``deepspeed`` always launch
+``components.gspo.train_main`` on every rank. A subprocess loads the config from the job's
+:class:`ConfigSource` (same file, profile and overrides), and its final JSON line comes back
+as the :class:`components.gspo.job.TrainResult` (:func:`components.gspo.launch.launch_training`
+builds the command and, for multi-node DeepSpeed, the environment file).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from components.errors import UserError
+from components.jobs.base import ConfigSource, Job
+
+if TYPE_CHECKING:
+    from components.gspo.job import TrainResult
+
+
+class TrainingFailed(RuntimeError):
+    """A training process died (signal, crash): worth a retry with ``resume``."""
+
+
+class TrainJob(Job):
+    """``agent-gspo train``; see the module docstring."""
+
+    KIND = "train"
+    source: ConfigSource = Field(default_factory=ConfigSource, description="how ``cfg`` was loaded")
+    resume: bool = Field(False, description="continue from the newest checkpoint in the run folder")
+    overwrite: bool = Field(False, description="delete the run folder's checkpoints and start over")
+    max_steps: int | None = Field(None, ge=1, description="stop after N steps (default gspo.steps)")
+    out_dir: str | None = Field(None, description="run folder (default gspo.out_dir)")
+    track: bool = Field(True, description="log an MLflow run and register the final policy")
+    isolate: bool = Field(False, description="train in a subprocess even with deepspeed.launcher=none")
+    metrics_file: str | None = Field(None, description="write first/final step numbers here (DVC metrics)")
+    on_line: Callable[[str], None] | None = Field(None, exclude=True, description="gets each subprocess line")
+
+    def args(self) -> list[str]:
+        """Flags of ``python -m components.gspo.train_main`` for this job."""
+        out = self.source.args()
+        if self.resume:
+            out.append("--resume")
+        if self.overwrite:
+            out.append("--overwrite")
+        if self.max_steps is not None:
+            out += ["--max-steps", str(self.max_steps)]
+        if self.out_dir:
+            out += ["--out", str(self.out_dir)]
+        if not self.track:
+            out.append("--no-track")
+        return out
+
+    def run(self) -> TrainResult:
+        result = self._train()
+        if self.metrics_file:
+            from components.jobs.metrics import train_metrics, write_metrics
+
+            write_metrics(self.metrics_file, train_metrics(result.history))
+        return result
+
+    def _train(self) -> TrainResult:
+        cfg = self.cfg
+        if cfg.deepspeed.launcher == "none" and not self.isolate:
+            from components.gspo.job import train
+            from components.gspo.precision import check_training_dtype_setting
+
+            check_training_dtype_setting(cfg.model.dtype)
+            return train(cfg, resume=self.resume, overwrite=self.overwrite, max_steps=self.max_steps,
+                         out_dir=self.out_dir, track=self.track)
+        from components.gspo.launch import launch_training
+
+        final: dict = {}
+
+        def on_line(line: str) -> None:
+            if line.startswith("{") and '"final_model"' in line:
+                final.update(json.loads(line))
+            if self.on_line is not None:
+                self.on_line(line)
+
+        rc = launch_training(cfg, self.args(), on_line=on_line)
+        out = Path(self.out_dir or cfg.gspo.out_dir)
+        if rc == UserError.exit_code:
+            raise UserError(f"training refused its input (exit {rc}); the message is in the output above")
+        if rc != 0 or not final:
+            raise TrainingFailed(f"training exited with code {rc}{'' if rc else ' without a final model'}; "
+                                 f"`--resume` continues from the last checkpoint in {out}")
+        from components.gspo.job import TrainResult
+
+        history = json.loads((out / "history.json").read_text()) if (out / "history.json").is_file() else []
+        return TrainResult(out, Path(final["final_model"]), int(final["steps"]), history, final.get("run_id"),
+                           final.get("model_version"))

@@ -1,0 +1,74 @@
+"""The DVC pipelines as committed: the smoke chain at the root, experiments apart, numbers-only
+metrics tracked in git, and a dvc.lock that matches the code (the CI check of the lock)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from dvc_checks import stage_outputs, stale_lock
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stages(rel: str) -> dict:
+    return yaml.safe_load((ROOT / rel).read_text())["stages"]
+
+
+def _paths(entries) -> list[str]:
+    return [next(iter(e)) if isinstance(e, dict) else e for e in entries or []]
+
+
+def test_dvc_repro_runs_the_smoke_chain_and_experiments_live_apart() -> None:
+    root = _stages("dvc.yaml")
+    assert list(root) == ["prepare", "validate", "train", "evaluate"]
+    assert "--profile smoke" in root["train"]["cmd"] and "--profile smoke" in root["evaluate"]["cmd"]
+    experiments = _stages("experiments/dvc.yaml")
+    assert set(experiments) == {"run", "report"} and all(s["wdir"] == ".." for s in experiments.values())
+    for stage in [*root.values(), *experiments.values()]:
+        for dep in _paths(stage.get("deps")):  # nothing outside the repository: `dvc exp run --temp` copies it
+            assert not dep.startswith(("../", "/")), dep
+
+
+def _numbers_only(value, where: str) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _numbers_only(inner, f"{where}.{key}")
+    else:
+        assert isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value), where
+
+
+def test_metrics_are_small_numbers_only_files_tracked_in_git() -> None:
+    metrics = [entry for rel in ("dvc.yaml", "experiments/dvc.yaml") for stage in _stages(rel).values()
+               for entry in stage.get("metrics") or []]
+    assert len(metrics) == 4
+    for entry in metrics:
+        (path, opts), = entry.items()
+        assert path.startswith("metrics/") and opts == {"cache": False}, entry
+        ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, timeout=30).returncode
+        assert ignored == 1, f"{path} is git-ignored: dvc exp show would show '!'"
+        if (ROOT / path).is_file():
+            _numbers_only(json.loads((ROOT / path).read_text()), path)
+    assert "metrics/eval.json" in stage_outputs(ROOT)
+
+
+def test_numbers_only_writer_refuses_strings_and_nulls(tmp_path: Path) -> None:
+    from components.jobs.metrics import eval_metrics, train_metrics, write_metrics
+
+    with pytest.raises(ValueError, match=r"x.json.a.sha: 'abc' is not a finite number"):
+        write_metrics(tmp_path / "x.json", {"a": {"sha": "abc"}})
+    summary = {"agent_gspo": {"accuracy": 0.5, "tokens_total": 10, "tokens_per_correct": None, "benchmarks": 2}}
+    assert eval_metrics(summary) == {"agent_gspo": {"accuracy": 0.5, "tokens_total": 10}}
+    history = [{"step": 1, "train/reward": 0.1, "perf/step_s": 3.0}, {"step": 2, "train/reward": 0.2}]
+    assert train_metrics(history) == {"steps": 2, "first": {"train/reward": 0.1}, "final": {"train/reward": 0.2}}
+
+
+@pytest.mark.slow
+def test_committed_dvc_lock_matches_the_code_and_params() -> None:
+    problems = stale_lock(ROOT)
+    assert not problems, ("dvc.lock does not match the code/params; regenerate with "
+                          "`dvc repro && git add dvc.lock metrics`:\n  " + "\n  ".join(problems))

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
@@ -94,20 +95,18 @@ def promote_task(cfg: Config, candidate: str) -> dict:
     return row
 
 
-def _with_best_params(source: ConfigSource, best_params: str | None) -> ConfigSource:
-    """``source`` with the search's best parameters (a missing file is logged and skipped: no search yet)."""
+def with_best_params(source: ConfigSource, best_params: str | None, log: Callable[[str], Any]) -> ConfigSource:
+    """``source`` with the search's best parameters under its own overrides (which still win); a
+    missing file is logged and skipped (no search has run yet)."""
     if not best_params:
         return source
-    from prefect import get_run_logger
-
     from components.search import load_best_params
 
     if not Path(best_params).is_file():
-        get_run_logger().info("no best-parameters file at %s yet; training with the profile's parameters",
-                              best_params)
+        log(f"no best-parameters file at {best_params} yet; training with the profile's parameters")
         return source
     overrides = load_best_params(best_params)
-    get_run_logger().info("applying the search's best parameters from %s: %s", best_params, " ".join(overrides))
+    log(f"applying the search's best parameters from {best_params}: {' '.join(overrides)}")
     return source.plus(overrides)
 
 
@@ -119,8 +118,8 @@ def pipeline_flow(profile: str | None = None, params: str | None = None, overrid
     ``best_params``: a best-parameters file (``search.out_params`` of the weekly search) applied
     under the overrides; the nightly deployment passes it, so the search's result is trained.
     """
-    source = _with_best_params(ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())),
-                               best_params)
+    source = with_best_params(ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())),
+                              best_params, get_run_logger().info)
     cfg = source.load()  # validated once; tasks receive it
     data_prep_flow(cfg=cfg)
     if cfg.search.enabled:

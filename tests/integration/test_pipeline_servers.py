@@ -211,8 +211,10 @@ def test_pipeline_end_to_end(prefect: PrefectServer, mlflow_srv: MlflowServer, t
             any_=[f.id for f in flows])))
         from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
-        logs = [entry.message for entry in pc.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(
-            any_=[f.id for f in flows])), limit=1000)]
+        log_filter = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[f.id for f in flows]))
+        logs: list[str] = []
+        while page := pc.read_logs(log_filter=log_filter, limit=200, offset=len(logs)):  # the API's page limit
+            logs += [entry.message for entry in page]
     # progress reaches the Prefect logs: training steps, evaluation batches with counts, the gate's setting
     assert any(m.startswith("step 2/2") for m in logs), logs[-50:]
     assert any(m.startswith("evaluate agent_gspo (pooled): batch 1/1 done, 2/2 items") for m in logs), logs[-50:]
@@ -448,3 +450,31 @@ def test_training_killed_in_flow_is_resumed_by_retry(prefect: PrefectServer, pre
     strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]  # noqa: E731
     assert strip(json.loads((straight / "history.json").read_text())) == strip(
         json.loads((flowed / "history.json").read_text()))
+
+
+def test_deploy_all_needs_only_the_process_pool_and_the_gpu_deployment_deploys_apart(tmp_path: Path) -> None:
+    """`prefect --no-prompt deploy --all` as the README types it, on a fresh server; then the GPU file."""
+    with prefect_server(tmp_path) as server:
+        env = _env(server.client_env() | {"AGENT_GSPO_HOME": str(ROOT)})
+
+        def prefect(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "prefect", *args], cwd=ROOT, env=env, capture_output=True,
+                                  text=True, timeout=180)
+
+        assert prefect("work-pool", "create", "local-process", "--type", "process").returncode == 0
+        out = prefect("--no-prompt", "deploy", "--all")
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        gpu = prefect("--no-prompt", "deploy", "--all", "--prefect-file", "infra/prefect-gpu.yaml")
+        assert gpu.returncode != 0 and "agent-gspo-k8s" in gpu.stdout + gpu.stderr  # its pool does not exist yet
+        assert prefect("work-pool", "create", "agent-gspo-k8s", "--type", "kubernetes", "--base-job-template",
+                       "infra/k8s/prefect-base-job-template.json").returncode == 0
+        gpu = prefect("--no-prompt", "deploy", "--all", "--prefect-file", "infra/prefect-gpu.yaml")
+        assert gpu.returncode == 0, gpu.stdout[-3000:] + gpu.stderr[-3000:]
+        with _client(server.api_url) as pc:
+            deployments = {d.name: d for d in pc.read_deployments()}
+    assert {name: d.work_pool_name for name, d in deployments.items()} == {
+        "nightly-pipeline": "local-process", "weekly-search": "local-process", "evaluate": "local-process",
+        "nightly-pipeline-gpu": "agent-gspo-k8s"}
+    nightly = deployments["nightly-pipeline"]
+    assert nightly.parameters["best_params"] == "search/best_params.yaml"  # the weekly search feeds the nightly run
+    assert nightly.pull_steps[0]["prefect.deployments.steps.set_working_directory"]["directory"] == str(ROOT)

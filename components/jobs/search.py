@@ -7,6 +7,7 @@ episodes per question than the profile it runs under, so a smoke search stays a 
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import tempfile
 import time
@@ -18,6 +19,19 @@ from pydantic import Field
 
 from components.config import Config
 from components.jobs.base import Job
+
+
+def release_memory() -> None:
+    """Collect what the last model held and hand the freed heap back to the OS.
+
+    glibc keeps freed heap pages mapped, so without ``malloc_trim`` the evaluation's model would be
+    allocated on top of the peak the training left behind (a smoke trial measured 4.2 GB instead of
+    the 3.6 GB its training needs)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 @dataclass
@@ -40,7 +54,7 @@ class SearchTrial:
         with tempfile.TemporaryDirectory(prefix=f"trial-{trial.number}-") as tmp:
             result = train(trial_cfg, max_steps=trial_cfg.search.trial_steps, out_dir=Path(tmp) / "run",
                            data_dir=self.data_dir, track=False)
-            gc.collect()  # the trained model and its optimizer state go before the evaluation loads the policy
+            release_memory()  # the trained model and its optimizer state go before the evaluation loads the policy
             train_tokens = int(sum(h.get("train/tokens_total", 0.0) * trial_cfg.gspo.questions_per_step
                                    * trial_cfg.gspo.group_size for h in result.history))
             ev_cfg = trial_cfg.model_copy(update={"eval": trial_cfg.eval.model_copy(update={
@@ -55,7 +69,7 @@ class SearchTrial:
                 tokens += float(s["tokens_completion"])
                 n += int(s["n"])
                 spent += int(s["tokens_total"])
-                gc.collect()
+                release_memory()
         return TrialOutcome(dev_accuracy=sum(accs) / len(accs), mean_tokens_per_episode=tokens / max(1, n),
                             tokens_spent=train_tokens + spent, seconds=time.perf_counter() - t0)
 

@@ -216,7 +216,7 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
                     print(f"search: trial {trial.number}: metrics not logged ({exc})", file=sys.stderr)
         log.info("trial %d/%d done in %.0f s: dev accuracy %.3f, %.1f tokens/episode (limit %g); %s",
                  trial.number + 1, n_trials, outcome.seconds or wall, outcome.dev_accuracy,
-                 outcome.mean_tokens_per_episode, limit, _spent(used(), limits))
+                 outcome.mean_tokens_per_episode, limit, _spent(used(), limits, int(outcome.tokens_spent)))
         return float(outcome.dev_accuracy)
 
     def after_trial(study_: optuna.Study, _trial: FrozenTrial) -> None:
@@ -244,9 +244,10 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
     return result
 
 
-def _spent(usage: B.Ledger, limits: B.Budget) -> str:
-    """Budget spent so far, for the progress line: tokens and seconds against their limits."""
-    tokens = f"{usage.tokens_spent}" + (f"/{limits.tokens}" if limits.tokens else "")
+def _spent(usage: B.Ledger, limits: B.Budget, running: int = 0) -> str:
+    """Budget spent so far, for the progress line: tokens (``running``: the trial that just ended,
+    not yet counted as finished) and seconds against their limits."""
+    tokens = f"{usage.tokens_spent + running}" + (f"/{limits.tokens}" if limits.tokens else "")
     seconds = f"{usage.seconds_elapsed:.0f}" + (f"/{limits.seconds:.0f}" if limits.seconds else "")
     return f"budget spent: {tokens} tokens, {seconds} s, {usage.admitted}/{limits.trials} trials"
 

@@ -215,6 +215,8 @@ def test_each_trial_logs_its_progress_and_the_budget_spent(tmp_path: Path, caplo
     assert [line.split(":")[0] for line in lines if " started" in line] == [f"trial {i}/3 started" for i in (1, 2, 3)]
     done = [line for line in lines if " done in " in line]
     assert len(done) == 3 and done[-1].startswith("trial 3/3 done in")
+    spent = [int(line.split("budget spent: ")[1].split("/")[0]) for line in done]
+    assert 0 < spent[0] < spent[1] < spent[2]  # each line counts the trial that just ended
     assert "tokens/episode" in done[-1] and "budget spent: " in done[-1] and "/1000000000 tokens" in done[-1]
     assert done[-1].endswith("3/3 trials")
 

@@ -24,7 +24,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from components.config import Config, load_config
-from components.experiments.definitions import Experiment, item_ids_sha256, settings_of
+from components.evaluation.setting import item_ids_sha256
+from components.experiments.definitions import Experiment, settings_of
 from components.experiments.results import EvalCell, ResultsFileError, _Strict
 
 Log = Callable[[str], None]

@@ -18,7 +18,6 @@ MLflow itself drops params outside the signature, with a warning in the server l
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ ANSWER_TYPES = ("math", "numeric", "choice", "code")
 DEFAULT_ANSWER_TYPE = "math"
 PARAM_KEYS = {"agents": "agents", "rounds": "rounds", "max_new_tokens": "max_message_tokens"}
 """request param -> ``mas`` key it overrides (``temperature`` and ``seed`` are handled apart)"""
-_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
 
 
 class RequestError(ValueError):
@@ -55,42 +53,25 @@ def read_settings(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def extract_answer(item: dict, text: str) -> str | None:
-    """The answer a message states, without a gold answer (what voting and the response need)."""
-    from components.scoring import extract_choice, extract_math_answer, extract_number
-    from components.scoring.numeric import canonical_number
-
-    kind = item["answer_type"]
-    if kind == "code":
-        block = _CODE_BLOCK.search(text)
-        return block.group(1).strip() if block else None
-    if kind == "choice":
-        return extract_choice(text, item.get("choices"))
-    if kind == "numeric":
-        number = extract_number(text)
-        return None if number is None else canonical_number(number)
-    return extract_math_answer(text)
-
-
-def _no_grade(item: dict, text: str) -> tuple[bool, str | None, str | None]:
-    return False, None, None  # a served question has no gold answer
-
-
-def run_rollout(model: Any, tokenizer: Any, mas: MasConfig, items: list[dict], *, seed: int, greedy: bool,
+def run_rollout(model: Any, tokenizer: Any, mas: MasConfig, items: list[Any], *, seed: int, greedy: bool,
                 device: str) -> list[Any]:
-    """One episode per item with the rollout engine used in training and evaluation.
+    """One episode per item, as in training and evaluation: the rollout engine, then the team's vote.
 
-    The only place the served model touches the engine: a change of the engine's API is
-    adapted here. Returns ``components.mas.records.Episode`` objects in item order.
+    The only place the served model touches the engine: a change of the engine's API is adapted
+    here. There is no gold answer, so nothing is graded. Returns ``Episode`` objects in item order.
     """
     from components.mas.engine import RolloutEngine
+    from components.mas.voting import vote
 
-    engine = RolloutEngine(model, tokenizer, mas, device=device, score_fn=_no_grade, extract_fn=extract_answer)
-    return engine.rollout(items, 1, seed=seed, greedy=greedy)
+    episodes = RolloutEngine(model, tokenizer, mas, device=device).rollout(items, 1, seed=seed, greedy=greedy)
+    vote(episodes, items, mas)
+    return episodes
 
 
-def _items(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _items(records: list[dict[str, Any]]) -> list[Any]:
     """Engine items from request rows: ``question`` (required), ``answer_type``, ``choices``."""
+    from components.data.item import Item
+
     items = []
     for k, row in enumerate(records):
         question = row.get("question")
@@ -100,11 +81,11 @@ def _items(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if kind not in ANSWER_TYPES:
             raise RequestError(f"row {k}: answer_type {kind!r} is not one of {', '.join(ANSWER_TYPES)}")
         choices = row.get("choices")
-        choices = None if choices is None else [str(c) for c in choices]
+        choices = None if choices is None else tuple(str(c) for c in choices)
         if kind == "choice" and not choices:
             raise RequestError(f"row {k}: answer_type 'choice' needs 'choices' (the option texts, A first)")
-        items.append({"id": f"request-{k}", "benchmark": "request", "question": question, "choices": choices,
-                      "answer": "", "answer_type": kind, "meta": {}})
+        items.append(Item(id=f"request-{k}", benchmark="request", question=question, answer="", answer_type=kind,
+                          choices=choices))
     return items
 
 
@@ -135,7 +116,8 @@ class ServedSystem:
 
         settings = read_settings(settings_path)
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        model, tokenizer = load_policy(str(policy_dir), dtype=settings["model"].get("dtype", "auto"), device=device)
+        model, tokenizer = load_policy(str(policy_dir), dtype=settings["model"].get("dtype", "auto"), device=device,
+                                       silence_marker=settings["mas"]["silence_marker"])
         return cls(model.eval(), tokenizer, settings, device)
 
     def mas_for(self, params: dict[str, Any] | None) -> tuple[MasConfig, bool, int]:
@@ -165,5 +147,8 @@ class ServedSystem:
         items = _items(records)
         if not items:
             return []
+        from components.scoring.grader import extract
+
         episodes = run_rollout(self.model, self.tokenizer, mas, items, seed=seed, greedy=greedy, device=self.device)
-        return [_response(ep, extract_answer(item, ep.final_answer)) for item, ep in zip(items, episodes, strict=True)]
+        return [_response(ep, extract(item, ep.final_answer) if ep.final_answer else None)
+                for item, ep in zip(items, episodes, strict=True)]

@@ -104,7 +104,7 @@ def test_repro_exp_run_temp_queue_show_and_metrics_diff(tmp_path: Path) -> None:
     b60 = _exp_metrics(show, "b60")
     assert b60["metrics/train.json"]["data"]["final"]["train/budget"] == 60.0
     assert isinstance(b60["metrics/eval.json"]["data"]["agent_gspo"]["tokens_total"], int)
-    assert _exp_metrics(show, "nohub")["metrics/data.json"]["data"]["total_rows"] == 27422
+    assert _exp_metrics(show, "nohub")["metrics/data.json"]["data"]["total_rows"] == 29722  # 7 benchmarks + splitinfo
     assert _exp_metrics(show, "norm50")["metrics/train.json"]["data"]["final"]
 
     _run(repo, "dvc", "exp", "apply", "b60")

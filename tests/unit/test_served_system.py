@@ -111,7 +111,7 @@ def test_recorded_protocol_is_the_one_that_runs(policy_dir: Path) -> None:
 def test_transcript_keeps_silent_turns() -> None:
     msgs = [Message("q", 0, 0, "solver", 0, [1] * 7, [5, 6, 2], [0.0] * 3, False, [1], "The answer is 5"),
             Message("q", 0, 1, "critic", 0, [1] * 9, [9, 2], [0.0] * 2, True, [], "<silent>")]
-    answer = _response(Episode("q", 0, "request", msgs, "The answer is 5", False), "5")
+    answer = _response(Episode("q", 0, "request", msgs, final_answer="The answer is 5"), "5")
     assert answer["answer"] == "5" and answer["final_text"] == "The answer is 5"
     assert [(m["agent"], m["silent"], m["recipients"]) for m in answer["transcript"]] == [(0, False, [1]),
                                                                                           (1, True, [])]

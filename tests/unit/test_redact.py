@@ -85,18 +85,15 @@ def test_mlflow_params_and_tags(tmp_path: Path) -> None:
 
 def test_recorded_overrides_and_launch_line(capsys: pytest.CaptureFixture[str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from types import SimpleNamespace
-
     import components.gspo.launch as launch
     from components.experiments.runner import _recordable
 
     assert _recordable(f"search.storage={STORAGE}") == "search.storage=postgresql+psycopg://agent:***@db.invalid:5432/optuna"
     assert _recordable("tracking.uri=http://x:y@h") == "tracking.uri=<not recorded>"
     cfg = load_config(PARAMS, overrides=["deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=1"])
-    args = SimpleNamespace(params=None, profile=None, overrides=[f"search.storage={STORAGE}"], no_track=True)
     seen: list = []
     monkeypatch.setattr(launch, "run_streaming", lambda cmd, **kw: seen.append(cmd) or 0)
-    assert launch.launch_training(cfg, args) == 0
+    assert launch.launch_training(cfg, ["--set", f"search.storage={STORAGE}", "--no-track"]) == 0
     err = capsys.readouterr().err
     assert "launching:" in err and SECRET not in err and "agent:***@" in err
     assert any(SECRET in part for part in seen[0])  # the ranks themselves still get the real value

@@ -71,40 +71,39 @@ def pack_messages(messages: Sequence[Message], pad_id: int) -> SequenceBatch:
 
 def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0,
                         silence_id: int | None = None) -> torch.Tensor:
-    """Per-token log-probs of each row's completion under ``model``: ``[B, C]`` (0 under padding).
+    """Per-token log-probs of each row's completion under ``model``: ``[B, C]`` float32 (0 under padding).
 
     ``temperature`` divides the logits as the sampler did, so π_old equals the behaviour policy
     that generated the messages (the rollout engine records log-probs at the same temperature).
+    The logits are cast to float32 BEFORE the division and the log-softmax (bf16 models included):
+    a bf16 division or log-sum-exp adds noise of the order of the GSPO clip range.
     ``silence_id``: the silence token may only start a reply (the decoder masks it later on), so at
     completion positions t >= 1 the distribution is renormalised without it:
     log p(y) - log(1 - p(silence)), the log-prob under the masked softmax the sampler used.
 
     The last ``K = W - min_r p_r + 1`` logits are kept (W = batch width); window column
-    ``p_r - 1 + t - (W - K)`` predicts row r's completion token t. Labels are scattered into that
-    window (ignored elsewhere) so the log-softmax runs chunked on the window, then gathered back.
+    ``p_r - 1 + t - (W - K)`` predicts row r's completion token t. Only the N valid completion
+    positions are scored (:func:`components.gspo.loss.logprobs_at`, chunked over all rows at once),
+    with the sampled id and the silence token sharing one log-sum-exp.
     """
-    from components.gspo.loss import token_logprobs
+    from components.gspo.loss import logprobs_at
 
     b, width = batch.input_ids.shape
     c = batch.completion_ids.shape[1]
     keep = width - int(batch.prompt_lens.min()) + 1
     out = model(input_ids=batch.input_ids, logits_to_keep=keep, use_cache=False)
-    logits = out.logits
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    cols = batch.prompt_lens[:, None] - 1 + torch.arange(c, device=logits.device)[None, :] - (width - keep)
-    labels = torch.full((b, keep), -100, dtype=torch.long, device=logits.device)
-    valid = batch.completion_mask > 0
-    labels.scatter_(1, cols.clamp(max=keep - 1), torch.where(valid, batch.completion_ids, -100))
-    logp = token_logprobs(logits, labels).gather(1, cols.clamp(max=keep - 1))
-    if silence_id is not None and c > 1:
-        later = valid.clone()
-        later[:, 0] = False  # [B, C]: completion positions where the silence token was masked
-        s_labels = torch.full((b, keep), -100, dtype=torch.long, device=logits.device)
-        s_labels.scatter_(1, cols.clamp(max=keep - 1), torch.where(later, silence_id, -100))
-        logp_s = token_logprobs(logits, s_labels).gather(1, cols.clamp(max=keep - 1))
-        logp = logp - torch.where(later, torch.log1p(-logp_s.clamp(max=-1e-6).exp()), 0.0)
-    return logp * batch.completion_mask
+    logits = out.logits  # [B, K, V], the model's dtype
+    temp = float(temperature) if temperature > 0 else 1.0
+    rows, t = (batch.completion_mask > 0).nonzero(as_tuple=True)  # [N] each
+    cols = batch.prompt_lens[rows] - 1 + t - (width - keep)  # [N] window columns
+    labels = batch.completion_ids[rows, t][:, None]  # [N, 1]
+    if silence_id is not None:
+        labels = torch.cat([labels, torch.full_like(labels, silence_id)], dim=1)  # [N, 2]
+    lp = logprobs_at(logits, rows, cols, labels, temperature=temp)  # [N, K]
+    logp = lp[:, 0]
+    if silence_id is not None:  # renormalise without the silence token where the decoder masked it (t >= 1)
+        logp = logp - torch.where(t > 0, torch.log1p(-lp[:, 1].clamp(max=-1e-6).exp()), 0.0)
+    return torch.zeros((b, c), dtype=logp.dtype, device=logp.device).index_put((rows, t), logp)
 
 
 def minibatch_indices(n: int, minibatches: int, generator: torch.Generator) -> list[torch.Tensor]:

@@ -36,6 +36,7 @@ __all__ = [
     "LossOutput",
     "get_policy_loss",
     "gspo_loss",
+    "logprobs_at",
     "register_policy_loss",
     "token_logprobs",
 ]
@@ -243,62 +244,87 @@ def token_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
 
 # ----------------------------------------------------------------------------- token log-probs
 
-def _chunks(shape: torch.Size, chunk_rows: int):
-    """(b, t0, t1) slices covering a [B, T] grid; logits[b, t0:t1] is a view for any strides."""
-    for b in range(shape[0]):
-        for t0 in range(0, shape[1], chunk_rows):
-            yield b, t0, min(t0 + chunk_rows, shape[1])
+def _rows_at(logits: Tensor, pos_b: Tensor, pos_t: Tensor, cdt: torch.dtype, temperature: float) -> Tensor:
+    """``logits[pos_b, pos_t] / temperature`` as a fresh [n, V] tensor in ``cdt`` (cast BEFORE dividing)."""
+    x = logits[pos_b, pos_t].to(cdt)  # advanced indexing copies: safe to scale in place
+    if temperature != 1.0:
+        x.div_(temperature)
+    return x
 
 
-class _TokenLogprobs(torch.autograd.Function):
-    """log_softmax(logits)[label] per position, in float32, chunked over positions.
+class _LogprobsAt(torch.autograd.Function):
+    """log_softmax(logits / T)[label] at N selected positions, K labels each, in float32.
 
     Hand-written (instead of ``log_softmax(...).gather(...)`` or TRL's ``selective_log_softmax``)
-    so that (a) the forward never materialises a full B·T×V float32 copy (nor a contiguous copy of
-    a sliced ``logits[:, :-1]`` view: chunks are taken per batch row), (b) nothing of size V per
-    position is saved for backward except the caller's own ``logits`` tensor, and (c) bf16 logits
-    still get a float32 log-sum-exp (TRL's bf16 path does log_softmax in bf16).
-    Backward: ∂logp/∂logits = onehot(label) − softmax(logits), recomputed per chunk.
+    so that (a) the forward never materialises a full B·T×V float32 copy: positions are processed
+    ``chunk_rows`` at a time across rows (no per-row Python loop), and only the N positions that
+    have a label (never the window's prompt or padding columns); (b) nothing of size V per position
+    is saved for backward except the caller's own ``logits``; (c) bf16 logits are cast to float32
+    before the temperature divides them, so the log-sum-exp and the division are float32 (TRL's
+    bf16 path does both in bf16); (d) K labels per position (the sampled id and the silence token)
+    share one log-sum-exp.
+    Backward: ∂logp_k/∂logits = (onehot(label_k) − softmax(logits/T)) / T, recomputed per chunk.
+    Shapes: logits [B, T, V]; pos_b, pos_t [N]; labels [N, K]; output [N, K].
     """
 
     @staticmethod
-    def forward(ctx, logits: Tensor, labels: Tensor, chunk_rows: int) -> Tensor:  # type: ignore[override]
+    def forward(ctx, logits: Tensor, pos_b: Tensor, pos_t: Tensor, labels: Tensor,  # type: ignore[override]
+                chunk_rows: int, temperature: float) -> Tensor:
         cdt = torch.float64 if logits.dtype == torch.float64 else torch.float32  # compute dtype
-        out = torch.empty(labels.shape, dtype=cdt, device=logits.device)  # [B, T]
-        lse = torch.empty_like(out)  # [B, T]
-        for b, t0, t1 in _chunks(labels.shape, chunk_rows):
-            x = logits[b, t0:t1].to(cdt)  # [n, V]; a temporary only for bf16/fp16
-            lse[b, t0:t1] = torch.logsumexp(x, dim=-1)
-            out[b, t0:t1] = x.gather(-1, labels[b, t0:t1, None]).squeeze(-1) - lse[b, t0:t1]
-        ctx.save_for_backward(logits, labels, lse)
-        ctx.chunk_rows = chunk_rows
+        n = labels.shape[0]
+        out = torch.empty(labels.shape, dtype=cdt, device=logits.device)  # [N, K]
+        lse = torch.empty(n, dtype=cdt, device=logits.device)  # [N]
+        for s in range(0, n, chunk_rows):
+            e = min(s + chunk_rows, n)
+            x = _rows_at(logits, pos_b[s:e], pos_t[s:e], cdt, temperature)  # [m, V]
+            lse[s:e] = torch.logsumexp(x, dim=-1)
+            out[s:e] = x.gather(-1, labels[s:e]) - lse[s:e, None]
+        ctx.save_for_backward(logits, pos_b, pos_t, labels, lse)
+        ctx.chunk_rows, ctx.temperature = chunk_rows, temperature
         return out
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
-        logits, labels, lse = ctx.saved_tensors
-        g = grad_out.to(lse.dtype)  # [B, T]
-        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)  # contiguous
-        in_place = grad.dtype == lse.dtype  # fp32/fp64 logits: build each chunk's grad in its slot
-        for b, t0, t1 in _chunks(labels.shape, ctx.chunk_rows):
-            gs = g[b, t0:t1, None]
-            p = torch.sub(logits[b, t0:t1].to(lse.dtype), lse[b, t0:t1, None],
-                          out=grad[b, t0:t1] if in_place else None)
-            p.exp_().mul_(-gs)  # −softmax·g, [n, V]
-            p.scatter_add_(-1, labels[b, t0:t1, None], gs)
-            if not in_place:
-                grad[b, t0:t1] = p
-        return grad, None, None
+        logits, pos_b, pos_t, labels, lse = ctx.saved_tensors
+        t = ctx.temperature
+        g = grad_out.to(lse.dtype)  # [N, K]
+        grad = torch.zeros(logits.shape, dtype=logits.dtype, device=logits.device)  # unselected positions: 0
+        for s in range(0, labels.shape[0], ctx.chunk_rows):
+            e = min(s + ctx.chunk_rows, labels.shape[0])
+            gs = g[s:e]
+            p = _rows_at(logits, pos_b[s:e], pos_t[s:e], lse.dtype, t)
+            p.sub_(lse[s:e, None]).exp_().mul_(-gs.sum(-1, keepdim=True))  # −softmax·Σ_k g_k, [m, V]
+            p.scatter_add_(-1, labels[s:e], gs)
+            if t != 1.0:
+                p.div_(t)
+            grad[pos_b[s:e], pos_t[s:e]] = p.to(logits.dtype)
+        return grad, None, None, None, None, None
+
+
+def logprobs_at(logits: Tensor, pos_b: Tensor, pos_t: Tensor, labels: Tensor, *, temperature: float = 1.0,
+                chunk_rows: int = 1024) -> Tensor:
+    """log softmax(logits[b, t] / temperature)[label] at selected positions (no checks; see
+    :func:`token_logprobs` for a checked [B, T] interface).
+
+    Args:
+        logits: [B, T, V] any float dtype (cast to float32 chunk by chunk, then divided).
+        pos_b, pos_t: [N] long, the positions to score.
+        labels: [N, K] long ids in [0, V): K labels per position share one log-sum-exp.
+    Returns:
+        [N, K] float32 (float64 for float64 logits), differentiable w.r.t. ``logits``.
+    """
+    return _LogprobsAt.apply(logits, pos_b, pos_t, labels, chunk_rows, float(temperature))
 
 
 def token_logprobs(logits: Tensor, labels: Tensor, *, ignore_index: int = -100,
-                   chunk_rows: int = 1024) -> Tensor:
+                   chunk_rows: int = 1024, temperature: float = 1.0) -> Tensor:
     """log π(label | ·) per position.
 
     Args:
         logits: [B, T, V] (any float dtype; computed in float32, chunk by chunk).
-        labels: [B, T] integer token ids; positions equal to ``ignore_index`` give 0.
+        labels: [B, T] integer token ids; positions equal to ``ignore_index`` give 0 and cost nothing.
         chunk_rows: positions per chunk; bounds the float32 temporary at chunk_rows × V.
+        temperature: the logits are divided by it (in float32) before the log-softmax.
 
     Returns:
         [B, T] float32 log-probabilities (float64 for float64 logits), differentiable w.r.t. ``logits``.
@@ -310,11 +336,15 @@ def token_logprobs(logits: Tensor, labels: Tensor, *, ignore_index: int = -100,
         raise GspoInputError(f"token_logprobs: labels must be integer token ids, got {labels.dtype}")
     if chunk_rows < 1:
         raise GspoInputError(f"token_logprobs: chunk_rows must be >= 1, got {chunk_rows}")
+    if temperature <= 0:
+        raise GspoInputError(f"token_logprobs: temperature must be > 0, got {temperature}")
     labels = labels.long()
-    ignore = labels == ignore_index
-    safe = labels.masked_fill(ignore, 0)
+    keep = labels != ignore_index
     v = logits.shape[-1]
-    if safe.numel() and (int(safe.min()) < 0 or int(safe.max()) >= v):
+    if bool(((labels[keep] < 0) | (labels[keep] >= v)).any()):
         raise GspoInputError(f"token_logprobs: label ids must lie in [0, {v}) or equal {ignore_index}")
-    out = _TokenLogprobs.apply(logits, safe, chunk_rows)
-    return out.masked_fill(ignore, 0.0)
+    pos_b, pos_t = keep.nonzero(as_tuple=True)
+    out = logprobs_at(logits, pos_b, pos_t, labels[pos_b, pos_t, None], temperature=temperature,
+                      chunk_rows=chunk_rows)
+    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    return torch.zeros(labels.shape, dtype=dtype, device=logits.device).index_put((pos_b, pos_t), out[:, 0])

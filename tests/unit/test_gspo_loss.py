@@ -323,3 +323,37 @@ def test_token_logprobs_gradcheck_and_errors():
         token_logprobs(logits, torch.full((2, 3), 6))
     with pytest.raises(GspoInputError):
         token_logprobs(logits, labels.float())
+
+
+def test_logprobs_at_temperature_and_two_labels_gradcheck():
+    """K labels per position share one log-sum-exp; the temperature divides float32 logits."""
+    from components.gspo.loss import logprobs_at
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 4, 9, dtype=torch.float64, generator=g, requires_grad=True)
+    pos_b, pos_t = torch.tensor([0, 0, 2, 1]), torch.tensor([1, 3, 0, 2])
+    labels = torch.tensor([[2, 8], [0, 8], [5, 8], [8, 8]])
+    got = logprobs_at(logits, pos_b, pos_t, labels, temperature=0.6, chunk_rows=3)
+    ref = torch.log_softmax(logits[pos_b, pos_t] / 0.6, -1).gather(-1, labels)
+    torch.testing.assert_close(got, ref)
+    assert torch.autograd.gradcheck(
+        lambda x: logprobs_at(x, pos_b, pos_t, labels, temperature=0.6, chunk_rows=3), (logits,))
+
+
+def test_token_logprobs_chunks_across_rows_and_skips_ignored_positions(monkeypatch):
+    """64 rows x 4 positions, half of them ignored: 128 positions in 100-position chunks are two
+    log-sum-exp calls forward (not one per row), and the result still matches log_softmax."""
+    calls = []
+    real = torch.logsumexp
+    monkeypatch.setattr(torch, "logsumexp", lambda *a, **k: calls.append(1) or real(*a, **k))
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(64, 4, 11, generator=g, requires_grad=True)
+    labels = torch.randint(0, 11, (64, 4), generator=g)
+    labels[:, 2:] = -100
+    got = token_logprobs(logits, labels, chunk_rows=100)
+    assert len(calls) == 2
+    ref = torch.log_softmax(logits, -1).gather(-1, labels.clamp(min=0)[..., None]).squeeze(-1)
+    torch.testing.assert_close(got, ref.masked_fill(labels == -100, 0.0))
+    (grad,) = torch.autograd.grad(got.sum(), logits)
+    (grad_ref,) = torch.autograd.grad(ref.masked_fill(labels == -100, 0.0).sum(), logits)
+    torch.testing.assert_close(grad, grad_ref)

@@ -116,17 +116,26 @@ class StopIds:
 class Decoder:
     """Batched sampling with one model: ``generate`` runs one call (see the module docstring).
 
-    ``static_cache`` (CUDA only, checked by the caller) swaps the DynamicCache for a StaticCache and
-    compiles the model, so the one-token steps see fixed shapes. ``logits_processor`` (tests,
-    benchmarks) is applied to every step's logits before sampling and is part of the distribution.
+    ``static_cache`` decodes on a StaticCache (fixed shapes: what a compiled step needs; the prefill
+    and its savings are unchanged, see :func:`components.mas.prefill.to_static`). ``compile_backend``
+    compiles the one-token step with ``torch.compile(backend=...)`` (``"inductor"`` on CUDA; tests
+    use ``"eager"``); None runs the model as it is. ``logits_processor`` (tests, benchmarks) is
+    applied to every step's logits before sampling and is part of the distribution.
+
+    Host-device synchronisation: one per generated token, the stop check ``bool(done.all())``.
+    Everything else in the loop stays on the device; with SDPA attention the step's padding mask
+    is passed as a ready 4-D boolean mask, because transformers' own mask builder reads a 2-D mask
+    back to the host every step to see whether it may drop it.
     """
 
     def __init__(self, model, stops: StopIds, *, device: str | torch.device = "cpu", static_cache: bool = False,
-                 logits_processor: LogitsProcessor | None = None) -> None:
+                 compile_backend: str | None = None, logits_processor: LogitsProcessor | None = None) -> None:
         self.model, self.stops, self.device = model, stops, torch.device(device)
         self.static_cache = static_cache
         self.logits_processor = logits_processor
-        self.step_fn = torch.compile(model, dynamic=True) if static_cache else model
+        self.step_fn = model if compile_backend is None else torch.compile(model, backend=compile_backend,
+                                                                           dynamic=True)
+        self.mask_4d = getattr(model.config, "_attn_implementation", None) == "sdpa"
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: Sampling, generator: torch.Generator | None = None,
@@ -144,10 +153,12 @@ class Decoder:
         stops, device, n_new = self.stops, self.device, sampling.max_new_tokens
         layout = CacheLayout(stops.pad, n_new, device, cache_kwarg(self.model), self.static_cache)
         pre = prefill(self.model, prompts, layout, plan or PrefixPlan())
-        cache, full_mask, col = pre.cache, pre.mask, pre.last_col
+        cache, col = pre.cache, pre.last_col
+        # [B, 1, 1, L] bool (SDPA: True = attend) or the [B, L] long mask; columns > col + t are still 0
+        full_mask = pre.mask.bool()[:, None, None, :] if self.mask_4d else pre.mask
         last_ids = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=device)
         last_pos = torch.tensor([len(p) - 1 for p in prompts], dtype=torch.long, device=device)
-        mask = full_mask if self.static_cache else full_mask[:, : col + 1]
+        mask = full_mask if self.static_cache else full_mask[..., : col + 1]
         out = self.step_fn(input_ids=last_ids[:, None], attention_mask=mask, position_ids=last_pos[:, None],
                            use_cache=True, **{layout.cache_kw: cache})
         toks = torch.full((b, n_new), stops.pad, dtype=torch.long, device=device)
@@ -174,7 +185,7 @@ class Decoder:
                 if sampling.top_p < 1.0:
                     probs = _top_p_filter(probs, sampling.top_p)
                 nxt = sample_from(probs, generator)
-            nxt = torch.where(done, torch.full_like(nxt, stops.pad), nxt)
+            nxt = nxt.masked_fill(done, stops.pad)
             toks[:, t] = nxt
             lps[:, t] = logp_all.gather(-1, nxt[:, None]).squeeze(-1)
             lengths += (~done).long()
@@ -182,12 +193,12 @@ class Decoder:
             if t == 0 and stops.silence is not None:
                 done = done | (nxt == stops.silence)
             steps = t + 1
-            if t == n_new - 1 or bool(done.all()):
+            if t == n_new - 1 or bool(done.all()):  # the one host-device sync per token
                 break
             last_pos = last_pos + 1
-            full_mask[:, col + 1 + t] = 1
+            full_mask[..., col + 1 + t] = 1
             if not self.static_cache:
-                mask = full_mask[:, : col + t + 2]
+                mask = full_mask[..., : col + t + 2]
             out = self.step_fn(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
                                use_cache=True, **{layout.cache_kw: cache})
         toks_l, lps_l, lens = toks.cpu().tolist(), lps.cpu().tolist(), lengths.cpu().tolist()

@@ -174,11 +174,12 @@ class RolloutEngine:
         if self.silence_id is None and not solo and cfg.agents > 1:
             raise RolloutInputError(f"mas.silence_marker {cfg.silence_marker!r} is not one token of this tokenizer; "
                                     "load the policy with load_policy(..., silence_marker=...) (it adds the token)")
-        # Static cache + torch.compile only on CUDA: on CPU compile time dwarfs any gain.
-        static = bool(cfg.static_cache) and self.device.type == "cuda"
+        # mas.static_cache: a static KV cache everywhere, compiled (inductor) only on CUDA: on CPU
+        # compile time dwarfs any gain, and the uncompiled static path decodes the same ids
         stops = StopIds(self.eos, pad, self.silence_id, silence_first=not solo and cfg.agents > 1)
-        self.decoder = Decoder(model, stops, device=self.device, static_cache=static,
-                               logits_processor=logits_processor)
+        backend = "inductor" if cfg.static_cache and self.device.type == "cuda" else None
+        self.decoder = Decoder(model, stops, device=self.device, static_cache=bool(cfg.static_cache),
+                               compile_backend=backend, logits_processor=logits_processor)
         self.last_stats = RolloutStats()
 
     # -- silence ---------------------------------------------------------------------------------

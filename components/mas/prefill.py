@@ -66,7 +66,8 @@ class CacheLayout:
     cache_kw: str
     """the model's name for the cache argument (see :func:`components.mas.decode.cache_kwarg`)"""
     static: bool = False
-    """a StaticCache (fixed shapes for a compiled step); turns off dedup, shared heads and stored prefixes"""
+    """hand the decoder a StaticCache (fixed shapes for a compiled step); the prefill and all its savings
+    run on a DynamicCache that is then copied into it (:func:`to_static`)"""
 
 
 @dataclass
@@ -80,12 +81,72 @@ class Prefill:
     """prompt ids not prefilled in this call: served from stored prefixes or from shared heads"""
 
 
-def _new_cache(model: Any, max_len: int, static: bool) -> Any:
+def _new_cache(model: Any) -> Any:
     from transformers import DynamicCache
-    if static:
-        from transformers import StaticCache
-        return StaticCache(config=model.config, max_cache_len=max_len)
     return DynamicCache(config=model.config)
+
+
+def to_static(model: Any, cache: Any, max_len: int) -> Any:
+    """A ``StaticCache`` of ``max_len`` columns holding ``cache``'s key/values in its first columns.
+
+    The prefill's savings (dedup, shared heads, stored prefixes) build a DynamicCache whose layout
+    varies from call to call; the compiled one-token step wants fixed shapes. Copying the prompt's
+    key/values once (one [B, H_kv, L, D] copy per layer, no forward) gives both.
+    """
+    from transformers import StaticCache
+
+    static = StaticCache(config=model.config, max_cache_len=max_len)
+    for i, layer in enumerate(cache.layers):
+        if getattr(layer, "keys", None) is not None:  # nothing prefilled (one-id prompts): stays lazy
+            static.update(layer.keys, layer.values, i)
+    return static
+
+
+def _in_place_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class InPlaceLayer(DynamicLayer):
+        """A DynamicLayer over a preallocated [B, H_kv, max_len, D] buffer: ``update`` writes the new
+        columns in place and returns views of the filled ones. DynamicLayer concatenates instead,
+        copying the whole cache every step (a fifth of a tiny model's decode time on CPU)."""
+
+        def __init__(self, max_len: int) -> None:
+            super().__init__()
+            self.max_len, self.filled = max_len, 0
+
+        def _allocate(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+            b, h, _, _ = keys.shape
+            self.buf_k = keys.new_empty((b, h, self.max_len, keys.shape[-1]))
+            self.buf_v = values.new_empty((b, h, self.max_len, values.shape[-1]))
+            self.device, self.is_initialized = keys.device, True
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self._allocate(key_states, value_states)
+            end = self.filled + key_states.shape[-2]
+            self.buf_k[:, :, self.filled: end] = key_states
+            self.buf_v[:, :, self.filled: end] = value_states
+            self.filled = end
+            self.keys, self.values = self.buf_k[:, :, :end], self.buf_v[:, :, :end]
+            return self.keys, self.values
+
+    return InPlaceLayer
+
+
+def to_in_place(cache: Any, max_len: int) -> Any:
+    """``cache`` (a prefilled DynamicCache) as a cache of ``max_len`` preallocated columns that decode
+    steps fill in place (one copy of the prompt's key/values now, none per step)."""
+    from transformers.cache_utils import Cache
+
+    layer_cls = _in_place_layer_class()
+    layers = []
+    for layer in cache.layers:
+        new = layer_cls(max_len)
+        if getattr(layer, "keys", None) is not None and layer.keys.numel():
+            new.update(layer.keys, layer.values)
+        layers.append(new)
+    return Cache(layers=layers)
 
 
 MIN_SHARED_HEAD = 16
@@ -151,7 +212,7 @@ def _prefill_heads(model: Any, heads: list[tuple[int, ...]], pad_id: int, device
     ids = torch.full((len(heads), max(map(len, heads))), pad_id, dtype=torch.long)
     for i, h in enumerate(heads):
         ids[i, : len(h)] = torch.tensor(h, dtype=torch.long)
-    cache = _new_cache(model, ids.shape[1], False)
+    cache = _new_cache(model)
     model(input_ids=ids.to(device), use_cache=True, logits_to_keep=1, **{cache_kw: cache})
     return [[(layer.keys[i, :, : len(h)], layer.values[i, :, : len(h)]) for layer in cache.layers]
             for i, h in enumerate(heads)]
@@ -184,21 +245,16 @@ def prefill(model: Any, prompts: list[list[int]], layout: CacheLayout, plan: Pre
     ``plan.lens[r]``: length of row r's reusable prefix (0 = none). With a ``plan.store``, prefixes
     already stored are reused, and a call that reused none stores the prefixes it computed.
     """
-    pad_id, max_new_tokens, device, static_cache = layout.pad_id, layout.max_new_tokens, layout.device, layout.static
+    pad_id, max_new_tokens, device = layout.pad_id, layout.max_new_tokens, layout.device
     b = len(prompts)
     slot: dict[tuple[int, ...], int] = {}
     inverse = [slot.setdefault(tuple(p), len(slot)) for p in prompts]
-    dedup = not static_cache and len(slot) < b
-    if not dedup:
-        inverse = list(range(b))
+    dedup = len(slot) < b
     first_row = {u: r for r, u in reversed(list(enumerate(inverse)))}
     rows = [first_row[u] for u in range(len(first_row))]
     uniq = [prompts[r] for r in rows]
     u_lens = None if plan.lens is None else [plan.lens[r] for r in rows]
-    if static_cache:
-        q, seeds, saved, from_store = [0] * len(uniq), [None] * len(uniq), 0, False
-    else:
-        q, seeds, saved, from_store = _seeds(model, uniq, u_lens, plan, layout)
+    q, seeds, saved, from_store = _seeds(model, uniq, u_lens, plan, layout)
     p_cols = max(q)
     r_cols = max(len(p) - 1 - n for p, n in zip(uniq, q, strict=True))
     last_col = p_cols + r_cols
@@ -209,7 +265,7 @@ def prefill(model: Any, prompts: list[list[int]], layout: CacheLayout, plan: Pre
         mask[r, p_cols: p_cols + len(p) - 1 - n] = 1
     mask[:, last_col] = 1
     mask = mask.to(device)
-    cache = _new_cache(model, last_col + 1 + max_new_tokens, static_cache)
+    cache = _new_cache(model)
     if p_cols:  # seed the cache with the reused heads / prefixes, right-padded to p_cols
         ref = next(s for s in seeds if s is not None)
         for layer, (k0, v0) in enumerate(ref):
@@ -226,17 +282,16 @@ def prefill(model: Any, prompts: list[list[int]], layout: CacheLayout, plan: Pre
             rest = p[n:-1]
             ids[i, : len(rest)] = torch.tensor(rest, dtype=torch.long)
         kwargs: dict[str, Any] = {"use_cache": True, "logits_to_keep": 1, layout.cache_kw: cache}
-        if static_cache:  # a static cache always takes the whole mask buffer (fixed shapes for compile)
-            kwargs["attention_mask"] = mask
-        elif p_cols:  # holes between each head/prefix and the rest: explicit mask and positions
+        if p_cols:  # holes between each head/prefix and the rest: explicit mask and positions
             sel = torch.tensor(rows, device=mask.device)
             kwargs["attention_mask"] = mask[sel, : p_cols + r_cols]
             kwargs["position_ids"] = (torch.tensor(q)[:, None] + torch.arange(r_cols)[None, :]).to(device)
         model(input_ids=ids.to(device), **kwargs)
-    if plan.store is not None and u_lens is not None and not from_store and not static_cache:
+    if plan.store is not None and u_lens is not None and not from_store:
         _store_prefixes(cache, plan.store, uniq, u_lens, q, p_cols)
     if dedup:
         cache.batch_select_indices(torch.tensor(inverse, device=device))
+    cache = to_static(model, cache, mask.shape[1]) if layout.static else to_in_place(cache, mask.shape[1])
     return Prefill(cache, mask, last_col, saved)
 
 

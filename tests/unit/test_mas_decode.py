@@ -144,3 +144,95 @@ def test_shared_heads_are_prefilled_once_and_decode_like_a_plain_prefill():
     assert shared.ids == plain.ids
     for a, b in zip(shared.logprobs, plain.logprobs, strict=True):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
+
+
+def _static(model, tok, prompts, new: int, *, backend=None, silence=None, seed=None, **plan):
+    """Like :func:`generate` on a StaticCache (optionally a compiled step); sampled when ``seed`` is set."""
+    decoder = Decoder(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id), silence), static_cache=True,
+                      compile_backend=backend)
+    sampling = Sampling(new, greedy=seed is None, min_new_tokens=new)
+    gen = None if seed is None else torch.Generator().manual_seed(seed)
+    return decoder.generate(prompts, sampling, gen, PrefixPlan(**plan))
+
+
+def _same(a, b) -> None:
+    assert a.ids == b.ids and a.steps == b.steps and a.reused_tokens == b.reused_tokens
+    for x, y in zip(a.logprobs, b.logprobs, strict=True):
+        torch.testing.assert_close(torch.tensor(x), torch.tensor(y), atol=1e-5, rtol=0)
+
+
+def test_static_cache_decodes_like_the_dynamic_cache_with_every_prefill_saving():
+    """The static-cache path (compiled with the eager backend, and uncompiled) gives the dynamic
+    path's greedy ids and log-probs, and keeps its savings: repeated prompts, shared heads and stored
+    prefixes (same reused-token counts). Sampled ids agree too (same generator stream)."""
+    from components.mas.prefill import PrefixStore
+
+    model, tok = build_tiny_model(0)
+    model.eval()
+    head = list(range(5, 45))
+    prompts = [head + [90, 91, 92], list(range(50, 62)), head + [90, 91, 92], head + [94, 95], list(range(100, 120))]
+    dynamic = generate(model, tok, prompts, 6, min_new=6)
+    assert dynamic.reused_tokens > 0  # the shared head (the repeated row is deduplicated as well)
+    _same(_static(model, tok, prompts, 6, backend="eager"), dynamic)
+    _same(_static(model, tok, prompts, 6), dynamic)
+    sampled = Decoder(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id))).generate(
+        prompts, Sampling(6, min_new_tokens=6), torch.Generator().manual_seed(3), PrefixPlan())
+    _same(_static(model, tok, prompts, 6, seed=3), sampled)
+    # stored frame prefixes (a later round): the static path reads and writes the store alike
+    lens = [len(head), 0, len(head), len(head), 0]
+    stores = PrefixStore(), PrefixStore()
+    generate(model, tok, prompts, 6, min_new=6, lens=lens, store=stores[0])
+    _static(model, tok, prompts, 6, lens=lens, store=stores[1])
+    assert stores[0].entries.keys() == stores[1].entries.keys() == {tuple(head)}
+    later = [head + [7, 7, 7, 90], head + [8, 94]]
+    reused = generate(model, tok, later, 6, min_new=6, lens=[len(head)] * 2, store=stores[0])
+    assert reused.reused_tokens == 2 * len(head)
+    _same(_static(model, tok, later, 6, backend="eager", lens=[len(head)] * 2, store=stores[1]), reused)
+
+
+def test_static_cache_rollout_equals_the_dynamic_rollout_on_cpu():
+    """``mas.static_cache=true`` on CPU decodes on the static cache (uncompiled) and plays the same
+    2-round episodes, reusing the same prefix tokens."""
+    from components.config import MasConfig
+    from components.data.item import Item
+    from components.mas.engine import RolloutEngine
+
+    model, tok = build_tiny_model(0)
+    items = [Item(id=f"t/{i}", benchmark="gsm8k", question=f"What is {i} + 3?", answer=str(i + 3),
+                  answer_type="numeric") for i in range(2)]
+    runs = []
+    for static in (False, True):
+        eng = RolloutEngine(model, tok, MasConfig(agents=2, rounds=2, max_message_tokens=6, static_cache=static))
+        assert eng.decoder.static_cache is static
+        eps = eng.rollout(items, 2, seed=4)
+        runs.append(([(m.completion_ids, m.logprobs) for ep in eps for m in ep.messages],
+                     eng.last_stats.prefix_tokens_reused))
+    assert runs[0][1] > 0 and runs[0][1] == runs[1][1]
+    for (ids_a, lps_a), (ids_b, lps_b) in zip(runs[0][0], runs[1][0], strict=True):
+        assert ids_a == ids_b
+        torch.testing.assert_close(torch.tensor(lps_a), torch.tensor(lps_b), atol=1e-5, rtol=0)
+
+
+def test_decode_makes_one_host_sync_per_token(monkeypatch):
+    """Only the stop check reads the device per generated token (plus a few transfers per call):
+    nothing in the loop, transformers' mask building included, calls ``bool``/``item``/``tolist``/
+    ``cpu`` on a tensor per step. Counted by wrapping those Tensor methods."""
+    model, tok = build_tiny_model(0)
+    model.eval()
+    prompts = [list(range(5, 40)), list(range(50, 62)), list(range(5, 40)), list(range(70, 90))]
+    counts = {"n": 0}
+    for name in ("__bool__", "item", "tolist", "cpu", "__int__", "__float__", "__index__", "nonzero", "numpy"):
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _real=real, **k):
+            counts["n"] += 1
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    for static in (False, True):
+        decoder = Decoder(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id), 3), static_cache=static)
+        counts["n"] = 0
+        gen = decoder.generate(prompts, Sampling(24, min_new_tokens=24), torch.Generator().manual_seed(0),
+                               PrefixPlan())
+        assert gen.steps == 24
+        assert counts["n"] <= gen.steps + 8, (static, counts["n"])

@@ -234,6 +234,7 @@ def test_environment_grades_with_the_one_grader_in_one_batch(tiny, monkeypatch):
     assert all(e.correct and e.extracted == "9" for e in eps)
 
 
-def test_static_cache_flag_is_ignored_on_cpu(tiny):
+def test_static_cache_on_cpu_decodes_on_the_static_cache_uncompiled(tiny):
+    """mas.static_cache on CPU: the static KV cache (same ids, see test_mas_decode), no torch.compile."""
     eng = _engine(tiny, static_cache=True)
-    assert eng.decoder.static_cache is False and eng.decoder.step_fn is tiny[0]
+    assert eng.decoder.static_cache is True and eng.decoder.step_fn is tiny[0]

@@ -84,7 +84,7 @@ class MasConfig(_Section):
                                 description="the silence token (added to the tokenizer as one special token)")
     temperature: float = Field(0.8, ge=0.0, le=2.0, description="sampling temperature")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
-    static_cache: bool = Field(False, description="static KV cache + torch.compile on CUDA")
+    static_cache: bool = Field(False, description="static KV cache (+ torch.compile on CUDA) for decoding")
 
     @model_validator(mode="after")
     def _custom_needs_matrix(self) -> MasConfig:
@@ -303,6 +303,17 @@ class Config(_Section):
                              "deepspeed.zero_stage <= 2, LoRA, or gspo.kl_beta=0")
         return self
 
+    @model_validator(mode="after")
+    def _every_rank_gets_questions(self) -> Config:
+        ds = self.deepspeed
+        if ds.launcher != "none":
+            world = ds.nproc_per_node * ds.num_nodes
+            problem = rank_split_problem(self, world)
+            if problem:
+                raise ValueError(f"{problem}; the world size here is deepspeed.nproc_per_node={ds.nproc_per_node} "
+                                 f"x deepspeed.num_nodes={ds.num_nodes}")
+        return self
+
     def hash(self) -> str:
         """sha256 of the canonical JSON of this config (the 'config hash' in tags and checkpoints).
 
@@ -323,6 +334,28 @@ class Config(_Section):
             else:
                 out[section] = redact_value(values)
         return out
+
+
+def rank_split_problem(cfg: Config, world_size: int) -> str | None:
+    """Why ``world_size`` ranks cannot share this config's steps (None: they can). Each rank plays
+    ``questions_per_step / world_size`` questions (a whole number, at least one) and splits its
+    messages into ``minibatches x grad_accum`` micro-batches; every rank must make the same number
+    of passes (gradient all-reduce per update, ZeRO-3 gathers in every forward), so each needs that
+    many messages. Round 0 alone gives ``questions x group_size x agents`` of them on every rank."""
+    g = cfg.gspo
+    if world_size <= 1:
+        return None
+    if g.questions_per_step % world_size:
+        return (f"gspo.questions_per_step={g.questions_per_step} must be a multiple of the world size {world_size}: "
+                f"every rank plays questions_per_step / world_size questions (e.g. gspo.questions_per_step="
+                f"{world_size * -(-g.questions_per_step // world_size)})")
+    per_rank = g.questions_per_step // world_size * g.group_size * cfg.mas.agents
+    if per_rank < g.minibatches * g.grad_accum:
+        return (f"every rank splits its round-0 messages (gspo.questions_per_step / world size x gspo.group_size x "
+                f"mas.agents = {per_rank}) into gspo.minibatches x gspo.grad_accum = {g.minibatches * g.grad_accum} "
+                "micro-batches, so that all ranks make the same passes: raise gspo.questions_per_step or lower "
+                "gspo.minibatches / gspo.grad_accum")
+    return None
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -7,9 +7,16 @@ One step:
   3. reward every episode with the current λ_tok;
   4. build the step batch: one all-gather gives group-normalised advantages and all-rank metrics
      (:class:`components.gspo.step_batch.StepBatch`);
-  5. recompute π_old once, then μ mini-batch updates with the policy loss named by ``gspo.level``
-     (off-policy after the first, so clipping acts); the engine owns gradient accumulation;
-  6. dual ascent on λ_tok with the all-rank mean token use; metrics (the job checkpoints).
+  5. recompute π_old once, on the very micro-batches the updates will score (same shapes: in bf16
+     another batch shape rounds differently), then μ mini-batch updates with the policy loss named
+     by ``gspo.level`` (off-policy after the first, so clipping acts); the engine owns gradient
+     accumulation;
+  6. dual ascent on λ_tok with the all-rank mean token use; metrics, all-rank means (one more
+     small all-gather for the loss metrics); the job checkpoints.
+
+With W ranks, ``questions_per_step`` must be a multiple of W and give every rank at least
+``minibatches x grad_accum`` messages, so every rank enters every collective
+(:func:`components.config.rank_split_problem`, checked at config load and here).
 
 The trainer is engine-agnostic (``TrainEngine``: DeepSpeed or torch) and distributed-agnostic
 (world size 1 is the ordinary case). Everything is driven by the typed :class:`Config`.
@@ -26,8 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from components.config import Config
+from components.config import Config, rank_split_problem
 from components.data.item import Item
+from components.errors import UserError
 from components.gspo.batching import completion_logprobs, minibatch_indices
 from components.gspo.distributed import DistInfo
 from components.gspo.loss import LossOutput, get_policy_loss
@@ -89,6 +97,9 @@ class GSPOTrainer:
                  pad_id: int) -> None:
         if not items:
             raise ValueError("no training questions: check data.train_sources and run `agent-gspo prepare`")
+        problem = rank_split_problem(cfg, dist.world_size)
+        if problem:  # the launcher's world size (the config check covers only launches it configures)
+            raise UserError(f"{problem}; the world size here is WORLD_SIZE={dist.world_size} (set by the launcher)")
         self.cfg, self.engine, self.env, self.dist, self.pad_id = cfg, engine, env, dist, pad_id
         self.sampler = QuestionSampler(items, cfg.gspo.seed)
         self.controller = DualBudgetController.from_config(cfg.budget, cfg.reward)
@@ -146,8 +157,6 @@ class GSPOTrainer:
 
     def load_state(self, state: dict[str, Any]) -> None:
         if state.get("config_hash") not in (None, self.cfg.hash()):
-            from components.errors import UserError
-
             raise UserError("checkpoint was written with a different config (config hash differs); "
                             "resume with the same params/profile or start a fresh --out folder")
         self.step_idx = int(state["step"])
@@ -160,14 +169,15 @@ class GSPOTrainer:
         batch = self.sampler.next_batch(self.cfg.gspo.questions_per_step)
         return batch[self.dist.rank:: self.dist.world_size]
 
-    def _old_logprobs(self, batch: StepBatch, parts: list[torch.Tensor]) -> torch.Tensor:
-        """π_old, recomputed once: [M, C]. The first mini-batch is scored before any update, so its own
-        forward IS π_old (the loss detaches it): only the later mini-batches' rows need this pass."""
+    def _old_logprobs(self, batch: StepBatch, micro: list[list[torch.Tensor]]) -> torch.Tensor:
+        """π_old [M, C], before any update, on exactly the micro-batches the updates score: same rows,
+        same shapes, so π_θ / π_old is 1 up to the update alone (in bf16 a forward of another batch
+        shape differs by more than the clip range). The first mini-batch's own forward IS π_old (the
+        loss detaches it): only mini-batches 2..μ need this pass."""
         seqs = batch.sequences
         old = torch.zeros_like(seqs.completion_mask)
-        if len(parts) > 1:
-            later = torch.cat(parts[1:]).to(self.device)
-            old[later] = completion_logprobs(self.engine.module, seqs.select(later), self.temperature, self.silence_id)
+        for rows in (m.to(self.device) for part in micro[1:] for m in part):
+            old[rows] = completion_logprobs(self.engine.module, seqs.select(rows), self.temperature, self.silence_id)
         return old
 
     def calibrate_budget(self, fraction: float, questions: int) -> float:
@@ -192,14 +202,20 @@ class GSPOTrainer:
                                    "episodes": float(len(tokens)), "measure": cfg.reward.token_measure}
         return mean
 
-    def _kl_from_base(self, batch: StepBatch, rows: int = 16) -> dict[str, float]:
-        """``gspo/kl_base``: mean per-token k3 estimate of KL(π_old ‖ π_base) on the first ``rows``
-        messages (before this step's updates): how far training has moved the policy."""
+    def _kl_from_base(self, batch: StepBatch, micro: list[list[torch.Tensor]], old_logp: torch.Tensor,
+                      ref_logp: torch.Tensor | None, rows: int = 16) -> dict[str, float]:
+        """``gspo/kl_base``: mean per-token k3 estimate of KL(π_old ‖ π_base) on ``rows`` messages
+        (before this step's updates): how far training has moved the policy. The messages are taken
+        from mini-batches 2..μ, whose π_old is already computed, and the base log-probs come from
+        ``ref_logp`` when the KL penalty computed them: at most one extra forward, often none."""
         if not self._wants_reference() or not self.cfg.gspo.log_kl_base:
             return {}
-        sub = batch.sequences.select(torch.arange(min(rows, len(batch.messages))))
-        logp = completion_logprobs(self.engine.module, sub, self.temperature, self.silence_id)
-        base = self._ref_logprobs(sub, needed=True)
+        later = [m for part in micro[1:] for m in part]
+        idx = torch.cat(later if later else micro[0])[:rows].to(self.device)
+        sub = batch.sequences.select(idx)
+        logp = old_logp[idx] if later else completion_logprobs(self.engine.module, sub, self.temperature,
+                                                               self.silence_id)
+        base = ref_logp[idx] if ref_logp is not None else self._ref_logprobs(sub, needed=True)
         assert base is not None
         d = (base - logp) * sub.completion_mask
         k3 = (torch.exp(d) - d - 1.0) * sub.completion_mask
@@ -211,14 +227,19 @@ class GSPOTrainer:
         g, seqs = self.cfg.gspo, batch.sequences
         gen = torch.Generator().manual_seed(g.seed * 7919 + self.step_idx)
         parts = minibatch_indices(len(batch.messages), g.minibatches, gen)
+        micro = [[m for m in torch.tensor_split(idx, g.grad_accum) if m.numel()] for idx in parts]
         with torch.no_grad():
-            old_logp = self._old_logprobs(batch, parts)
-            ref_logp = self._ref_logprobs(seqs)
-            self._last_kl_base = self._kl_from_base(batch)
+            old_logp = self._old_logprobs(batch, micro)
+            ref_logp = None
+            if g.kl_beta > 0:  # per micro-batch too: the same shapes as the policy's forwards
+                ref_logp = torch.zeros_like(seqs.completion_mask)
+                for rows in (m.to(self.device) for part in micro for m in part):
+                    ref_logp[rows] = self._ref_logprobs(seqs.select(rows))
+            self._last_kl_base = self._kl_from_base(batch, micro, old_logp, ref_logp)
         self.engine.train()
         loss_metrics: list[dict[str, float]] = []
         grad_norms: list[float] = []
-        for k, idx in enumerate(parts):
+        for k, part in enumerate(micro):
 
             def micro_loss(rows: torch.Tensor, first: bool = k == 0) -> torch.Tensor:
                 rows = rows.to(self.device)
@@ -231,9 +252,19 @@ class GSPOTrainer:
                 loss_metrics.append(out.metrics | {"gspo/loss": float(out.loss.detach())})
                 return out.loss
 
-            micro = [m for m in torch.tensor_split(idx, g.grad_accum) if m.numel()]
-            grad_norms.append(self.engine.update([(int(m.numel()), lambda m=m: micro_loss(m)) for m in micro]))
+            grad_norms.append(self.engine.update([(int(m.numel()), lambda m=m: micro_loss(m)) for m in part]))
         return loss_metrics, grad_norms
+
+    def _all_ranks(self, local: dict[str, float], tokens: int, rollout_s: float) -> dict[str, float]:
+        """This rank's loss metrics as all-rank means, and the rollout throughput of all ranks (their
+        tokens over the slowest rank's rollout time): one all-gather; every rank returns the same."""
+        from components.gspo.distributed import all_gather_objects
+
+        parts = all_gather_objects((local, tokens, rollout_s)) if self.dist.world_size > 1 else [(local, tokens,
+                                                                                                   rollout_s)]
+        out = {k: float(np.mean([p[0][k] for p in parts])) for k in local}
+        out["perf/rollout_tokens_per_s"] = sum(p[1] for p in parts) / max(max(p[2] for p in parts), 1e-9)
+        return out
 
     def train_step(self) -> StepResult:
         """Play → reward → batch (one gather) → μ updates → dual ascent → metrics."""
@@ -249,12 +280,10 @@ class GSPOTrainer:
         loss_metrics, grad_norms = self._update(batch)
         if cfg.budget.enabled:
             self.controller.update(batch.mean_tokens)
-        metrics = dict(batch.metrics) | self._last_kl_base
-        metrics |= {k: float(np.mean([m[k] for m in loss_metrics])) for k in loss_metrics[0]}
+        local = self._last_kl_base | {k: float(np.mean([m[k] for m in loss_metrics])) for k in loss_metrics[0]}
+        metrics = dict(batch.metrics) | self._all_ranks(local, sum(m.completion_tokens for m in batch.messages), t_roll)
         metrics |= {"gspo/grad_norm": float(np.mean(grad_norms)), "train/lambda_tok": lam,
-                    "train/budget": self.controller.target,
-                    "perf/rollout_tokens_per_s": sum(m.completion_tokens for m in batch.messages) / max(t_roll, 1e-9),
-                    "perf/step_s": time.perf_counter() - t0}
+                    "train/budget": self.controller.target, "perf/step_s": time.perf_counter() - t0}
         self.step_idx += 1
         self.history.append({"step": float(self.step_idx)} | metrics)
         return StepResult(self.step_idx, metrics, episodes)

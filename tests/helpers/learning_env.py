@@ -98,8 +98,8 @@ class LearningRun:
 
 
 def make_run(overrides: list[str], *, seed: int = 0, prior: float = 0.04, helper_agent: int = 0,
-             task: str = "helper") -> LearningRun:
-    """A tiny GSPO run on the helper task; ``overrides`` are params.yaml keys."""
+             task: str = "helper", dtype: torch.dtype = torch.float32) -> LearningRun:
+    """A tiny GSPO run on the helper task; ``overrides`` are params.yaml keys; ``dtype``: the policy's."""
     base = ["model.name=tiny-random", "mas.agents=2", "mas.rounds=1", "mas.max_message_tokens=12",
             "mas.temperature=1.0", "gspo.engine=torch", "gspo.questions_per_step=4", "gspo.group_size=8",
             "gspo.minibatches=2", "gspo.lr=0.003",
@@ -110,6 +110,7 @@ def make_run(overrides: list[str], *, seed: int = 0, prior: float = 0.04, helper
     model, tok = build_tiny_model(seed)
     rollout = RolloutEngine(model, tok, cfg.mas)
     set_marker_prior(model, rollout, ITEMS, prior)
+    model.to(dtype)
     engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=planned_updates(cfg.gspo))
     judge = (helper_judge(helper_agent) if task == "helper"
              else talk_judge(cfg.mas.agents * cfg.mas.max_message_tokens))

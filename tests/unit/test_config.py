@@ -105,3 +105,35 @@ def test_kl_reference_copy_under_zero3_is_refused_at_load_naming_the_keys():
     assert "(got {" not in str(exc.value)  # the root error does not dump the whole config
     for ok in (["model.lora_rank=8"], ["deepspeed.zero_stage=2"], ["gspo.engine=torch"], ["gspo.kl_beta=0"]):
         load_config(overrides=["gspo.kl_beta=0.1", "gspo.engine=deepspeed", "deepspeed.zero_stage=3", *ok])
+
+
+def test_questions_per_step_must_fill_every_rank_of_a_configured_launch():
+    """2 nodes x 8 processes with the default 8 questions per step would leave ranks 8-15 without a
+    question: refused at load, naming the keys; so is a split that gives some rank fewer messages
+    than micro-batches. Without a configured launcher nothing is known about the world size here
+    (the trainer checks WORLD_SIZE at start)."""
+    two_by_eight = ["deepspeed.launcher=torchrun", "deepspeed.num_nodes=2", "deepspeed.nproc_per_node=8"]
+    with pytest.raises(ConfigError, match=r"gspo.questions_per_step=8 must be a multiple of the world size 16.*"
+                                          r"deepspeed.nproc_per_node=8 x deepspeed.num_nodes=2"):
+        load_config(overrides=two_by_eight)
+    assert load_config(overrides=[*two_by_eight, "gspo.questions_per_step=16"]).gspo.questions_per_step == 16
+    few = ["deepspeed.launcher=deepspeed", "deepspeed.nproc_per_node=2", "gspo.questions_per_step=2",
+           "gspo.group_size=2", "mas.agents=1", "gspo.minibatches=2", "gspo.grad_accum=2"]
+    with pytest.raises(ConfigError, match=r"mas.agents = 2\) into gspo.minibatches x gspo.grad_accum = 4"):
+        load_config(overrides=few)
+    load_config(overrides=[*few, "gspo.grad_accum=1"])
+    load_config(overrides=["gspo.questions_per_step=3"])  # launcher none: one process as far as the config knows
+
+
+def test_trainer_refuses_a_world_size_that_leaves_a_rank_without_questions():
+    """The runtime guard (torchrun started by hand, k8s, Slurm): before any collective, every rank
+    raises the same clear error naming the key and WORLD_SIZE."""
+    from components.errors import UserError
+    from components.gspo.distributed import DistInfo
+    from components.gspo.trainer import GSPOTrainer
+
+    cfg = load_config(overrides=["gspo.questions_per_step=1"])
+    for rank in (0, 1):
+        with pytest.raises(UserError, match=r"gspo.questions_per_step=1 must be a multiple of the world size 2.*"
+                                            r"WORLD_SIZE=2"):
+            GSPOTrainer(cfg, None, None, ["item"], DistInfo(rank, 2, rank, rank == 0), pad_id=0)  # type: ignore[list-item]

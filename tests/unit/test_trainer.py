@@ -66,29 +66,88 @@ def test_train_step_metrics_and_state_round_trip():
     assert other.trainer.controller.state_dict() == run.trainer.controller.state_dict()
 
 
-def test_pi_old_is_computed_once_and_only_for_later_minibatches(monkeypatch):
-    """The first mini-batch's own forward is π_old (no update has happened yet); the extra no-grad
-    pass covers exactly the rows of mini-batches 2..μ, and with μ = 1 there is no extra pass."""
+def test_pi_old_is_scored_on_the_update_micro_batches_and_only_for_later_minibatches(monkeypatch):
+    """The first mini-batch's own forward is π_old (no update has happened yet); the no-grad pass
+    scores exactly the micro-batches of mini-batches 2..μ, row for row and shape for shape as the
+    updates will (forwards of other shapes round differently in bf16), and with μ = 1 there is none."""
     import components.gspo.trainer as trainer_mod
 
-    for minibatches in (4, 1):
-        run = make_run([f"gspo.minibatches={minibatches}", "gspo.grad_accum=1", "gspo.log_kl_base=false"],
+    for minibatches, accum in ((4, 2), (1, 1)):
+        run = make_run([f"gspo.minibatches={minibatches}", f"gspo.grad_accum={accum}", "gspo.log_kl_base=false"],
                        task="helper")
-        calls: list[tuple[int, bool]] = []
+        calls: list[tuple[tuple[int, ...], list[int], bool]] = []
         real = trainer_mod.completion_logprobs
 
         def spy(model, batch, temperature=1.0, silence_id=None, _real=real, _calls=calls):
-            _calls.append((batch.input_ids.shape[0], torch.is_grad_enabled()))
+            _calls.append((tuple(batch.input_ids.shape), batch.input_ids[:, 0].tolist(), torch.is_grad_enabled()))
             return _real(model, batch, temperature, silence_id)
 
         monkeypatch.setattr(trainer_mod, "completion_logprobs", spy)
         res = run.trainer.train_step()
         rows = sum(len(ep.messages) for ep in res.episodes)
-        no_grad = [n for n, grad in calls if not grad]
-        with_grad = [n for n, grad in calls if grad]
-        assert sum(with_grad) == rows and len(with_grad) == minibatches
-        assert no_grad == ([rows - with_grad[0]] if minibatches > 1 else [])
+        no_grad = [c[:2] for c in calls if not c[2]]
+        with_grad = [c[:2] for c in calls if c[2]]
+        assert sum(shape[0] for shape, _ in with_grad) == rows and len(with_grad) == minibatches * accum
+        assert no_grad == with_grad[accum:]  # same micro-batches, same shapes, same order
         if minibatches == 1:  # on-policy: every ratio is exactly 1, nothing is clipped
             assert res.metrics["gspo/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
             assert res.metrics["gspo/clip_frac_low"] + res.metrics["gspo/clip_frac_high"] == 0
         monkeypatch.undo()
+
+
+def test_bf16_ratio_is_one_before_any_update_whatever_the_batch_shapes():
+    """bf16, μ = 4 mini-batches of 2 micro-batches, weights held fixed: every mini-batch's GSPO ratio
+    is 1 within 1e-6 and nothing is clipped. A GPU picks kernels (tiles, split-K) by shape, so bf16
+    forwards of different batch shapes differ by more than ε = 3e-4; the CPU kernels here do not,
+    so a logits perturbation of bf16 size seeded by the input shape stands in for that."""
+    run = make_run(["gspo.minibatches=4", "gspo.grad_accum=2", "gspo.log_kl_base=false", "mas.temperature=0.7"],
+                   task="helper", dtype=torch.bfloat16)
+    model = run.trainer.engine.module
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+    def shape_rounding(module, args, out):
+        g = torch.Generator().manual_seed(hash(tuple(args[0].shape)) % 2**31)
+        return out + (torch.randn(out.shape, generator=g) * 4e-3).to(out.dtype)
+
+    model.lm_head.register_forward_hook(shape_rounding)
+    metrics: list[dict[str, float]] = []
+    loss_fn = run.trainer.loss_fn
+
+    def recording_loss(*args, **kwargs):
+        out = loss_fn(*args, **kwargs)
+        metrics.append(out.metrics)
+        return out
+
+    run.trainer.loss_fn = recording_loss
+    run.trainer.engine.update = lambda micro: [fn() for _, fn in micro] and 0.0  # losses, no step
+    run.trainer.train_step()
+    assert len(metrics) == 8
+    for m in metrics:
+        assert abs(m["gspo/ratio_mean"] - 1.0) < 1e-6, metrics
+        assert m["gspo/clip_frac_low"] == m["gspo/clip_frac_high"] == 0.0
+
+
+def test_kl_from_base_reuses_pi_old_and_costs_one_base_forward(monkeypatch):
+    """``gspo/kl_base`` scores 16 messages of mini-batches 2..μ, whose π_old the step computed
+    already: the only extra forward is the base model's, on those 16 rows. It is 0 before training
+    has moved the policy and positive after."""
+    import components.gspo.trainer as trainer_mod
+
+    run = make_run(["gspo.minibatches=4", "gspo.grad_accum=1", "gspo.log_kl_base=true", "gspo.lr=0.05"],
+                   task="helper")
+    ref = run.trainer.ref_model
+    assert ref is not None
+    calls: list[tuple[bool, int, bool]] = []
+    real = trainer_mod.completion_logprobs
+
+    def spy(model, batch, temperature=1.0, silence_id=None):
+        calls.append((model is ref, batch.input_ids.shape[0], torch.is_grad_enabled()))
+        return real(model, batch, temperature, silence_id)
+
+    monkeypatch.setattr(trainer_mod, "completion_logprobs", spy)
+    first = run.trainer.train_step().metrics["gspo/kl_base"]
+    assert [c for c in calls if c[0]] == [(True, 16, False)]
+    policy_no_grad = [n for is_ref, n, grad in calls if not is_ref and not grad]
+    assert len(policy_no_grad) == 3  # π_old of mini-batches 2..4, nothing for the KL
+    assert 0.0 <= first < 1e-6
+    assert run.trainer.train_step().metrics["gspo/kl_base"] > 1e-6

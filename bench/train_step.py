@@ -29,6 +29,7 @@ exits 0 even when the target is missed.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -221,7 +222,7 @@ def chat_prompt(item: Item) -> list[dict[str, str]]:
     """The exact system + user messages our single-agent (single_cot) engine frames for ``item``."""
     from components.mas.roles import system_prompt, task_family, user_prompt
 
-    system = system_prompt(task_family(item.answer_type), "solver", 0, 1, "<silent>", allow_silence=False)
+    system = system_prompt(task_family(item.answer_type), "solver", 0, 1, allow_silence=False)
     return [{"role": "system", "content": system}, {"role": "user", "content": user_prompt(item)}]
 
 
@@ -261,7 +262,7 @@ def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
         "gspo": {"engine": "torch", "steps": s.steps + 1, "questions_per_step": s.questions, "group_size": s.group,
                  "minibatches": s.minibatches, "eps_low": 3e-4, "eps_high": 4e-4, "level": "sequence",
                  "kl_beta": 0.0, "lr": s.lr, "lr_schedule": "constant", "grad_clip": 1.0, "grad_accum": 1,
-                 "seed": s.seed},
+                 "seed": s.seed, "log_kl_base": False},  # β=0: neither side keeps a reference model
     })
     seed_everything(s.seed)
     model, tok = build_policy(s)
@@ -275,6 +276,7 @@ def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
     trainer = GSPOTrainer(cfg, engine, Environment(rollout, judge), items,
                           DistInfo(rank=0, world_size=1, local_rank=0, is_main=True), pad_id=int(tok.pad_token_id))
     trainer.sampler = InOrderSampler(items, s.seed)  # the questions TRL sees (shuffle_dataset=False), in order
+    gc.freeze()  # as components.gspo.job.train does before its first step
     trainer.train_step()  # warm-up: allocator, kernels, tokenizer caches
     _sync(s.device)
     tokens, gen_s, rewards, prompt_lens = 0, 0.0, [], []

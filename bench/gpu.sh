@@ -9,7 +9,9 @@
 # 2. gpu_train: the GSPO trainer end to end (components.gspo.job.train) through DeepSpeed ZeRO-2 on
 #    one rank, bf16, a random-init model of SmolLM2-135M's shape built from its config (no weights
 #    travel): rollouts, updates, checkpoint, final model;
-# 3. static_cache: the same with mas.static_cache=true (static KV cache + torch.compile decoding);
+# 3. static_cache: the same with mas.static_cache=true (static KV cache + torch.compile decoding), then
+#    the static cache's logic on the trained policy: its greedy episodes (uncompiled) equal the dynamic
+#    cache's, with the same prompt tokens reused;
 # 4. bench/train_step.py --model smollm2-shape: ours vs TRL GRPOTrainer (GSPO), bf16, 4 prompts x
 #    G=8 = 32 completions per step, 128 tokens, 4 optimizer steps per generation;
 # 5. bench/mfu.py: DeepSpeed ZeRO-2 bf16 training MFU on a Qwen2.5-0.5B shape vs a measured matmul peak
@@ -83,8 +85,8 @@ if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 else
   DEVICE=cpu
   export DS_ACCELERATOR=cpu OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
-  echo "note: no CUDA device: running the CPU logic checks (tiny models; static_cache is CUDA-only and" \
-       "falls back to the dynamic cache)" | tee -a "$SUMMARY"
+  echo "note: no CUDA device: running the CPU logic checks (tiny models; static_cache decodes on the" \
+       "static cache uncompiled: torch.compile is CUDA-only)" | tee -a "$SUMMARY"
 fi
 
 # part NAME SECONDS CMD...: run with min(SECONDS, time left) as wall-clock limit, log to $LOGS/NAME.log,
@@ -109,7 +111,7 @@ part() {
     failed=1
     echo "$name: FAILED (exit $rc, see $LOGS/$name.log)" >>"$SUMMARY"
   fi
-  grep -E '^(bench [a-z_]+:|gpu_train:|checks:|mfu:|peak:|settings:)' "$LOGS/$name.log" | sed "s/^/$name: /" >>"$SUMMARY" \
+  grep -E '^(bench [a-z_]+:|gpu_train:|static_cache:|checks:|mfu:|peak:|settings:)' "$LOGS/$name.log" | sed "s/^/$name: /" >>"$SUMMARY" \
     || true
 }
 

@@ -4,7 +4,10 @@ What runs is ``components.gspo.job.train``, as ``agent-gspo train`` runs it: the
 by ``load_policy`` from a folder (``model.dtype: auto``: bf16 on a bf16-capable GPU), wrapped in
 the DeepSpeed engine (ZeRO-2 by default, config from ``deepspeed_config``), trained for
 ``--steps`` GSPO steps on multi-agent rollouts, checkpointed, and saved as the final model.
-``--set mas.static_cache=true`` decodes with the static KV cache and ``torch.compile``.
+``--set mas.static_cache=true`` decodes with the static KV cache (compiled by ``torch.compile`` on
+CUDA) and then also checks the static cache's logic on the trained policy: greedy 2-round
+episodes decoded on the static cache (uncompiled, so exact) equal the dynamic cache's, with the
+same prompt tokens served from shared heads and stored prefixes.
 
 The model is a random-init ``LlamaForCausalLM`` of SmolLM2-135M's shape (``--model smollm2-shape``,
 built here from its config, so no weights travel) or ``tiny-random``; the tokenizer is the tiny
@@ -110,6 +113,11 @@ def run(args: argparse.Namespace, work: Path) -> int:
     changed = sum(not torch.equal(final[k].float(), init[k]) for k in final if k in init)
     if not final or changed == 0:
         failures.append(f"final model: {len(final)} tensors, {changed} changed by training")
+    if cfg.mas.static_cache and result.final_model is not None:
+        line, ok = static_vs_dynamic(cfg, result.final_model, items, args.device)
+        print(line, flush=True)
+        if not ok:
+            failures.append("static cache decodes differently from the dynamic cache")
     timed = steps[1:]
     seconds = timed[-1]["t"] - steps[0]["t"]
     episodes = args.questions * args.group  # per step, all on this one rank
@@ -122,6 +130,35 @@ def run(args: argparse.Namespace, work: Path) -> int:
     print(f"gpu_train: {tokens / seconds:.0f} completion tokens/s, {seconds / len(timed):.2f} s/step "
           f"({args.model}, {args.device}, ZeRO-{args.zero_stage}, static_cache={cfg.mas.static_cache})")
     return 1 if failures else 0
+
+
+def static_vs_dynamic(cfg, folder: Path, items: list, device: str) -> tuple[str, bool]:
+    """Greedy 2-round episodes of the trained policy on the dynamic cache and on the static cache
+    (uncompiled: compilation is what training exercised; this checks the cache logic exactly)."""
+    from components.mas.decode import Decoder
+    from components.mas.engine import RolloutEngine
+    from components.models import load_policy
+
+    model, tok = load_policy(str(folder), cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
+                             silence_marker=cfg.mas.silence_marker)
+    mas = cfg.mas.model_copy(update={"static_cache": False, "rounds": max(2, cfg.mas.rounds)})
+    runs = []
+    for static in (False, True):
+        eng = RolloutEngine(model, tok, mas, device=device)
+        eng.decoder = Decoder(model, eng.decoder.stops, device=device, static_cache=static)
+        t0 = time.perf_counter()
+        eps = eng.rollout(items[:2], 2, seed=0, greedy=True)
+        runs.append(([(m.completion_ids, m.logprobs) for ep in eps for m in ep.messages],
+                     eng.last_stats.prefix_tokens_reused, time.perf_counter() - t0))
+    (dyn, dyn_reused, dyn_s), (sta, sta_reused, sta_s) = runs
+    same = sum(a[0] == b[0] for a, b in zip(dyn, sta, strict=False))
+    diff = max((abs(x - y) for a, b in zip(dyn, sta, strict=False) if a[0] == b[0] for x, y in zip(a[1], b[1],
+                                                                                                 strict=True)),
+               default=0.0)
+    ok = len(dyn) == len(sta) == same and dyn_reused == sta_reused and diff < 1e-3
+    return (f"static_cache: {same}/{len(dyn)} greedy messages equal to the dynamic cache's (max |log-prob "
+            f"difference| {diff:.1e}); prompt tokens served from shared heads / stored prefixes: {sta_reused} "
+            f"static, {dyn_reused} dynamic; rollout {sta_s:.2f} s static (uncompiled), {dyn_s:.2f} s dynamic"), ok
 
 
 if __name__ == "__main__":

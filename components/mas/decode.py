@@ -6,8 +6,8 @@ returns processed scores for every row at every step (a (B, V) tensor per step k
 plus per-call set-up of logits processors, stopping criteria and cache classes; on CPU with small
 models that fixed overhead dominates. The loop below is ~40 lines: a prefill (:mod:`components.mas.prefill`:
 mask-free, shared prompts once, prompt prefixes reused across rounds), then one (B, 1) forward per step on a
-``DynamicCache`` with explicit position ids and a padding mask; its cost grows with the longest
-message, never with the number of rows. Batched and one-row greedy decoding give identical ids
+preallocated cache filled in place (or a ``StaticCache``), with explicit position ids and a padding
+mask; its cost grows with the longest message, never with the number of rows. Batched and one-row greedy decoding give identical ids
 (tested), which is the padding correctness check.
 
 Log-probs stored: ``log_softmax(logits / T)`` of the sampled id, i.e. the sampling distribution at

@@ -260,8 +260,8 @@ class GSPOTrainer:
         tokens over the slowest rank's rollout time): one all-gather; every rank returns the same."""
         from components.gspo.distributed import all_gather_objects
 
-        parts = all_gather_objects((local, tokens, rollout_s)) if self.dist.world_size > 1 else [(local, tokens,
-                                                                                                   rollout_s)]
+        payload = (local, tokens, rollout_s)
+        parts = all_gather_objects(payload) if self.dist.world_size > 1 else [payload]
         out = {k: float(np.mean([p[0][k] for p in parts])) for k in local}
         out["perf/rollout_tokens_per_s"] = sum(p[1] for p in parts) / max(max(p[2] for p in parts), 1e-9)
         return out

@@ -8,6 +8,8 @@ beside the target; :func:`recover_leftovers`, called while holding the target's
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import os
 import shutil
@@ -131,3 +133,19 @@ def recover_leftovers(target: str | os.PathLike[str]) -> list[str]:
             continue
         done.append(f"removed {entry.name}")
     return done
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 of a file's bytes, read in blocks and memoised per (path, size, mtime) so a large file
+    (model weights, a manifest read by every stage) is hashed once per change."""
+    st = os.stat(path)
+    return _sha256_cached(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)

@@ -19,7 +19,6 @@ leftover ever trips a later prepare.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -34,9 +33,16 @@ from components.data.adapters import Record
 from components.data.item import Item
 from components.data.sources import load_benchmark, resolve_mirror
 from components.data.spec import BENCHMARK_NAMES, DataError, DataValidationError, get_spec
-from components.io import atomic_dir, file_lock, recover_leftovers, write_json_atomic
+from components.io import atomic_dir, file_lock, file_sha256, recover_leftovers, write_json_atomic
 
 MANIFEST = "manifest.json"
+
+
+def manifest_sha256(data_dir: Path) -> str | None:
+    """sha256 of ``data_dir/manifest.json`` (what a run records as its data version); None when the
+    data was never prepared there."""
+    path = Path(data_dir) / MANIFEST
+    return file_sha256(path) if path.is_file() else None
 PARQUET_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -84,10 +90,6 @@ def records_to_table(records: list[Record]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=PARQUET_SCHEMA)
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def prepare_benchmark(
     name: str, *, mirror: str | os.PathLike[str] | None, out_dir: str | os.PathLike[str], use_hub: bool = True
 ) -> BenchmarkResult:
@@ -122,7 +124,7 @@ def prepare_benchmark(
             staging.chmod(0o755)  # mkdtemp makes 0700; prepared data is meant to be shared/read by DVC
             for split, table in tables.items():
                 pq.write_table(table, staging / f"{split}.parquet")
-            out_sha = {f"{name}/{split}.parquet": _sha256(staging / f"{split}.parquet") for split in tables}
+            out_sha = {f"{name}/{split}.parquet": file_sha256(staging / f"{split}.parquet") for split in tables}
     return BenchmarkResult(
         name,
         loaded.source,

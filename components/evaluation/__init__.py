@@ -8,25 +8,27 @@ from components.evaluation.metrics import (
            EvalRow,
            SilenceGrid,
            aggregate,
-           pareto_front,
            silence_grid,
            standard_error,
            summarise,
 )
 from components.evaluation.report import benchmark_metrics, fmt_tokens, render_markdown, write_reports
-from components.evaluation.runner import (
-           MAIN_SYSTEM,
-           EvalInputError,
-           EvalReport,
-           System,
-           build_systems,
-           eval_metrics,
-           evaluate,
-           run_system,
-)
 from components.evaluation.sampling import SamplingError, derived_seed, sample_items
 
 __all__ = ["MAIN_SYSTEM", "EvalInputError", "EvalReport", "EvalRow", "SamplingError", "SilenceGrid", "System",
            "aggregate", "benchmark_metrics", "build_systems", "derived_seed", "eval_metrics", "evaluate",
-           "fmt_tokens", "pareto_front", "render_markdown", "run_system", "sample_items", "silence_grid",
+           "fmt_tokens", "render_markdown", "run_system", "sample_items", "silence_grid",
            "standard_error", "summarise", "write_reports"]
+
+_RUNNER = {"MAIN_SYSTEM", "EvalInputError", "EvalReport", "System", "build_systems", "eval_metrics", "evaluate",
+           "run_system"}
+
+
+def __getattr__(name: str) -> object:
+    """The runner's names load on first use: it imports torch and the rollout engine, which the
+    numbers alone (``EvalRow``, used by experiment results and reports) do not need."""
+    if name in _RUNNER:
+        from components.evaluation import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from components.mas.records import Episode
 from components.scoring.result import ScoreResult
@@ -27,20 +29,20 @@ def standard_error(p: float, n: int) -> float:
     return math.sqrt(p * (1.0 - p) / n)
 
 
-@dataclass
-class EvalRow:
-    """One cell group of the results table: a system on a benchmark."""
+class EvalNumbers(BaseModel):
+    """What one system scored on one benchmark: the one definition of these numbers, used by the
+    evaluation table (:class:`EvalRow`) and by experiment results files (``EvalCell``)."""
 
-    benchmark: str
-    system: str
-    n: int
-    correct: int
-    accuracy: float
-    accuracy_se: float
-    tokens_prompt: int
-    tokens_completion: int
-    tokens_communicated: int
-    tokens_total: int
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n: int = Field(ge=0)
+    correct: int = Field(ge=0)
+    accuracy: float = Field(ge=0.0, le=1.0)
+    accuracy_se: float = Field(ge=0.0)
+    tokens_prompt: int = Field(ge=0)
+    tokens_completion: int = Field(ge=0)
+    tokens_communicated: int = Field(ge=0)
+    tokens_total: int = Field(ge=0)
     tokens_prompt_mean: float
     tokens_completion_mean: float
     tokens_communicated_mean: float
@@ -51,9 +53,9 @@ class EvalRow:
     """mean non-silent messages per episode"""
     messages: float
     """mean messages per episode (silent ones included)"""
-    silence_rate: float
+    silence_rate: float = Field(ge=0.0, le=1.0)
     """silent messages / messages, pooled over the benchmark's episodes"""
-    grading_errors: int
+    grading_errors: int = Field(ge=0)
     """episodes whose grader failed (timeout, crash, unusable gold) - counted apart from wrong answers"""
     silence_informed: float | None = None
     """split-information items: silent turns / turns of the agent that held the fact (else None)"""
@@ -62,8 +64,19 @@ class EvalRow:
     calls_skipped: float = 0.0
     """mean agent turns per episode the protocol did not prompt (silence retired them, or nothing new)"""
 
+
+class EvalRow(EvalNumbers):
+    """One row of the results table: a system on a benchmark, and its numbers."""
+
+    benchmark: str
+    system: str
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return self.model_dump()
+
+    def numbers(self) -> EvalNumbers:
+        """The numbers alone, without benchmark and system (a results file's cell)."""
+        return EvalNumbers.model_validate(self.model_dump(exclude={"benchmark", "system"}))
 
 
 @dataclass
@@ -159,21 +172,6 @@ def _silence(episodes: Sequence[EpisodeLike], informed: bool) -> float | None:
     split = [e for e in episodes if any(m.private for m in e.messages)]
     turns = [m.silent for e in split for m in e.messages if m.private is informed]
     return sum(turns) / len(turns) if turns else None
-
-
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the points (tokens, accuracy) not dominated by another, sorted by tokens.
-
-    A point dominates another when it uses no more tokens and is at least as accurate, and is
-    strictly better in one of the two. Ties (identical points) all stay on the front.
-    """
-    front = []
-    for i, (xi, yi) in enumerate(points):
-        dominated = any((xj <= xi and yj >= yi) and (xj < xi or yj > yi)
-                        for j, (xj, yj) in enumerate(points) if j != i)
-        if not dominated:
-            front.append(i)
-    return sorted(front, key=lambda i: (points[i][0], -points[i][1], i))
 
 
 def summarise(rows: Sequence[EvalRow]) -> dict[str, dict[str, float | int | None]]:

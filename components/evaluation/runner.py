@@ -28,7 +28,6 @@ run in parallel sandboxes and math-verify runs in its bounded worker pool.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -38,6 +37,7 @@ from typing import Any
 
 from components.config import ALL_BENCHMARKS, Config
 from components.data.item import Item
+from components.data.prepare import manifest_sha256
 from components.errors import UserError
 from components.evaluation.metrics import (
     EpisodeLike,
@@ -101,11 +101,6 @@ class ItemOutcome:
     id: str
     correct: bool
     tokens_total: int
-
-
-def file_sha256(path: Path) -> str | None:
-    """sha256 of a file's bytes, None when it does not exist."""
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
 def _length_key(item: Item) -> int:
@@ -173,12 +168,6 @@ def _run_benchmarks(system: System, items: dict[str, list[Item]], *, batch_size:
                for b, its in items.items()}
     timings[system.name] += time.perf_counter() - t0
     return out
-
-
-def _device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _load(name: str | Path, cfg: Config, device: str):
@@ -274,13 +263,15 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     items = {b: sample_items(load_split(data_dir, b, split), limit, ev.seed, where=f"{data_dir}/{b}/{split}")
              for b in benchmarks}
     meta: dict[str, Any] = {
-        "data_dir": str(data_dir), "data_manifest_sha256": file_sha256(data_dir / "manifest.json"),
+        "data_dir": str(data_dir), "data_manifest_sha256": manifest_sha256(data_dir),
         "config_hash": cfg.hash(), "seed": ev.seed, "limit": limit, "batch_size": ev.batch_size,
         "self_consistency_k": ev.self_consistency_k, "split": split, "base_model": cfg.model.name,
         "item_ids": {b: [i.id for i in its] for b, its in items.items()},
     }
     if systems is None:
-        device = _device()
+        from components.models import default_device
+
+        device = default_device()
         uri, source = resolve_model(cfg, model)
         policy = _load(source, cfg, device)
         base = None

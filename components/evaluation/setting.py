@@ -79,8 +79,7 @@ def setting_of(cfg: Config, item_ids: dict[str, list[str]], *, split: str, limit
 def planned_setting(cfg: Config, *, limit: int | None = None, split: str = "test",
                     data_dir: str | Path | None = None) -> EvalSetting:
     """The setting ``agent-gspo evaluate`` would run under with ``cfg`` (reads and samples the data)."""
-    from components.data.prepare import load_split
-    from components.evaluation.runner import file_sha256
+    from components.data.prepare import load_split, manifest_sha256
     from components.evaluation.sampling import sample_items
 
     data = Path(data_dir if data_dir is not None else cfg.data.out_dir)
@@ -88,4 +87,4 @@ def planned_setting(cfg: Config, *, limit: int | None = None, split: str = "test
     ids = {b: [i.id for i in sample_items(load_split(data, b, split), limit, cfg.eval.seed,
                                                    where=f"{data}/{b}/{split}")]
            for b in cfg.eval.benchmarks}
-    return setting_of(cfg, ids, split=split, limit=limit, data_manifest_sha256=file_sha256(data / "manifest.json"))
+    return setting_of(cfg, ids, split=split, limit=limit, data_manifest_sha256=manifest_sha256(data))

@@ -143,9 +143,7 @@ def run_proof(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_di
     for source, rep in reports.items():
         for row in rep.table:
             system = source if source in runs else row.system
-            d = row.to_dict()
-            d.pop("system"), d.pop("benchmark")
-            cells.setdefault(system, {})[row.benchmark] = EvalCell.model_validate(d)
+            cells.setdefault(system, {})[row.benchmark] = row.numbers()
         for sys_name, per_bench in rep.per_item.items():
             system = source if source in runs else sys_name
             outcomes = [o for b in cfg.eval.benchmarks for o in per_bench[b]]

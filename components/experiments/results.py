@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.errors import UserError
+from components.evaluation.metrics import EvalNumbers
 from components.io import write_json_atomic
 
 SCHEMA_VERSION = 1
@@ -30,29 +31,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class EvalCell(_Strict):
-    """One system on one benchmark (the fields of :class:`components.evaluation.EvalRow`)."""
-
-    n: int = Field(ge=0)
-    correct: int = Field(ge=0)
-    accuracy: float = Field(ge=0.0, le=1.0)
-    accuracy_se: float = Field(ge=0.0)
-    tokens_prompt: int = Field(ge=0)
-    tokens_completion: int = Field(ge=0)
-    tokens_communicated: int = Field(ge=0)
-    tokens_total: int = Field(ge=0)
-    tokens_prompt_mean: float
-    tokens_completion_mean: float
-    tokens_communicated_mean: float
-    tokens_total_mean: float
-    tokens_per_correct: float | None
-    turns: float
-    messages: float
-    silence_rate: float = Field(ge=0.0, le=1.0)
-    grading_errors: int = Field(ge=0)
-    silence_informed: float | None = None
-    silence_uninformed: float | None = None
-    calls_skipped: float = 0.0
+EvalCell = EvalNumbers
+"""One system on one benchmark in a results file: the evaluation's numbers, one definition."""
 
 
 class BudgetInfo(_Strict):

@@ -61,18 +61,12 @@ def _tracker(cfg: Config, enabled: bool, run_name: str, tags: dict[str, Any]) ->
         yield tracker
 
 
-def _device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def _evaluate_baselines(cfg: Config, data_dir: Path, tracker: Any) -> Any:
     """Evaluate ``eval.baselines`` of the base model (injected systems: no ``agent_gspo``)."""
     from components.evaluation import build_systems, evaluate
-    from components.models import load_policy
+    from components.models import default_device, load_policy
 
-    device = _device()
+    device = default_device()
     policy = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
                          seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
     systems = build_systems(cfg, policy, cfg.eval.baselines, device=device)[1:]
@@ -132,9 +126,7 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], budget: B
     wall = time.perf_counter() - t0
     cells: dict[str, dict[str, Any]] = {}
     for row in report.table:
-        d = row.to_dict()
-        system, bench = d.pop("system"), d.pop("benchmark")
-        cells.setdefault(system, {})[bench] = d
+        cells.setdefault(row.system, {})[row.benchmark] = row.numbers()
     meta = report.meta
     return ResultsFile.model_validate({
         "schema_version": 1, "name": exp.name, "kind": exp.kind, "label": exp.label,

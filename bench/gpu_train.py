@@ -11,7 +11,7 @@ same prompt tokens served from shared heads and stored prefixes.
 
 The model is a random-init ``LlamaForCausalLM`` of SmolLM2-135M's shape (``--model smollm2-shape``,
 built here from its config, so no weights travel) or ``tiny-random``; the tokenizer is the tiny
-ChatML one widened to the vocabulary (bench/train_step.py). Questions are GSM8K-like synthetic
+ChatML one widened to the vocabulary (bench/common.py). Questions are GSM8K-like synthetic
 ones unless ``data/gsm8k/train.parquet`` is prepared.
 
     python bench/gpu_train.py --device cuda                             # ZeRO-2, dynamic cache
@@ -42,7 +42,7 @@ import torch
 if __package__ in (None, ""):  # `python bench/gpu_train.py`: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from train_step import MODELS, BenchSettings, build_policy, load_questions  # noqa: E402  (bench/ is on sys.path)
+from bench.common import MODELS, BenchSettings, build_policy, load_questions  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -14,14 +14,20 @@ Ends with ``bench rollout: ours <x> tokens/s, peer <y> tokens/s, ratio <r>x (tar
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from components.config import MasConfig
-from components.data.item import Item
-from components.mas.engine import RolloutEngine
-from components.models.tiny import build_tiny_model
+if __package__ in (None, ""):  # `python bench/rollout.py`: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ratio_line  # noqa: E402
+from components.config import MasConfig  # noqa: E402
+from components.data.item import Item  # noqa: E402
+from components.mas.engine import RolloutEngine  # noqa: E402
+from components.models.tiny import build_tiny_model  # noqa: E402
 
 
 def _items(q: int) -> list[Item]:
@@ -81,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if peer_tokens != ours_tokens:
         print(f"warning: token counts differ (ours {ours_tokens}, peer {peer_tokens})")
     ours_tps, peer_tps = ours_tokens / ours_s, peer_tokens / peer_s
-    print(f"bench rollout: ours {ours_tps:.0f} tokens/s, peer {peer_tps:.0f} tokens/s, "
-          f"ratio {ours_tps / peer_tps:.1f}x (target 4x)")
+    print(ratio_line("rollout", ours_tps, peer_tps, "tokens/s", 4, digits=1))
     return 0
 
 

@@ -101,6 +101,7 @@ class ItemOutcome:
     id: str
     correct: bool
     tokens_total: int
+    tokens_completion: int
 
 
 def _length_key(item: Item) -> int:
@@ -319,8 +320,8 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     paths["accuracy_vs_tokens"] = plot_accuracy_vs_tokens(rows, out_dir / "accuracy_vs_tokens.png")
     paths["silence_by_agent_round"] = plot_silence_heatmap(grid, out_dir / "silence_by_agent_round.png")
     timings["total"] = time.perf_counter() - t_start
-    per_item = {name: {b: [ItemOutcome(e.question_id, e.correct, e.total_tokens) for e in per_system[name][b]]
-                       for b in benchmarks} for name in names}
+    per_item = {name: {b: [ItemOutcome(e.question_id, e.correct, e.total_tokens, e.completion_tokens)
+                           for e in per_system[name][b]] for b in benchmarks} for name in names}
     report = EvalReport(rows, markdown, paths, summary, meta, grid, timings, per_item)
     if tracker is not None:
         log_to_tracker(tracker, report, main)

@@ -1,13 +1,18 @@
 """The report's "Claims" section: the paper's token-economy claims checked against the results files.
 
 Every claim is computed from the numbers (never typed), names the experiments it compares, and
-is PASS / FAIL, INCONCLUSIVE when the runs exist but their differences are within noise (claim d),
-or NOT RUN when an experiment it needs has no results file. Comparisons use the
-benchmarks both sides evaluated. Accuracy over benchmarks is the macro mean (each benchmark
-weighs the same, as in the paper's average column) with standard error
-``sqrt(sum se_b^2) / n_benchmarks``; a difference is "within one standard error" when it is no
-more negative than ``sqrt(se_a^2 + se_b^2)`` (the standard error of the difference). Tokens are
-the evaluation's total tokens (prompt + completion, what a provider bills: the paper's figure).
+is PASS / FAIL, INCONCLUSIVE when the runs exist but cannot decide it, or NOT RUN when an
+experiment it needs has no results file. The rules (:mod:`components.experiments.stats`):
+
+* accuracy differences are paired over the items both sides answered (macro over the shared
+  benchmarks); files written before per-item outcomes were recorded fall back to the unpaired
+  ``sqrt(se_a² + se_b²)`` and the evidence says so;
+* a claim never PASSes on a trained run that did not move away from its base policy, and a claim
+  that compares two trained runs (b, d, e) is INCONCLUSIVE unless both moved;
+* budget tracking (c) is judged over the last >= 64 training episodes, two-sided.
+
+Tokens are the evaluation's total tokens (prompt + completion, what a provider bills: the
+paper's figure).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from components.experiments.results import EvalCell, ResultsFile, pooled_tokens_mean
+from components.experiments.stats import WINDOW, Movement, Paired, last_episodes, movement, paired_macro
 
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN"]
 BASELINES, UNTRAINED = "baselines", "mas_untrained"
@@ -74,6 +80,42 @@ def compare(a: Mapping[str, EvalCell], b: Mapping[str, EvalCell]) -> tuple[Macro
     """Both sides over the benchmarks they share (None when they share none)."""
     common = [x for x in a if x in b]
     return (macro(a, common), macro(b, common)) if common else None
+
+
+def items_of(results: Mapping[str, ResultsFile], name: str, system: str = MAIN) -> dict | None:
+    res = results.get(name)
+    return None if res is None or res.items is None else res.items.get(system)
+
+
+def accuracy_difference(results: Mapping[str, ResultsFile], a: tuple[str, str], b: tuple[str, str],
+                        ma: Macro, mb: Macro) -> tuple[Paired, str]:
+    """a − b in accuracy: paired over shared items when both files hold per-item outcomes, else the
+    unpaired macro difference (and a note saying which)."""
+    ia, ib = items_of(results, *a), items_of(results, *b)
+    pair = paired_macro(ia, ib) if ia and ib else None
+    if pair is not None:
+        return pair, f"paired over {pair.n} shared items"
+    se = math.sqrt(ma.se ** 2 + mb.se ** 2)
+    return (Paired(ma.accuracy - mb.accuracy, se, ma.n, tuple(ma.benchmarks)),
+            "unpaired standard error (a results file holds no per-item outcomes)")
+
+
+def moved(results: Mapping[str, ResultsFile], name: str) -> Movement:
+    """Whether trained run ``name`` moved away from its base policy (stats.movement)."""
+    return movement(results[name].history, items_of(results, name), items_of(results, BASELINES, UNTRAINED))
+
+
+def gate(status: str, runs: Sequence[tuple[str, Movement]], lines: list[str]) -> str:
+    """PASS and FAIL stand only when every run compared moved; otherwise INCONCLUSIVE (a FAIL stays a
+    FAIL for a single run judged against a fixed target: it did not reach it)."""
+    for name, m in runs:
+        lines.append(f"{name} {'moved' if m.moved else 'did not move'} from its base policy: {m.why}")
+    if all(m.moved for _, m in runs):
+        return status
+    if len(runs) == 1 and status == "FAIL":
+        return status
+    lines.append("a run that did not move cannot support this comparison -> INCONCLUSIVE")
+    return "INCONCLUSIVE"
 
 
 def series(history: Sequence[Mapping[str, float]], key: str) -> list[float]:
@@ -138,24 +180,26 @@ def claim_a(results: Mapping[str, ResultsFile]) -> Claim:
     runs = [(n, c) for n in TRAINED if (c := cells_of(results, n)) is not None]
     if base is None or not runs:
         return Claim("a", title, "NOT RUN", [f"needs {BASELINES} and one of {', '.join(TRAINED)}"])
-    lines, ok_any = [], False
+    lines, verdicts = [], []
     for name, cells in runs:
         pair = compare(cells, base)
         if pair is None:
             lines.append(f"{name}: no benchmark in common with {BASELINES}")
             continue
         t, u = pair
-        se = math.sqrt(t.se ** 2 + u.se ** 2)
+        d, how = accuracy_difference(results, (name, MAIN), (BASELINES, UNTRAINED), t, u)
         ratio = t.tokens_total / u.tokens_total if u.tokens_total else math.inf
         comp = t.tokens_completion / u.tokens_completion if u.tokens_completion else math.inf
-        ok = t.accuracy - u.accuracy >= -se and ratio <= TOKEN_SHARE
-        ok_any |= ok
+        ok = d.within_one_se_or_above() and ratio <= TOKEN_SHARE
         lines.append(f"{name}: accuracy {t.accuracy:.3f} vs {u.accuracy:.3f} "
-                     f"(difference {t.accuracy - u.accuracy:+.3f}, "
-                     f"SE of the difference {se:.3f}); total tokens {t.tokens_total} vs {u.tokens_total} = "
-                     f"{ratio:.2f}x (needs <= {TOKEN_SHARE:g}x; completion tokens {comp:.2f}x) -> "
-                     f"{'meets' if ok else 'misses'} the claim")
-    return Claim("a", title, "PASS" if ok_any else "FAIL", lines)
+                     f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how}); total tokens {t.tokens_total} vs "
+                     f"{u.tokens_total} = {ratio:.2f}x (needs <= {TOKEN_SHARE:g}x; completion tokens {comp:.2f}x) "
+                     f"-> {'meets' if ok else 'misses'} the claim")
+        verdicts.append(gate("PASS" if ok else "FAIL", [(name, moved(results, name))], lines))
+    if not verdicts:
+        return Claim("a", title, "FAIL", lines)
+    status = "PASS" if "PASS" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts else "FAIL"
+    return Claim("a", title, status, lines)
 
 
 def claim_b(results: Mapping[str, ResultsFile]) -> Claim:
@@ -180,35 +224,60 @@ def claim_b(results: Mapping[str, ResultsFile]) -> Claim:
         lines.append(f"training, last {k} steps, tokens/episode (budget measure): {m0:.1f} vs {mb:.1f} "
                      f"= {m0 / mb:.2f}x")
     lines.append(f"accuracy: {f.accuracy:.3f} vs {b.accuracy:.3f}")
-    return Claim("b", title, "PASS" if ratio >= LAMBDA0_RATIO else "FAIL", lines)
+    status = gate("PASS" if ratio >= LAMBDA0_RATIO else "FAIL",
+                  [(LAMBDA0, moved(results, LAMBDA0)), (budgeted[0], moved(results, budgeted[0]))], lines)
+    return Claim("b", title, status, lines)
+
+
+def _held_out_line(name: str, res: ResultsFile) -> list[str]:
+    held_out = eval_budget_figure(res)
+    if held_out is None or res.budget is None:
+        return []
+    return [f"{name}, held-out evaluation (greedy, not counted): {res.budget.figure} on "
+            f"{', '.join(res.budget.benchmarks)} {held_out:.1f} vs B {res.budget.target:.1f} "
+            f"= {held_out / res.budget.target - 1:+.1%}; the untrained MAS had {res.budget.baseline_mean:.1f}"]
 
 
 def claim_c(results: Mapping[str, ResultsFile]) -> Claim:
     """Every Agent-GSPO run (B25, B50) within ±10 % of its B; the ablations that also carry a budget are
     listed but not counted (tracking is the method's claim, not the ablations')."""
-    title = f"Mean tokens tracked the budget B within ±{BUDGET_TOLERANCE:.0%} (last-k steps mean vs B)"
-    lines, verdicts = [], []
+    title = (f"Mean tokens tracked the budget B within ±{BUDGET_TOLERANCE:.0%} (two-sided) over the last "
+             f">= {WINDOW} training episodes")
+    lines: list[str] = []
+    verdicts: list[bool | None] = []
     for name, res in results.items():
-        err = budget_error(res)
-        if err is None:
+        if res.budget is None or not res.history:
             continue
-        mean, rel, k = err
-        ok = abs(rel) <= BUDGET_TOLERANCE
         counted = name in TRAINED
+        mean, n = last_episodes(res.history, "train/budget_tokens")
+        if mean is None or n < WINDOW:
+            # too few episodes to PASS; a miss that every one of the last k steps shows on the same
+            # side of the band is still a FAIL (no noise explains it)
+            k = min(res.last_k, len(res.history))
+            steps = series(res.history, "train/budget_tokens")[-k:]
+            rel_steps = [x / res.budget.target - 1.0 for x in steps]
+            missed = bool(rel_steps) and (all(r > BUDGET_TOLERANCE for r in rel_steps)
+                                          or all(r < -BUDGET_TOLERANCE for r in rel_steps))
+            lines.append(f"{name}: {n} training episodes with counts, fewer than {WINDOW}; last {k} steps "
+                         f"{', '.join(f'{x:.1f}' for x in steps)} vs B {res.budget.target:.1f} -> "
+                         + ("every step outside the band on the same side: a miss" if missed else "cannot judge")
+                         + ("" if counted else " (not counted)"))
+            if counted:
+                verdicts.append(False if missed else None)
+            lines.extend(_held_out_line(name, res))
+            continue
+        rel = mean / res.budget.target - 1.0
+        ok = abs(rel) <= BUDGET_TOLERANCE
         if counted:
             verdicts.append(ok)
-        assert res.budget is not None
-        lines.append(f"{name}: last {k} steps mean {mean:.1f} vs B {res.budget.target:.1f} ({res.budget.measure} "
+        lines.append(f"{name}: last {n} episodes mean {mean:.1f} vs B {res.budget.target:.1f} ({res.budget.measure} "
                      f"tokens) = {rel:+.1%} -> {'within' if ok else 'outside'}" + ("" if counted else " (not counted)"))
-        held_out = eval_budget_figure(res)
-        if held_out is not None:
-            lines.append(f"{name}, held-out evaluation (greedy, not counted): {res.budget.figure} on "
-                         f"{', '.join(res.budget.benchmarks)} {held_out:.1f} vs B {res.budget.target:.1f} "
-                         f"= {held_out / res.budget.target - 1:+.1%}; the untrained MAS had "
-                         f"{res.budget.baseline_mean:.1f}")
+        lines.extend(_held_out_line(name, res))
     if not verdicts:
         return Claim("c", title, "NOT RUN", lines or [f"needs a trained, budgeted {' or '.join(TRAINED)}"])
-    return Claim("c", title, "PASS" if all(verdicts) else "FAIL", lines)
+    if False in verdicts:
+        return Claim("c", title, "FAIL", lines)
+    return Claim("c", title, "INCONCLUSIVE" if None in verdicts else "PASS", lines)
 
 
 def claim_d(results: Mapping[str, ResultsFile]) -> Claim:
@@ -233,11 +302,11 @@ def claim_d(results: Mapping[str, ResultsFile]) -> Claim:
         votes.append(rs[0] <= rs[1])  # type: ignore[operator]
     pair = compare(ref.eval.get(MAIN, {}), off.eval.get(MAIN, {}))
     if pair is not None:
-        se = math.sqrt(pair[0].se ** 2 + pair[1].se ** 2)
-        if abs(pair[0].accuracy - pair[1].accuracy) > se:
-            votes.append(pair[0].accuracy >= pair[1].accuracy)
+        d, how = accuracy_difference(results, (TRAINED[0], MAIN), (NO_ADV_NORM, MAIN), *pair)
+        if abs(d.diff) > d.se:
+            votes.append(d.diff >= 0)
         lines.append(f"evaluation accuracy: normalised {pair[0].accuracy:.3f} vs off {pair[1].accuracy:.3f} "
-                     f"(SE of the difference {se:.3f})")
+                     f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how})")
     cs = [collapse(ref), collapse(off)]
     lines.append(f"collapse: normalised {cs[0] or 'none'}; off {cs[1] or 'none'}")
     if (cs[0] is None) != (cs[1] is None):
@@ -248,7 +317,9 @@ def claim_d(results: Mapping[str, ResultsFile]) -> Claim:
         return Claim("d", title, "INCONCLUSIVE", lines)
     lines.append(f"no hard threshold: PASS when the normalised run is better on most of the {len(votes)} "
                  f"separating indicator(s) ({sum(votes)} of {len(votes)})")
-    return Claim("d", title, "PASS" if sum(votes) * 2 > len(votes) else "FAIL", lines)
+    status = gate("PASS" if sum(votes) * 2 > len(votes) else "FAIL",
+                  [(TRAINED[0], moved(results, TRAINED[0])), (NO_ADV_NORM, moved(results, NO_ADV_NORM))], lines)
+    return Claim("d", title, status, lines)
 
 
 def claim_e(results: Mapping[str, ResultsFile]) -> Claim:
@@ -262,17 +333,18 @@ def claim_e(results: Mapping[str, ResultsFile]) -> Claim:
     if pair is None:
         return Claim("e", title, "NOT RUN", [f"{TRAINED[0]} and {TOKEN_LEVEL} share no benchmark"])
     s, t = pair
-    se = math.sqrt(s.se ** 2 + t.se ** 2)
+    d, how = accuracy_difference(results, (TRAINED[0], MAIN), (TOKEN_LEVEL, MAIN), s, t)
     lines = [f"accuracy: GSPO {s.accuracy:.3f} vs token-level {t.accuracy:.3f} "
-             f"(difference {s.accuracy - t.accuracy:+.3f}, "
-             f"SE of the difference {se:.3f}); total tokens {s.tokens_total} vs {t.tokens_total}"]
+             f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how}); total tokens {s.tokens_total} vs {t.tokens_total}"]
     errs = [budget_error(r) for r in (seq, tok)]
     if None not in errs:
         lines.append(f"budget tracking error: GSPO {errs[0][1]:+.1%} vs token-level {errs[1][1]:+.1%}")  # type: ignore[index]
     rs = [spread(series(r.history, "train/reward")) for r in (seq, tok)]
     lines.append(f"std of train/reward over steps: GSPO {fmt(rs[0])} vs token-level {fmt(rs[1])}")
     lines.append("PASS when GSPO's accuracy is within one standard error of (or above) token-level's")
-    return Claim("e", title, "PASS" if s.accuracy - t.accuracy >= -se else "FAIL", lines)
+    status = gate("PASS" if d.within_one_se_or_above() else "FAIL",
+                  [(TRAINED[0], moved(results, TRAINED[0])), (TOKEN_LEVEL, moved(results, TOKEN_LEVEL))], lines)
+    return Claim("e", title, status, lines)
 
 
 def all_claims(results: Mapping[str, ResultsFile]) -> list[Claim]:

@@ -11,59 +11,43 @@ Targets (fixed before the run, from the silence issue):
   over the last >= 64 training episodes;
 * (P5) λ = 0 on the same task is reported, whatever it shows (no verdict).
 
-A verdict is INCONCLUSIVE instead of PASS/FAIL when the run it judges never updated the policy
-(every advantage group had zero spread), since then nothing was learned that could be judged.
+A PASS needs a run that moved away from its base policy (KL from the base >= 1e-3, or held-out
+tokens per item changed beyond 2 paired standard errors: :func:`components.experiments.stats.movement`);
+a target missed by a run that did not move is still a FAIL (the target was not reached).
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 from pathlib import Path
 
 from components.experiments import plots
 from components.experiments.claims import Claim
 from components.experiments.proof import ProofResults
+from components.experiments.stats import WINDOW, ItemColumns, Movement, last_episodes, movement, paired
 
 SILENT_UNINFORMED, SPEAKING_INFORMED = 0.80, 0.10
-ACCURACY, MARGIN, TOKEN_SHARE, BAND, WINDOW = 0.90, 0.20, 0.50, 0.10, 64
+ACCURACY, MARGIN, TOKEN_SHARE, BAND = 0.90, 0.20, 0.50, 0.10
 LABELS = {"mas_untrained": "untrained MAS", "mas_prior": "prior only (no RL)", "agent_gspo": "Agent-GSPO (budget)",
           "lambda0": "λ=0 (task reward only)"}
 
 
-def paired(a: list[bool], b: list[bool]) -> tuple[float, float]:
-    """Mean of a − b over the same items and the standard error of that mean (per-item differences)."""
-    d = [float(x) - float(y) for x, y in zip(a, b, strict=True)]
-    mean = statistics.fmean(d) if d else 0.0
-    se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else 0.0
-    return mean, se
+def _movement(res: ProofResults, run: str) -> Movement:
+    """stats.movement on the proof's per-item total tokens against the untrained MAS."""
+    cols = {name: {"all": ItemColumns(correct=res.correct[name], tokens_total=res.tokens[name],
+                                      tokens_completion=res.tokens[name])} for name in (run, "mas_untrained")}
+    return movement(res.runs[run].history, cols[run], cols["mas_untrained"], tokens="tokens_total")
 
 
-def _mean(xs: list[float]) -> float:
-    return statistics.fmean(xs) if xs else float("nan")
-
-
-def _updated(history: list[dict[str, float]]) -> bool:
-    return any(h.get("train/zero_adv_groups", 0.0) < h.get("train/adv_groups", 0.0) for h in history)
-
-
-def last_episodes(history: list[dict[str, float]], key: str, window: int = WINDOW) -> tuple[float, int]:
-    """Mean of ``key`` over the last steps holding >= ``window`` episodes (episode-weighted), and that count."""
-    total = weight = 0.0
-    for h in reversed(history):
-        n = h.get("train/episodes", 0.0)
-        total += h.get(key, 0.0) * n
-        weight += n
-        if weight >= window:
-            break
-    return (total / weight if weight else float("nan")), int(weight)
+def _lambda0_movement(res: ProofResults) -> Movement | None:
+    return _movement(res, "lambda0") if "lambda0" in res.runs and "lambda0" in res.correct else None
 
 
 def proof_claims(res: ProofResults) -> list[Claim]:
     """(P1)-(P5) of the module docstring."""
     cell = {s: next(iter(c.values())) for s, c in res.eval.items()}
     run = res.runs["agent_gspo"]
-    moved = _updated(run.history)
+    move = _movement(res, "agent_gspo")
+    moved = move.moved
     out = []
     trained, untrained = cell["agent_gspo"], cell["mas_untrained"]
     s_un, s_in = trained.silence_uninformed, trained.silence_informed
@@ -74,7 +58,8 @@ def proof_claims(res: ProofResults) -> list[Claim]:
                          f"untrained MAS: uninformed {_pct(untrained.silence_uninformed)}, informed "
                          f"{_pct(untrained.silence_informed)}; prior only: uninformed "
                          f"{_pct(cell['mas_prior'].silence_uninformed)}, informed "
-                         f"{_pct(cell['mas_prior'].silence_informed)}"]))
+                         f"{_pct(cell['mas_prior'].silence_informed)}",
+                         f"Agent-GSPO {'moved' if moved else 'did not move'} from its base policy: {move.why}"]))
     diff, se = paired(res.correct["agent_gspo"], res.correct["mas_untrained"])
     ok = trained.accuracy >= ACCURACY and diff >= MARGIN
     out.append(Claim("P2", f"team accuracy >= {ACCURACY:.2f} and >= {MARGIN:.2f} above the untrained MAS",
@@ -92,7 +77,8 @@ def proof_claims(res: ProofResults) -> list[Claim]:
     cal = run.budget_calibration or {}
     target = float(cal.get("target", float("nan")))
     fraction, untrained_mean = float(cal.get("fraction", float("nan"))), float(cal.get("untrained_mean", 0))
-    got, n = last_episodes(run.history, "train/budget_tokens")
+    got_or_none, n = last_episodes(run.history, "train/budget_tokens")
+    got = float("nan") if got_or_none is None else got_or_none
     err = (got - target) / target if target == target and target else float("nan")
     ok = n >= WINDOW and abs(err) <= BAND
     out.append(Claim("P4", f"mean completion tokens per episode within ±{BAND:.0%} of B over the last >= {WINDOW} "
@@ -107,12 +93,14 @@ def proof_claims(res: ProofResults) -> list[Claim]:
                          f"accuracy {lam0.accuracy:.3f}, {lam0.tokens_total_mean:.1f} total / "
                          f"{lam0.tokens_completion_mean:.1f} completion tokens per episode; silence uninformed "
                          f"{_pct(lam0.silence_uninformed)}, informed {_pct(lam0.silence_informed)}; "
-                         f"{lam0.tokens_total_mean / trained.tokens_total_mean:.2f}x Agent-GSPO's total tokens"]))
+                         f"{lam0.tokens_total_mean / trained.tokens_total_mean:.2f}x Agent-GSPO's total tokens",
+                         *([f"λ=0 {'moved' if m.moved else 'did not move'} from its base policy: {m.why}"]
+                           if (m := _lambda0_movement(res)) else [])]))
     return out
 
 
 def _status(ok: bool, moved: bool) -> str:
-    return "INCONCLUSIVE" if not moved else ("PASS" if ok else "FAIL")
+    return "PASS" if ok and moved else "INCONCLUSIVE" if ok else "FAIL"
 
 
 def _pct(x: float | None) -> str:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.errors import UserError
 from components.evaluation.metrics import EvalNumbers
+from components.experiments.stats import ItemColumns
 from components.io import write_json_atomic
 
 SCHEMA_VERSION = 1
@@ -100,6 +101,9 @@ class ResultsFile(_Strict):
     """system -> aggregates over benchmarks (components.evaluation.summarise)"""
     history: list[dict[str, float]]
     """training metrics, one dict per step (empty for baselines)"""
+    items: dict[str, dict[str, ItemColumns]] | None = None
+    """system -> benchmark -> per-item outcomes in sample order (paired comparisons); None in files
+    written before they were recorded (the report then falls back to unpaired errors and says so)"""
 
 
 def write_results(path: str | Path, results: BaseModel) -> Path:

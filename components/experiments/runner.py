@@ -33,6 +33,7 @@ from components.experiments.definitions import (
     settings_of,
 )
 from components.experiments.results import BudgetInfo, ResultsFile, load_results, write_results
+from components.experiments.stats import ItemColumns
 from components.redact import redact
 
 Log = Callable[[str], None]
@@ -127,6 +128,9 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], budget: B
     cells: dict[str, dict[str, Any]] = {}
     for row in report.table:
         cells.setdefault(row.system, {})[row.benchmark] = row.numbers()
+    items = {system: {bench: ItemColumns(correct=[o.correct for o in outs], tokens_total=[o.tokens_total for o in outs],
+                                         tokens_completion=[o.tokens_completion for o in outs])
+                      for bench, outs in per_bench.items()} for system, per_bench in report.per_item.items()}
     meta = report.meta
     return ResultsFile.model_validate({
         "schema_version": 1, "name": exp.name, "kind": exp.kind, "label": exp.label,
@@ -138,7 +142,7 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], budget: B
         "last_k": cfg.experiments.last_k, "git_commit": commit, "wall_seconds": round(wall, 1),
         "train_seconds": None if train_s is None else round(train_s, 1),
         "eval_seconds": round(wall - (train_s or 0), 1),
-        "mlflow": ids, "eval": cells, "summary": report.summary, "history": history,
+        "mlflow": ids, "eval": cells, "summary": report.summary, "history": history, "items": items,
     })
 
 

@@ -27,14 +27,22 @@ def cell(acc: float, tokens_total: int, n: int = 100, completion: int | None = N
 
 
 def history(budget_tokens: list[float], reward: list[float] | None = None, accuracy: float = 0.3,
-            lam: float = 0.1) -> list[dict[str, float]]:
-    """One dict per step with the metrics the report reads."""
+            lam: float = 0.1, kl_base: float = 0.02, episodes: float = 22.0) -> list[dict[str, float]]:
+    """One dict per step with the metrics the report reads (22 episodes a step: the last 3 steps
+    hold the 64 the budget rule needs; KL from the base 0.02: the run moved)."""
     reward = reward or [0.1] * len(budget_tokens)
     return [{"step": float(i + 1), "train/budget_tokens": t, "train/reward": r, "train/accuracy": accuracy,
              "train/lambda_tok": lam + 0.01 * i, "train/budget": 100.0, "train/silence_rate": 0.2,
              "train/tokens_completion": t, "gspo/grad_norm": 1.0, "silence/agent0_round0": 0.1,
-             "silence/agent1_round1": 0.3}
+             "silence/agent1_round1": 0.3, "gspo/kl_base": kl_base * (i + 1) / len(budget_tokens),
+             "train/episodes": episodes}
             for i, (t, r) in enumerate(zip(budget_tokens, reward, strict=True))]
+
+
+def columns(correct: list[bool], completion: list[int] | None = None) -> dict:
+    """Per-item outcomes of one system on one benchmark (ItemColumns as JSON)."""
+    completion = completion if completion is not None else [10] * len(correct)
+    return {"correct": correct, "tokens_total": [3 * c for c in completion], "tokens_completion": completion}
 
 
 def make_results(name: str, eval_: dict[str, dict[str, dict]], *, kind: str = "gspo", hist: list | None = None,

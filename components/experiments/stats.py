@@ -1,0 +1,123 @@
+"""Statistics the report's verdicts rest on, written so that a verdict can fail.
+
+* Accuracy differences are **paired**: every system answers the same seeded items, so the right
+  standard error is that of the per-item differences, not ``sqrt(se_a² + se_b²)`` (which ignores
+  that both sides got the same easy and hard items). Over several benchmarks the difference is the
+  macro mean of the per-benchmark paired differences, with ``sqrt(Σ se_b²) / n_benchmarks``.
+* A trained run **moved** away from its base policy when its logged KL from the base
+  (``gspo/kl_base``) reached :data:`KL_MOVED`, or when its held-out completion tokens per item
+  differ from the untrained MAS's by more than :data:`Z` paired standard errors. A comparison
+  between runs that did not move compares the base policy with itself: INCONCLUSIVE, never PASS.
+* Budget tracking is judged over the last :data:`WINDOW` or more training episodes, two-sided.
+
+Hand-written: these are a few lines of arithmetic over lists (mean, sample standard deviation);
+scipy would add a dependency for nothing a reader could not check by eye.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+KL_MOVED = 1e-3
+"""KL(π_θ ‖ π_base) per token at which a run counts as moved (the unmoved runs of record: ~1e-4)"""
+Z = 2.0
+"""paired standard errors a held-out token difference must exceed to count as movement"""
+WINDOW = 64
+"""training episodes (at least) over which budget tracking is judged"""
+
+
+class ItemColumns(BaseModel):
+    """One system on one benchmark, per item in sample order: what paired comparisons need."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    correct: list[bool]
+    tokens_total: list[int]
+    tokens_completion: list[int]
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Mean of a − b over shared items and its standard error (macro over benchmarks)."""
+
+    diff: float
+    se: float
+    n: int
+    benchmarks: tuple[str, ...]
+
+    def within_one_se_or_above(self) -> bool:
+        return self.diff >= -self.se
+
+
+def paired(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Mean of ``a − b`` over the same items and the standard error of that mean."""
+    if len(a) != len(b):
+        raise ValueError(f"paired: {len(a)} vs {len(b)} items; a paired comparison needs the same items")
+    d = [float(x) - float(y) for x, y in zip(a, b, strict=True)]
+    mean = statistics.fmean(d) if d else 0.0
+    se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else 0.0
+    return mean, se
+
+
+def paired_macro(a: Mapping[str, ItemColumns], b: Mapping[str, ItemColumns], field: str = "correct") -> Paired | None:
+    """Paired difference of ``field`` (a − b) per shared benchmark, macro-averaged; None when the two
+    share no benchmark with the same number of items."""
+    shared = [x for x in a if x in b and len(getattr(a[x], field)) == len(getattr(b[x], field)) > 0]
+    if not shared:
+        return None
+    parts = [paired(getattr(a[x], field), getattr(b[x], field)) for x in shared]
+    nb = len(parts)
+    return Paired(diff=sum(p[0] for p in parts) / nb, se=math.sqrt(sum(p[1] ** 2 for p in parts)) / nb,
+                  n=sum(len(getattr(a[x], field)) for x in shared), benchmarks=tuple(shared))
+
+
+@dataclass(frozen=True)
+class Movement:
+    moved: bool
+    why: str
+
+
+def movement(history: Sequence[Mapping[str, float]], trained: Mapping[str, ItemColumns] | None,
+             untrained: Mapping[str, ItemColumns] | None, tokens: str = "tokens_completion") -> Movement:
+    """Did a trained run move away from its base policy? (See the module docstring for the rule;
+    ``tokens`` names the per-item token column compared.)"""
+    reasons = []
+    kl = [float(h["gspo/kl_base"]) for h in history if "gspo/kl_base" in h]
+    if kl:
+        peak = max(kl)
+        if peak >= KL_MOVED:
+            return Movement(True, f"KL from the base reached {peak:.2g} (>= {KL_MOVED:g})")
+        reasons.append(f"KL from the base at most {peak:.2g} (< {KL_MOVED:g})")
+    else:
+        reasons.append("no KL from the base logged")
+    pair = paired_macro(trained, untrained, tokens) if trained and untrained else None
+    what = tokens.removeprefix("tokens_")
+    if pair is not None:
+        if abs(pair.diff) > Z * pair.se:
+            return Movement(True, f"held-out {what} tokens per item changed by {pair.diff:+.1f} "
+                                  f"(> {Z:g} paired SE of {pair.se:.1f})")
+        reasons.append(f"held-out {what} tokens per item changed by {pair.diff:+.1f}, within {Z:g} "
+                       f"paired SE ({pair.se:.1f})")
+    else:
+        reasons.append("no per-item held-out tokens to compare with the untrained MAS")
+    return Movement(False, "; ".join(reasons))
+
+
+def last_episodes(history: Sequence[Mapping[str, float]], key: str, window: int = WINDOW) -> tuple[float | None, int]:
+    """Episode-weighted mean of ``key`` over the last steps that hold >= ``window`` episodes, and
+    how many episodes that was (the whole history when it holds fewer; None without episode counts)."""
+    total = weight = 0.0
+    for h in reversed(history):
+        if key not in h or "train/episodes" not in h:
+            continue
+        n = float(h["train/episodes"])
+        total += float(h[key]) * n
+        weight += n
+        if weight >= window:
+            break
+    return (total / weight if weight else None), int(weight)

@@ -1,0 +1,111 @@
+"""The report's rules can fail: paired accuracy differences, "did the run move", budget tracking
+over >= 64 episodes. Each rule is shown returning PASS, FAIL and INCONCLUSIVE on synthetic files."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from helpers.experiments_fixtures import baselines, cell, columns, history, make_results, trained
+
+from components.experiments.claims import all_claims
+from components.experiments.stats import ItemColumns, last_episodes, movement, paired, paired_macro
+
+N = 100
+BASE_CORRECT = [i % 10 < 3 for i in range(N)]  # 30 % correct, the same items every time
+
+
+def _status(results) -> dict[str, str]:
+    return {c.key: c.status for c in all_claims(results)}
+
+
+def _base_with_items(completion: int = 40):
+    b = baselines()
+    items = {"mas_untrained": {bench: columns(BASE_CORRECT, [completion] * N) for bench in ("gsm8k", "svamp")}}
+    return make_results("baselines", {k: {b2: c.model_dump() for b2, c in v.items()} for k, v in b.eval.items()},
+                        kind="baselines", items=items)
+
+
+def _trained_with_items(name: str, correct: list[bool], completion: list[int], **kw):
+    acc = sum(correct) / N
+    items = {"agent_gspo": {b: columns(correct, completion) for b in ("gsm8k", "svamp")}}
+    return trained(name, acc, 20_000, items=items, **kw)
+
+
+def test_paired_difference_and_its_standard_error():
+    assert paired([1, 1, 0, 0], [1, 0, 0, 0]) == pytest.approx((0.25, 0.25))
+    assert paired([1, 0], [1, 0]) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="same items"):
+        paired([1, 0], [1])
+    a = {"x": ItemColumns(correct=[True, False], tokens_total=[1, 1], tokens_completion=[1, 1])}
+    assert paired_macro(a, {"y": a["x"]}) is None  # no shared benchmark
+
+
+def test_paired_rule_fails_a_loss_that_the_unpaired_error_would_hide():
+    """The trained MAS loses 3 of the untrained MAS's 30 correct items and gains none: -0.03 with a
+    paired SE of 0.017 is a loss; sqrt(se_a² + se_b²) = 0.064 would have called it a tie (PASS)."""
+    lost = [c and i not in (0, 1, 2) for i, c in enumerate(BASE_CORRECT)]
+    results = {"baselines": _base_with_items(), "gspo_b25": _trained_with_items("gspo_b25", lost, [5] * N,
+                                                                                 hist=history([10, 10, 10]))}
+    claim = all_claims(results)[0]
+    assert claim.status == "FAIL", claim.evidence
+    assert "paired over 200 shared items" in claim.evidence[0] and "-0.030" in claim.evidence[0]
+    unpaired = {"baselines": baselines(), "gspo_b25": trained("gspo_b25", 0.27, 20_000, hist=history([10, 10, 10]))}
+    assert all_claims(unpaired)[0].status == "PASS"  # the lenient rule the paired one replaces
+
+
+def test_paired_rule_passes_an_equal_accuracy_at_a_fifth_of_the_tokens():
+    results = {"baselines": _base_with_items(), "gspo_b25": _trained_with_items("gspo_b25", BASE_CORRECT, [5] * N,
+                                                                                 hist=history([10, 10, 10]))}
+    claim = all_claims(results)[0]
+    assert claim.status == "PASS" and "+0.000" in claim.evidence[0], claim.evidence
+
+
+def test_runs_that_did_not_move_make_every_comparison_inconclusive():
+    """KL from the base 1e-4 and no per-item tokens: (a) would pass, (b), (d), (e) compare two
+    unmoved runs - none of them may PASS."""
+    flat = dict(kl_base=1e-4)
+    results = {"baselines": baselines(),
+               "gspo_b25": trained("gspo_b25", 0.29, 20_000, history([150, 120, 104, 97, 101], **flat),
+                                   budget_target=100.0),
+               "lambda0": trained("lambda0", 0.30, 50_000, history([300, 310, 305, 320, 330], **flat)),
+               "no_adv_norm": trained("no_adv_norm", 0.20, 21_000,
+                                      history([150, 90, 140, 60, 150], reward=[0.5, -0.6, 0.4, -0.7, 0.6], **flat),
+                                      budget_target=100.0),
+               "grpo_token": trained("grpo_token", 0.15, 22_000, history([150, 130, 120, 118, 121], **flat),
+                                     budget_target=100.0)}
+    status = _status(results)
+    assert status == {"a": "INCONCLUSIVE", "b": "INCONCLUSIVE", "c": "PASS", "d": "INCONCLUSIVE",
+                      "e": "INCONCLUSIVE"}, status
+    e = next(c for c in all_claims(results) if c.key == "e")
+    assert any("gspo_b25 did not move" in line and "at most 0.0001" in line for line in e.evidence)
+
+
+def test_held_out_tokens_beyond_two_paired_errors_count_as_movement():
+    less = [40 - (i % 7) for i in range(N)]  # ~3 tokens fewer per item, a few tokens of spread
+    m = movement(history([1.0], kl_base=0.0), {"g": ItemColumns(correct=BASE_CORRECT, tokens_total=less,
+                                                                  tokens_completion=less)},
+                 {"g": ItemColumns(correct=BASE_CORRECT, tokens_total=[40] * N, tokens_completion=[40] * N)})
+    assert m.moved and "changed by -3.0" in m.why
+    same = movement([], {"g": ItemColumns(correct=[True], tokens_total=[40], tokens_completion=[40])},
+                    {"g": ItemColumns(correct=[True], tokens_total=[40], tokens_completion=[40])})
+    assert not same.moved and "no KL from the base logged" in same.why
+
+
+def test_budget_rule_needs_64_episodes_and_is_two_sided():
+    def status(hist):
+        return _status({"gspo_b25": trained("gspo_b25", 0.3, 1000, hist, budget_target=100.0)})["c"]
+
+    assert status(history([100, 101, 99], episodes=22)) == "PASS"  # 66 episodes, +0 %
+    assert status(history([100, 101, 99], episodes=8)) == "INCONCLUSIVE"  # 24 episodes: cannot judge
+    assert status(history([172, 170, 175], episodes=4)) == "FAIL"  # too few, but every step far above B
+    assert status(history([80, 85, 85], episodes=22)) == "FAIL"  # 16.7 % under B fails too (two-sided)
+    assert status(history([120, 125, 125], episodes=22)) == "FAIL"
+    mean, n = last_episodes(history([50, 100, 200], episodes=40), "train/budget_tokens")
+    assert (mean, n) == (150.0, 80)  # the last two steps: the first with 64+ episodes
+    assert last_episodes([{"train/budget_tokens": 1.0}], "train/budget_tokens") == (None, 0)
+
+
+def test_fixture_cell_is_consistent():
+    c = cell(0.3, 1000)
+    assert math.isclose(c["accuracy"], 0.3) and c["tokens_total"] == 1000

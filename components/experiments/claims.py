@@ -26,7 +26,8 @@ from typing import Literal
 from components.experiments.results import EvalCell, ResultsFile, pooled_tokens_mean
 from components.experiments.stats import WINDOW, Movement, Paired, last_episodes, movement, paired_macro
 
-Status = Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN"]
+Status = Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN", "REPORTED"]
+"""REPORTED: numbers shown with no verdict (the claim has no target)"""
 BASELINES, UNTRAINED = "baselines", "mas_untrained"
 TRAINED = ("gspo_b25", "gspo_b50")
 """the Agent-GSPO runs, the budgeted run of record first"""

@@ -9,7 +9,7 @@ Targets (fixed before the run, from the silence issue):
 * (P3) total tokens (prompt + completion) per episode <= 0.5 x the untrained MAS's;
 * (P4) the dual controller holds mean completion tokens per episode within ±10 % of B (two-sided)
   over the last >= 64 training episodes;
-* (P5) λ = 0 on the same task is reported, whatever it shows (no verdict).
+* (P5) λ = 0 on the same task is reported, whatever it shows (REPORTED: no verdict).
 
 A PASS needs a run that moved away from its base policy (KL from the base >= 1e-3, or held-out
 tokens per item changed beyond 2 paired standard errors: :func:`components.experiments.stats.movement`);
@@ -86,9 +86,10 @@ def proof_claims(res: ProofResults) -> list[Claim]:
                          f"B = {fraction:g} x {untrained_mean:.1f} "
                          f"(the untrained policy's sampled completion tokens per training episode, "
                          f"{int(float(cal.get('episodes', 0)))} episodes before step 1) = {target:.1f}",
-                         f"last {n} training episodes: {got:.1f} tokens ({err:+.1%} from B)"]))
+                         f"last {n} training episodes: {got:.1f} tokens ({err:+.1%} from B)",
+                         *_slack(run.history, err)]))
     lam0 = cell["lambda0"]
-    out.append(Claim("P5", "λ = 0 on the same task (reported, no verdict)", "PASS" if res.runs.get("lambda0") else
+    out.append(Claim("P5", "λ = 0 on the same task (reported, no verdict)", "REPORTED" if res.runs.get("lambda0") else
                      "NOT RUN", [
                          f"accuracy {lam0.accuracy:.3f}, {lam0.tokens_total_mean:.1f} total / "
                          f"{lam0.tokens_completion_mean:.1f} completion tokens per episode; silence uninformed "
@@ -97,6 +98,17 @@ def proof_claims(res: ProofResults) -> list[Claim]:
                          *([f"λ=0 {'moved' if m.moved else 'did not move'} from its base policy: {m.why}"]
                            if (m := _lambda0_movement(res)) else [])]))
     return out
+
+
+def _slack(history: list[dict[str, float]], err: float) -> list[str]:
+    """Why a run sits below B: the budget is a ceiling the policy does not need, and the dual
+    variable only decays at its learning rate."""
+    lam = [h["train/lambda_tok"] for h in history if "train/lambda_tok" in h]
+    if not err < -BAND or len(lam) < 2:
+        return []
+    return [f"below B, not above it: the trained policy needs fewer tokens than B allows, so the budget "
+            f"constraint is slack and λ_tok only decays at the dual learning rate ({lam[0]:.3f} at step 1, "
+            f"max {max(lam):.3f}, {lam[-1]:.3f} at the last step)"]
 
 
 def _status(ok: bool, moved: bool) -> str:

@@ -30,10 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
-if str(Path(__file__).parent) not in sys.path:  # tests/ is not a package: servers.py sits next to this file
-    sys.path.insert(0, str(Path(__file__).parent))
-from servers import MlflowServer, PrefectServer, mlflow_server, mlflow_template_db, prefect_server  # noqa: E402
+from helpers.servers import MlflowServer, PrefectServer, mlflow_server, mlflow_template_db, prefect_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import requests
+from helpers.servers import OFFLINE_ENV, free_port, mlflow_template_db, stop_group, wait_healthy
 from mlflow import MlflowClient
-from servers import OFFLINE_ENV, free_port, mlflow_template_db, stop_group, wait_healthy
 
 from components.tracking import log_policy_model
 

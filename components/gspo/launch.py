@@ -64,6 +64,14 @@ def _node_rank(num_nodes: int) -> int:
     return rank
 
 
+def hosts_rank_zero(cfg: Config) -> bool:
+    """Whether the launch started on this machine includes global rank 0, the rank that writes the
+    final model and prints its summary line: False only on nodes 1.. of a multi-node torchrun run
+    (one command per node); the DeepSpeed launcher runs on node 0 and starts the others."""
+    ds = cfg.deepspeed
+    return not (ds.launcher == "torchrun" and ds.num_nodes > 1 and _node_rank(ds.num_nodes) != 0)
+
+
 def launcher_command(cfg: Config, train_args: Sequence[str]) -> list[str]:
     """argv of the distributed launch for ``cfg.deepspeed`` (``torchrun`` or ``deepspeed``).
 

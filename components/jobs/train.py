@@ -75,7 +75,7 @@ class TrainJob(Job):
             check_training_dtype_setting(cfg.model.dtype)
             return train(cfg, resume=self.resume, overwrite=self.overwrite, max_steps=self.max_steps,
                          out_dir=self.out_dir, track=self.track)
-        from components.gspo.launch import launch_training
+        from components.gspo.launch import hosts_rank_zero, launch_training
 
         final: dict = {}
 
@@ -89,10 +89,14 @@ class TrainJob(Job):
         out = Path(self.out_dir or cfg.gspo.out_dir)
         if rc == UserError.exit_code:
             raise UserError(f"training refused its input (exit {rc}); the message is in the output above")
+        from components.gspo.job import TrainResult
+
+        if rc == 0 and not final and not hosts_rank_zero(cfg):
+            # a worker node of a multi-node run: rank 0 on node 0 writes the final model and reports it
+            return TrainResult(out, None, cfg.gspo.steps, [], None, None)
         if rc != 0 or not final:
             raise TrainingFailed(f"training exited with code {rc}{'' if rc else ' without a final model'}; "
                                  f"`--resume` continues from the last checkpoint in {out}")
-        from components.gspo.job import TrainResult
 
         history = json.loads((out / "history.json").read_text()) if (out / "history.json").is_file() else []
         return TrainResult(out, Path(final["final_model"]), int(final["steps"]), history, final.get("run_id"),

@@ -52,6 +52,7 @@ def test_multi_node_torchrun_command_names_node_rank_and_rendezvous(monkeypatch)
     monkeypatch.setenv("NODE_RANK", "1")
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
     cmd = launcher_command(_cfg("deepspeed.launcher=torchrun", "deepspeed.num_nodes=2", "deepspeed.nproc_per_node=8",
+                                "gspo.questions_per_step=16",
                                 "deepspeed.master_port=29555"), ["--resume"])
     for arg in ("--nnodes=2", "--nproc_per_node=8", "--node_rank=1", "--master_addr=10.0.0.1",
                 "--master_port=29555"):

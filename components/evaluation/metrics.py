@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.mas.records import Episode
-from components.scoring.result import ScoreResult
+from components.scoring.result import Graded, ScoreResult
 
 TOKEN_KINDS = ("prompt", "completion", "communicated", "total")
 
@@ -91,7 +91,7 @@ class MessageStat:
 
 
 @dataclass
-class EpisodeStats:
+class EpisodeStats(Graded):
     """The numbers of an :class:`Episode` without its token ids.
 
     A full evaluation holds 14k MMLU episodes x N messages; keeping every ``prompt_ids`` list
@@ -110,18 +110,6 @@ class EpisodeStats:
     calls_skipped: int = 0
     grade: ScoreResult | None = None
     """set by grading (evaluation grades the compacted episodes of every system in one batch)"""
-
-    @property
-    def correct(self) -> bool:
-        return self.grade is not None and bool(self.grade.correct)
-
-    @property
-    def extracted(self) -> str | None:
-        return None if self.grade is None else self.grade.extracted
-
-    @property
-    def score_error(self) -> str | None:
-        return None if self.grade is None else self.grade.error
 
     @classmethod
     def from_episode(cls, ep: Episode) -> EpisodeStats:

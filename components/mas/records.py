@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from components.scoring.result import ScoreResult
+from components.scoring.result import Graded, ScoreResult
 
 if TYPE_CHECKING:
     from components.reward.reward import RewardBreakdown
@@ -65,7 +65,7 @@ class Message:
 
 
 @dataclass
-class Episode:
+class Episode(Graded):
     """One multi-agent episode on one question (one of the G samples of a group)."""
 
     question_id: str
@@ -80,18 +80,6 @@ class Episode:
     """set by grading; None until then"""
     reward: RewardBreakdown | None = None
     """set by the reward step; None until then"""
-
-    @property
-    def correct(self) -> bool:
-        return self.grade is not None and bool(self.grade.correct)
-
-    @property
-    def extracted(self) -> str | None:
-        return None if self.grade is None else self.grade.extracted
-
-    @property
-    def score_error(self) -> str | None:
-        return None if self.grade is None else self.grade.error
 
     @property
     def prompt_tokens(self) -> int:

@@ -57,3 +57,22 @@ def last_boxed(text: str) -> str | None:
             if depth == 0:
                 return text[i + 1 : j]
     return None
+
+
+class Graded:
+    """What a graded record answers from its ``grade`` (an Episode, or its compact EpisodeStats):
+    correct (False until graded), the extracted answer and the grader's error."""
+
+    grade: ScoreResult | None
+
+    @property
+    def correct(self) -> bool:
+        return self.grade is not None and bool(self.grade.correct)
+
+    @property
+    def extracted(self) -> str | None:
+        return None if self.grade is None else self.grade.extracted
+
+    @property
+    def score_error(self) -> str | None:
+        return None if self.grade is None else self.grade.error

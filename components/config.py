@@ -115,8 +115,18 @@ class BudgetConfig(_Section):
     calibration_questions: int = Field(8, ge=1, description="training questions (x G episodes) that measure it")
     lr: float = Field(0.05, gt=0.0, description="eta: dual ascent step size (integral gain)")
     kp: float = Field(0.0, ge=0.0, description="proportional gain on the budget error (0 = plain dual ascent)")
-    lambda_min: float = Field(0.0, ge=0.0, description="lower bound of lambda_tok")
-    lambda_max: float = Field(10.0, gt=0.0, description="upper bound of lambda_tok")
+    mode: Literal["cap", "target"] = Field(
+        "cap", description="cap: spend at most B (lambda_tok in [lambda_min, lambda_max]); target: spend B "
+                           "(an equality constraint, lambda_tok in [-lambda_max, lambda_max]: below B tokens earn a bonus)")
+    lambda_min: float = Field(0.0, ge=0.0, description="lower bound of lambda_tok (cap mode)")
+    lambda_max: float = Field(10.0, gt=0.0, description="upper bound of |lambda_tok|")
+
+    @model_validator(mode="after")
+    def _target_has_no_lambda_min(self) -> BudgetConfig:
+        if self.mode == "target" and self.lambda_min != 0.0:
+            raise ValueError(f"budget.lambda_min={self.lambda_min!r} applies to mode 'cap' only; mode 'target' "
+                             f"bounds lambda_tok by [-lambda_max, lambda_max] (remove budget.lambda_min)")
+        return self
 
 
 class GspoConfig(_Section):

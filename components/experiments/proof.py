@@ -79,7 +79,8 @@ class ProofResults(_Strict):
 
 RECIPE_KEYS = ("model.silence_prior", "model.lora_rank", "model.dtype", "mas.agents", "mas.rounds", "mas.protocol",
                "mas.max_message_tokens", "mas.temperature", "reward.lambda_tok", "reward.lambda_turn",
-               "reward.token_norm", "reward.per_agent_credit", "budget.fraction", "budget.lr", "budget.kp",
+               "reward.token_norm", "reward.per_agent_credit", "budget.fraction", "budget.mode", "budget.lr", "budget.kp",
+               "budget.lambda_max",
                "gspo.steps", "gspo.questions_per_step", "gspo.group_size", "gspo.minibatches", "gspo.lr",
                "gspo.eps_low", "gspo.eps_high", "gspo.level", "gspo.adv_norm", "data.train_sources")
 

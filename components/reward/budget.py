@@ -15,6 +15,13 @@ policy, so token use overshoots B and oscillates around it; the proportional ter
 current error at once and damps that (measured in the README). The constraint is normalised by B
 so that η and k_p do not depend on the size of the budget.
 
+**Two modes.** ``cap`` (the default) is the inequality constraint above: λ ≥ λ_min ≥ 0, so a
+policy that needs fewer tokens than B is left there (the constraint is slack, λ decays towards
+λ_min and tokens may stay well under B). ``target`` is the equality constraint E[tokens] = B,
+whose multiplier has no sign: λ ∈ [−λ_max, λ_max], and a negative λ turns the token penalty into
+a bonus, so the controller also pushes token use *up* to B. Use it to steer length to a budget
+from both sides (a fixed compute budget per episode); ``cap`` is what "spend at most B" means.
+
 **Which tokens B counts:** B is a mean per *episode* under ``RewardConfig.token_measure``
 (completion, communicated or total tokens, the same count the reward's token penalty uses), and
 ``mean_tokens`` passed to :meth:`DualBudgetController.update` is the mean of
@@ -33,8 +40,10 @@ from typing import Any
 from components.config import BudgetConfig, RewardConfig
 from components.errors import UserError
 
-STATE_VERSION = 2
-"""2 adds ``kp`` and ``integral``; version-1 states (pure dual ascent) load with k_p = 0, I = λ"""
+STATE_VERSION = 3
+"""2 adds ``kp`` and ``integral``, 3 adds ``mode``; version-1 states (pure dual ascent) load with
+k_p = 0, I = λ, and states before 3 load in mode ``cap``"""
+MODES = ("cap", "target")
 
 
 class BudgetError(UserError):
@@ -61,7 +70,10 @@ class DualBudgetController:
     """
 
     def __init__(self, target: float, lr: float, lambda_init: float, lambda_min: float = 0.0,
-                 lambda_max: float = 10.0, enabled: bool = True, kp: float = 0.0) -> None:
+                 lambda_max: float = 10.0, enabled: bool = True, kp: float = 0.0, mode: str = "cap") -> None:
+        if mode not in MODES:
+            raise BudgetError(f"budget.mode: unknown {mode!r} (allowed: {', '.join(MODES)})")
+        self.mode = mode
         self.target = _finite("budget.target", target)
         self.lr = _finite("budget.lr", lr)
         self.kp = _finite("budget.kp", kp)
@@ -77,9 +89,14 @@ class DualBudgetController:
         if not 0.0 <= self.lambda_min <= self.lambda_max:
             raise BudgetError(f"budget.lambda_min/lambda_max: need 0 <= lambda_min <= lambda_max "
                               f"(got {lambda_min!r}, {lambda_max!r})")
-        if not self.lambda_min <= lam <= self.lambda_max:
+        if mode == "target" and self.lambda_min != 0.0:
+            raise BudgetError(f"budget.lambda_min={lambda_min!r} applies to mode 'cap' only (mode 'target' bounds "
+                              f"lambda_tok by [-lambda_max, lambda_max])")
+        self.lower = -self.lambda_max if mode == "target" else self.lambda_min
+        """λ's lower bound: λ_min in mode cap, −λ_max in mode target"""
+        if not self.lower <= lam <= self.lambda_max:
             raise BudgetError(f"reward.lambda_tok: initial value {lambda_init!r} lies outside "
-                              f"[budget.lambda_min, budget.lambda_max] = [{lambda_min!r}, {lambda_max!r}]")
+                              f"[{self.lower!r}, {lambda_max!r}] (budget mode {mode!r})")
         self.lambda_tok = lam
         self.integral = lam
         """the dual-ascent iterate I (equal to λ when k_p = 0)"""
@@ -92,7 +109,7 @@ class DualBudgetController:
         """Controller from ``budget.*`` with λ starting at ``reward.lambda_tok``."""
         return cls(target=budget.target, lr=budget.lr, lambda_init=reward.lambda_tok,
                    lambda_min=budget.lambda_min, lambda_max=budget.lambda_max, enabled=budget.enabled,
-                   kp=budget.kp)
+                   kp=budget.kp, mode=budget.mode)
 
     def update(self, mean_tokens: float) -> float:
         """One projected dual-ascent step from a batch's mean tokens per episode; returns the new λ."""
@@ -117,11 +134,11 @@ class DualBudgetController:
         self.target = value
 
     def _clip(self, value: float) -> float:
-        return min(self.lambda_max, max(self.lambda_min, value))
+        return min(self.lambda_max, max(self.lower, value))
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state for checkpoints (floats round-trip exactly through JSON)."""
-        return {"version": STATE_VERSION, "target": self.target, "lr": self.lr, "kp": self.kp,
+        return {"version": STATE_VERSION, "mode": self.mode, "target": self.target, "lr": self.lr, "kp": self.kp,
                 "lambda_min": self.lambda_min, "lambda_max": self.lambda_max, "integral": self.integral,
                 "lambda_tok": self.lambda_tok, "enabled": self.enabled, "step": self.step,
                 "history": copy.deepcopy(self.history)}
@@ -135,16 +152,18 @@ class DualBudgetController:
         missing = [k for k in required if k not in state]
         if missing:
             raise BudgetError(f"budget controller state: missing keys {missing}")
-        if state["version"] not in (1, STATE_VERSION):
+        if state["version"] not in range(1, STATE_VERSION + 1):
             raise BudgetError(f"budget controller state: version {state['version']!r} "
-                              f"(this code reads 1 and {STATE_VERSION})")
+                              f"(this code reads 1 to {STATE_VERSION})")
         fresh = DualBudgetController(state["target"], state["lr"], state["lambda_tok"], state["lambda_min"],
-                                     state["lambda_max"], state["enabled"], state.get("kp", 0.0))
+                                     state["lambda_max"], state["enabled"], state.get("kp", 0.0),
+                                     state.get("mode", "cap"))
         fresh.integral = _finite("integral", state.get("integral", state["lambda_tok"]))
         self.__dict__.update(fresh.__dict__)
         self.step = int(state["step"])
         self.history = copy.deepcopy(list(state["history"]))
 
     def __repr__(self) -> str:
-        return (f"DualBudgetController(target={self.target}, lr={self.lr}, kp={self.kp}, lambda_tok={self.lambda_tok}, "
-                f"bounds=[{self.lambda_min}, {self.lambda_max}], step={self.step}, enabled={self.enabled})")
+        return (f"DualBudgetController(mode={self.mode!r}, target={self.target}, lr={self.lr}, kp={self.kp}, "
+                f"lambda_tok={self.lambda_tok}, bounds=[{self.lower}, {self.lambda_max}], step={self.step}, "
+                f"enabled={self.enabled})")

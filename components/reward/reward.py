@@ -7,7 +7,8 @@
 episode); ``B_norm`` (``cfg.token_norm``) puts the token term on the scale of r_task; ``turns``
 counts non-silent messages; ``repetition`` is the mean n-gram overlap of non-silent messages with
 earlier ones (0..1). ``λ_tok`` is passed in, not read from the config, because the dual budget
-controller steers it during training.
+controller steers it during training; it is negative only in budget mode ``target``, where a batch
+under B earns a bonus per token (see :mod:`components.reward.budget`).
 
 Per-agent credit (:func:`message_rewards`): every message gets r_task minus its own share of
 the cost. The shares add up exactly to the episode's cost, so shaped credit redistributes the
@@ -63,8 +64,8 @@ def _check_lambda(lambda_tok: float) -> float:
         value = float(lambda_tok)
     except (TypeError, ValueError) as exc:
         raise RewardError(f"lambda_tok must be a number (got {lambda_tok!r})") from exc
-    if not math.isfinite(value) or value < 0.0:
-        raise RewardError(f"lambda_tok must be finite and >= 0 (got {lambda_tok!r})")
+    if not math.isfinite(value):
+        raise RewardError(f"lambda_tok must be finite (got {lambda_tok!r})")
     return value
 
 

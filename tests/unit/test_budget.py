@@ -132,3 +132,50 @@ def test_state_round_trip_keeps_the_integral_and_reads_version_1():
     old = {k: v for k, v in c.state_dict().items() if k not in ("kp", "integral")} | {"version": 1}
     d.load_state_dict(old)
     assert d.kp == 0.0 and d.integral == d.lambda_tok == c.lambda_tok
+
+
+def floor_env(lam: float, rng: random.Random) -> float:
+    """A task whose cheapest policy is also its best (the split-information proof): at any λ >= 0
+    tokens sit at a floor of 11 per episode; only a bonus (λ < 0) makes the policy spend more."""
+    return 11.0 + max(0.0, -lam) * 20.0 + rng.gauss(0.0, 0.5)
+
+
+def test_cap_mode_leaves_a_slack_budget_slack_target_mode_reaches_it():
+    cap = DualBudgetController(target=13.2, lr=0.5, lambda_init=0.5, lambda_max=0.5)
+    tail = run_loop(cap, steps=200, env=floor_env)[-64:]
+    assert sum(tail) / len(tail) < 0.9 * 13.2                 # 16 % under B, as measured on SmolLM2
+    assert cap.lambda_tok == 0.0                              # λ* = 0: the constraint is slack
+    target = DualBudgetController(target=13.2, lr=0.5, lambda_init=0.5, lambda_max=0.5, mode="target")
+    tail = run_loop(target, steps=200, env=floor_env)[-64:]
+    assert abs(sum(tail) / len(tail) / 13.2 - 1.0) < 0.05
+    assert target.lambda_tok < 0.0
+    assert target.lambda_tok >= -0.5
+
+
+def test_target_mode_bounds_and_config():
+    c = DualBudgetController(target=10.0, lr=1.0, lambda_init=0.0, lambda_max=0.3, mode="target")
+    c.update(0.0)
+    assert c.lambda_tok == -0.3                               # clipped at −λ_max, not at 0
+    c.update(1000.0)
+    assert c.lambda_tok == 0.3
+    with pytest.raises(BudgetError, match="budget.mode"):
+        DualBudgetController(target=10.0, lr=1.0, lambda_init=0.0, mode="ceiling")
+    with pytest.raises(BudgetError, match="lambda_min"):
+        DualBudgetController(target=10.0, lr=1.0, lambda_init=0.2, lambda_min=0.1, mode="target")
+    from pydantic import ValidationError
+    with pytest.raises(ValidationError, match="lambda_min"):
+        BudgetConfig(mode="target", lambda_min=0.1)
+    ctrl = DualBudgetController.from_config(BudgetConfig(mode="target", lambda_max=2.0), RewardConfig())
+    assert (ctrl.mode, ctrl.lower) == ("target", -2.0)
+
+
+def test_target_mode_state_round_trip_and_old_states_load_as_cap():
+    c = DualBudgetController(target=10.0, lr=0.5, lambda_init=0.0, lambda_max=1.0, mode="target")
+    c.update(2.0)
+    state = json.loads(json.dumps(c.state_dict()))
+    d = DualBudgetController(target=99.0, lr=0.1, lambda_init=0.0)
+    d.load_state_dict(state)
+    assert (d.mode, d.lambda_tok, d.lower) == ("target", c.lambda_tok, -1.0) and d.lambda_tok < 0
+    old = {k: v for k, v in state.items() if k != "mode"} | {"version": 2, "lambda_tok": 0.2, "integral": 0.2}
+    d.load_state_dict(old)
+    assert (d.mode, d.lower) == ("cap", 0.0)

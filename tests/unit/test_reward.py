@@ -116,9 +116,19 @@ def test_token_measure_follows_config(measure: str):
 def test_lambda_zero_removes_token_penalty_and_lambda_validated():
     ep = sample_episode()
     assert compute_reward(ep, make_cfg(), lambda_tok=0.0).tokens_penalty == 0.0
-    for bad in (-0.1, math.nan, math.inf, "x"):
+    for bad in (math.nan, math.inf, -math.inf, "x"):
         with pytest.raises(RewardError, match="lambda_tok"):
             compute_reward(ep, make_cfg(), lambda_tok=bad)  # type: ignore[arg-type]
+
+
+def test_negative_lambda_pays_per_token():
+    """Budget mode 'target' drives λ below 0 when a batch is under B: the same term becomes a bonus."""
+    ep = sample_episode()
+    b = compute_reward(ep, make_cfg(), lambda_tok=-0.5)
+    assert b.tokens_penalty == pytest.approx(-0.5 * b.tokens / make_cfg().token_norm)
+    assert b.tokens_penalty < 0
+    assert b.total == pytest.approx(b.task - b.tokens_penalty - b.turn_penalty - b.repetition_penalty)
+    assert b.total > compute_reward(ep, make_cfg(), lambda_tok=0.0).total
 
 
 def test_apply_rewards_fills_in_place():

@@ -191,7 +191,6 @@ def _cmd_experiments(cfg: Config, args: argparse.Namespace) -> int:
     outcomes = ExperimentsJob(cfg=cfg, only=args.only, limit=args.limit, results_dir=args.results,
                               user_overrides=list(args.overrides), track=not args.no_track, params=args.params).run()
     for o in outcomes:
-        extra = " (run first: the budget needs it)" if o.ran_as_dependency else ""
         if o.results.kind == "proof":
             c = {s: next(iter(cells.values())) for s, cells in o.results.eval.items()}
             print(f"{o.name}: {o.path}; " + ", ".join(f"{s} accuracy {x.accuracy:.3f} / {x.tokens_total_mean:.0f} "
@@ -200,7 +199,7 @@ def _cmd_experiments(cfg: Config, args: argparse.Namespace) -> int:
             continue
         s = o.results.summary
         main = next((m for m in ("agent_gspo", "mas_untrained") if m in s), next(iter(s)))
-        print(f"{o.name}: {o.path}{extra}; {main} accuracy {s[main]['accuracy']:.3f}, "
+        print(f"{o.name}: {o.path}; {main} accuracy {s[main]['accuracy']:.3f}, "
               f"tokens {s[main]['tokens_total']}, {o.results.wall_seconds:.0f} s")
     return 0
 

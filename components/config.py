@@ -116,8 +116,8 @@ class BudgetConfig(_Section):
     lr: float = Field(0.05, gt=0.0, description="eta: dual ascent step size (integral gain)")
     kp: float = Field(0.0, ge=0.0, description="proportional gain on the budget error (0 = plain dual ascent)")
     mode: Literal["cap", "target"] = Field(
-        "cap", description="cap: spend at most B (lambda_tok in [lambda_min, lambda_max]); target: spend B "
-                           "(an equality constraint, lambda_tok in [-lambda_max, lambda_max]: below B tokens earn a bonus)")
+        "cap", description="cap: spend at most B (lambda_tok in [lambda_min, lambda_max]); target: spend B (an "
+                           "equality constraint, lambda_tok in [-lambda_max, lambda_max]: below B tokens earn a bonus)")
     lambda_min: float = Field(0.0, ge=0.0, description="lower bound of lambda_tok (cap mode)")
     lambda_max: float = Field(10.0, gt=0.0, description="upper bound of |lambda_tok|")
 
@@ -224,7 +224,8 @@ class ExperimentDef(_Section):
     extends: str | None = Field(None, description="inherit another experiment's overrides and budget_fraction")
     overrides: list[str] = Field(default_factory=list, description="section.key=value, applied on the profile")
     budget_fraction: float | None = Field(
-        None, gt=0.0, le=10.0, description="budget.target = this x the untrained MAS's mean tokens per episode")
+        None, gt=0.0, le=10.0, description="budget.fraction: B = this x the untrained policy's tokens per sampled "
+                                           "training episode, measured before step 1")
 
     @model_validator(mode="after")
     def _check(self) -> ExperimentDef:
@@ -243,9 +244,10 @@ class ExperimentDef(_Section):
             if keys[1] not in section.model_fields:  # type: ignore[union-attr]
                 raise ValueError(f"override {text!r}: unknown key {keys[1]!r} in section {keys[0]} "
                                  f"(allowed: {', '.join(section.model_fields)})")  # type: ignore[union-attr]
-        if self.budget_fraction is not None and any(parse_override(t)[0] == ["budget", "target"]
-                                                    for t in self.overrides):
-            raise ValueError("budget_fraction sets budget.target; do not also override budget.target")
+        budget_keys = (["budget", "target"], ["budget", "fraction"])
+        if self.budget_fraction is not None and any(parse_override(t)[0] in budget_keys for t in self.overrides):
+            raise ValueError("budget_fraction sets B (budget.fraction); do not also override budget.target or "
+                             "budget.fraction")
         if (self.kind == "proof") != (self.profile is not None):
             raise ValueError("kind 'proof' needs a profile (its own task and settings), and only it takes one")
         if self.kind == "baselines" and (self.budget_fraction is not None or self.overrides or self.extends):
@@ -259,7 +261,6 @@ class ExperimentsConfig(_Section):
     results_dir: str = Field("results", description="one <name>.json per experiment (committed)")
     runs_dir: str = Field("runs/experiments", description="per-experiment training and evaluation folders")
     report: str = Field("docs/results.md", description="generated report; PNGs go to <report dir>/<stem>/")
-    budget_source: str = Field("baselines", description="the baselines experiment whose untrained MAS sets B")
     last_k: int = Field(5, ge=1, description="last training steps averaged when checking tokens against B")
     definitions: dict[str, ExperimentDef] = Field(default_factory=dict, description="name -> experiment")
 
@@ -279,10 +280,6 @@ class ExperimentsConfig(_Section):
                     raise ValueError(f"definitions.{name}.extends: cycle {' -> '.join([*seen, d.extends])}")
                 seen.append(d.extends)
                 d = defs[d.extends]
-        needs_budget = [n for n, d in defs.items() if d.budget_fraction is not None and d.kind == "gspo"]
-        if needs_budget and (self.budget_source not in defs or defs[self.budget_source].kind != "baselines"):
-            raise ValueError(f"budget_source: {self.budget_source!r} must name a kind 'baselines' experiment "
-                             f"(needed by {', '.join(needs_budget)})")
         return self
 
 

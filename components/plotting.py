@@ -61,6 +61,18 @@ def series(history: History, key: str) -> tuple[list[float], list[float]]:
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
+def step_axis(ax: plt.Axes, ylabel: str, *, rate: bool = False, ncol: int = 1, legend: bool = True) -> None:
+    """The x axis of a training curve (integer steps), its y label, grid and legend; ``rate`` fixes y to [0, 1]."""
+    if rate:
+        ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=7, ncol=ncol)
+
+
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     """Indices of the points (tokens, accuracy) not dominated by another, sorted by tokens.
 
@@ -129,12 +141,7 @@ def draw_silence(ax: plt.Axes, history: History, title: str) -> bool:
         agent, rnd = SILENCE_KEY.match(key).groups()  # type: ignore[union-attr]
         ax.plot(*series(history, key), marker=".", label=f"agent {agent}, round {rnd}")
     ax.set_title(title)
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("silence rate (silent / messages)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    step_axis(ax, "silence rate (silent / messages)", rate=True, ncol=2)
     return True
 
 

@@ -63,6 +63,8 @@ class EvalNumbers(BaseModel):
     """split-information items: silent turns / turns of the agents without the fact (else None)"""
     calls_skipped: float = 0.0
     """mean agent turns per episode the protocol did not prompt (silence retired them, or nothing new)"""
+    cap_hit_rate: float | None = Field(None, ge=0.0, le=1.0)
+    """messages that reached mas.max_message_tokens / messages (None: not measured, e.g. older files)"""
 
 
 class EvalRow(EvalNumbers):
@@ -88,6 +90,7 @@ class MessageStat:
     silent: bool
     private: bool = False
     """the agent held the item's private fact"""
+    completion_tokens: int = 0
 
 
 @dataclass
@@ -115,15 +118,17 @@ class EpisodeStats(Graded):
     def from_episode(cls, ep: Episode) -> EpisodeStats:
         return cls(ep.question_id, ep.final_answer, ep.prompt_tokens, ep.completion_tokens, ep.communicated_tokens,
                    ep.total_tokens, ep.turns,
-                   [MessageStat(m.agent_id, m.round, m.silent, m.private) for m in ep.messages], ep.calls_skipped,
+                   [MessageStat(m.agent_id, m.round, m.silent, m.private, m.completion_tokens) for m in ep.messages],
+                   ep.calls_skipped,
                    ep.grade)
 
 
 EpisodeLike = Episode | EpisodeStats
 
 
-def aggregate(benchmark: str, system: str, episodes: Sequence[EpisodeLike]) -> EvalRow:
-    """Fold scored episodes of one (benchmark, system) into an :class:`EvalRow`."""
+def aggregate(benchmark: str, system: str, episodes: Sequence[EpisodeLike], cap: int | None = None) -> EvalRow:
+    """Fold scored episodes of one (benchmark, system) into an :class:`EvalRow`; ``cap`` (the
+    message cap, ``mas.max_message_tokens``) gives ``cap_hit_rate``."""
     n = len(episodes)
     correct = sum(bool(e.correct) for e in episodes)
     acc = correct / n if n else 0.0
@@ -135,6 +140,7 @@ def aggregate(benchmark: str, system: str, episodes: Sequence[EpisodeLike]) -> E
     }
     n_msgs = sum(len(e.messages) for e in episodes)
     silent = sum(m.silent for e in episodes for m in e.messages)
+    capped = sum(m.completion_tokens >= cap for e in episodes for m in e.messages) if cap else 0
     return EvalRow(
         benchmark=benchmark, system=system, n=n, correct=correct, accuracy=acc,
         accuracy_se=standard_error(acc, n),
@@ -152,6 +158,7 @@ def aggregate(benchmark: str, system: str, episodes: Sequence[EpisodeLike]) -> E
         silence_informed=_silence(episodes, informed=True),
         silence_uninformed=_silence(episodes, informed=False),
         calls_skipped=sum(e.calls_skipped for e in episodes) / n if n else 0.0,
+        cap_hit_rate=capped / n_msgs if cap and n_msgs else None,
     )
 
 

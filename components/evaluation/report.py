@@ -20,7 +20,8 @@ from components.io import write_json_atomic, write_text_atomic
 
 DVC_KEYS = ("n", "correct", "accuracy", "accuracy_se", "tokens_prompt", "tokens_completion", "tokens_communicated",
             "tokens_total", "tokens_prompt_mean", "tokens_completion_mean", "tokens_communicated_mean",
-            "tokens_total_mean", "tokens_per_correct", "turns", "messages", "silence_rate", "grading_errors")
+            "tokens_total_mean", "tokens_per_correct", "turns", "messages", "silence_rate", "grading_errors",
+            "calls_skipped", "cap_hit_rate")
 
 
 def fmt_tokens(x: float | None) -> str:
@@ -65,9 +66,12 @@ def render_markdown(rows: Sequence[EvalRow], summary: Mapping[str, Mapping[str, 
     out += ["", "## Tokens per correct answer", "", "Total tokens / correct answers ('-': none correct).", ""]
     out += _table(rows, lambda r: fmt_tokens(r.tokens_per_correct))
     out += ["", "## Communication", "",
-            "Cells: communicated tokens / mean turns (non-silent messages) / silence rate / grading errors.", ""]
+            "Cells: communicated tokens / mean turns (non-silent messages) / silence rate / calls skipped per "
+            "episode / share of messages that hit the message cap / grading errors.", ""]
     out += _table(rows, lambda r: f"{fmt_tokens(r.tokens_communicated)} / {r.turns:.2f} / "
-                                  f"{r.silence_rate:.2f} / {r.grading_errors}")
+                                  f"{r.silence_rate:.2f} / {r.calls_skipped:.2f} / "
+                                  f"{'-' if r.cap_hit_rate is None else format(r.cap_hit_rate, '.2f')} / "
+                                  f"{r.grading_errors}")
     out += ["", "## Summary over benchmarks", "",
             "| System | accuracy (macro) | accuracy (pooled) | n | tokens total | tokens / item | tokens / correct |",
             "|---|---|---|---|---|---|---|"]

@@ -304,8 +304,10 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
              for e in bench_eps]  # every episode at once: the most parallel sandboxes and workers
     grade_episodes([p[0] for p in pairs], [p[1] for p in pairs], timeout_s=ev.code_timeout_s)
     timings["grading"] += time.perf_counter() - t0
+    caps = {s.name: getattr(getattr(s.engine, "cfg", None), "max_message_tokens", cfg.mas.max_message_tokens)
+            for s in systems}
     for b in benchmarks:
-        rows += [aggregate(b, name, per_system[name][b]) for name in names]
+        rows += [aggregate(b, name, per_system[name][b], cap=caps[name]) for name in names]
         main_episodes += per_system[main][b]
         log.info("eval %s: %s", b, ", ".join(f"{r.system}={r.accuracy:.3f}" for r in rows[-len(names):]))
     rows.sort(key=lambda r: (names.index(r.system), benchmarks.index(r.benchmark)))

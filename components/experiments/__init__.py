@@ -11,7 +11,7 @@ from components.experiments.claims import Claim, all_claims
 from components.experiments.definitions import (
     Experiment,
     ExperimentError,
-    budget_from_baseline,
+    budget_from_calibration,
     experiment_config,
     resolve,
     select,
@@ -30,6 +30,6 @@ from components.experiments.results import (
 from components.experiments.runner import ExperimentOutcome, run_experiments, run_one
 
 __all__ = ["SCHEMA_VERSION", "BudgetInfo", "Claim", "EvalCell", "Experiment", "ExperimentError", "ExperimentOutcome",
-           "ReportOutput", "ResultsFile", "ResultsFileError", "all_claims", "budget_from_baseline", "build_report",
+           "ReportOutput", "ResultsFile", "ResultsFileError", "all_claims", "budget_from_calibration", "build_report",
            "experiment_config", "load_results", "load_results_dir", "resolve", "run_experiments", "run_one", "select",
            "write_results"]

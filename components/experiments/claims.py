@@ -9,7 +9,9 @@ experiment it needs has no results file. The rules (:mod:`components.experiments
   ``sqrt(se_a² + se_b²)`` and the evidence says so;
 * a claim never PASSes on a trained run that did not move away from its base policy, and a claim
   that compares two trained runs (b, d, e) is INCONCLUSIVE unless both moved;
-* budget tracking (c) is judged over the last >= 64 training episodes, two-sided.
+* budget tracking (c) is judged over the last >= 64 training episodes, two-sided;
+* two experiments run under different settings (:data:`.definitions.SETTINGS_KEYS`: model, agents,
+  rounds, message cap, context, item sample) are not comparable: INCONCLUSIVE, whatever the numbers.
 
 Tokens are the evaluation's total tokens (prompt + completion, what a provider bills: the
 paper's figure).
@@ -23,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from components.experiments.definitions import settings_diff
 from components.experiments.results import EvalCell, ResultsFile, pooled_tokens_mean
 from components.experiments.stats import WINDOW, Movement, Paired, last_episodes, movement, paired_macro
 
@@ -119,6 +122,17 @@ def gate(status: str, runs: Sequence[tuple[str, Movement]], lines: list[str]) ->
     return "INCONCLUSIVE"
 
 
+def like_with_like(status: str, results: Mapping[str, ResultsFile], a: str, b: str, lines: list[str]) -> str:
+    """``status``, or INCONCLUSIVE when experiments ``a`` and ``b`` ran under different settings (a run
+    re-done under a new protocol is not compared with one left from the old)."""
+    diff = settings_diff(results[a].settings, results[b].settings)
+    if not diff:
+        return status
+    lines.append(f"{a} and {b} ran under different settings ({'; '.join(diff)}) -> INCONCLUSIVE until both "
+                 "are run under the same profile")
+    return "INCONCLUSIVE"
+
+
 def series(history: Sequence[Mapping[str, float]], key: str) -> list[float]:
     return [float(h[key]) for h in history if key in h]
 
@@ -196,7 +210,8 @@ def claim_a(results: Mapping[str, ResultsFile]) -> Claim:
                      f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how}); total tokens {t.tokens_total} vs "
                      f"{u.tokens_total} = {ratio:.2f}x (needs <= {TOKEN_SHARE:g}x; completion tokens {comp:.2f}x) "
                      f"-> {'meets' if ok else 'misses'} the claim")
-        verdicts.append(gate("PASS" if ok else "FAIL", [(name, moved(results, name))], lines))
+        verdicts.append(like_with_like(gate("PASS" if ok else "FAIL", [(name, moved(results, name))], lines),
+                                       results, name, BASELINES, lines))
     if not verdicts:
         return Claim("a", title, "FAIL", lines)
     status = "PASS" if "PASS" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts else "FAIL"
@@ -227,16 +242,17 @@ def claim_b(results: Mapping[str, ResultsFile]) -> Claim:
     lines.append(f"accuracy: {f.accuracy:.3f} vs {b.accuracy:.3f}")
     status = gate("PASS" if ratio >= LAMBDA0_RATIO else "FAIL",
                   [(LAMBDA0, moved(results, LAMBDA0)), (budgeted[0], moved(results, budgeted[0]))], lines)
-    return Claim("b", title, status, lines)
+    return Claim("b", title, like_with_like(status, results, LAMBDA0, budgeted[0], lines), lines)
 
 
 def _held_out_line(name: str, res: ResultsFile) -> list[str]:
     held_out = eval_budget_figure(res)
     if held_out is None or res.budget is None:
         return []
-    return [f"{name}, held-out evaluation (greedy, not counted): {res.budget.figure} on "
-            f"{', '.join(res.budget.benchmarks)} {held_out:.1f} vs B {res.budget.target:.1f} "
-            f"= {held_out / res.budget.target - 1:+.1%}; the untrained MAS had {res.budget.baseline_mean:.1f}"]
+    b = res.budget
+    return [f"{name}, held-out evaluation (greedy, not counted): {b.measure} tokens per item on "
+            f"{', '.join(b.benchmarks)} {held_out:.1f} vs B {b.target:.1f} = {held_out / b.target - 1:+.1%}; "
+            f"B = {b.fraction:g} x {b.baseline_mean:.1f} ({b.figure}, {b.system})"]
 
 
 def claim_c(results: Mapping[str, ResultsFile]) -> Claim:
@@ -320,7 +336,7 @@ def claim_d(results: Mapping[str, ResultsFile]) -> Claim:
                  f"separating indicator(s) ({sum(votes)} of {len(votes)})")
     status = gate("PASS" if sum(votes) * 2 > len(votes) else "FAIL",
                   [(TRAINED[0], moved(results, TRAINED[0])), (NO_ADV_NORM, moved(results, NO_ADV_NORM))], lines)
-    return Claim("d", title, status, lines)
+    return Claim("d", title, like_with_like(status, results, TRAINED[0], NO_ADV_NORM, lines), lines)
 
 
 def claim_e(results: Mapping[str, ResultsFile]) -> Claim:
@@ -345,7 +361,7 @@ def claim_e(results: Mapping[str, ResultsFile]) -> Claim:
     lines.append("PASS when GSPO's accuracy is within one standard error of (or above) token-level's")
     status = gate("PASS" if d.within_one_se_or_above() else "FAIL",
                   [(TRAINED[0], moved(results, TRAINED[0])), (TOKEN_LEVEL, moved(results, TOKEN_LEVEL))], lines)
-    return Claim("e", title, status, lines)
+    return Claim("e", title, like_with_like(status, results, TRAINED[0], TOKEN_LEVEL, lines), lines)
 
 
 def all_claims(results: Mapping[str, ResultsFile]) -> list[Claim]:

@@ -3,13 +3,15 @@
 An experiment is a list of ``section.key=value`` overrides on top of the selected profile, so the
 CLI (``agent-gspo experiments run``) and DVC (``dvc exp run -S experiments.definitions...``) read
 the same definitions. ``extends`` chains are flattened here (ancestor overrides first), and a
-``budget_fraction`` becomes ``budget.target`` = fraction x the untrained MAS's mean tokens per
-episode, read from the baselines results file in the unit the trainer's budget tracks.
+``budget_fraction`` becomes ``budget.fraction``: the trainer measures the untrained policy's mean
+tokens per *sampled training episode* before step 1 and sets B = fraction x that, so B is in the
+very measure the dual controller then tracks (not a greedy held-out figure of another run).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,18 +20,15 @@ from pydantic import ValidationError
 
 from components.config import Config, ConfigError, set_override
 from components.errors import UserError
-from components.experiments.results import BudgetInfo, ResultsFile, pooled_tokens_mean
-
-BASELINE_SYSTEM = "mas_untrained"
-"""the free-for-all MAS: the system whose token use B is a fraction of"""
+from components.experiments.results import BudgetInfo
 
 SETTINGS_KEYS = ("model.name", "mas.agents", "mas.rounds", "mas.topology", "mas.max_message_tokens",
                  "mas.context_tokens", "mas.silence_marker", "eval.limit", "eval.seed", "eval.benchmarks")
-"""what a budget (and every comparison in the report) assumes two experiments share"""
+"""what every comparison in the report assumes two experiments share"""
 
 
 class ExperimentError(UserError):
-    """Bad experiment selection, or a baselines file that cannot give a budget."""
+    """Bad experiment selection, or a budgeted run without its budget calibration."""
 
 
 @dataclass(frozen=True)
@@ -58,9 +57,10 @@ def resolve(cfg: Config) -> dict[str, Experiment]:
             chain.append(defs[chain[-1].extends])
         overrides = tuple(t for link in reversed(chain) for t in link.overrides)
         fraction = next((link.budget_fraction for link in chain if link.budget_fraction is not None), None)
-        if fraction is not None and any(t.split("=", 1)[0].strip() == "budget.target" for t in overrides):
+        if fraction is not None and any(t.split("=", 1)[0].strip() in ("budget.target", "budget.fraction")
+                                        for t in overrides):
             raise ExperimentError(f"experiments.definitions.{name}: inherits budget_fraction and overrides "
-                                  "budget.target; keep one of the two")
+                                  "budget.target or budget.fraction; keep one of the two")
         out[name] = Experiment(name, d.kind, d.label or name, d.description, d.extends, overrides, fraction, d.profile)
     return out
 
@@ -77,18 +77,18 @@ def select(cfg: Config, only: Sequence[str] | None = None) -> list[Experiment]:
     return [e for name, e in exps.items() if not only or name in only]
 
 
-def experiment_config(base: Config, exp: Experiment, *, user_overrides: Sequence[str] = (),
-                      budget_target: float | None = None) -> Config:
+def experiment_config(base: Config, exp: Experiment, *, user_overrides: Sequence[str] = ()) -> Config:
     """``base`` (profile applied) + the experiment's overrides + ``user_overrides`` (``--set``, they
-    win) + the computed ``budget.target``; training and evaluation folders under ``runs_dir/<name>``."""
+    win) + ``budget.fraction`` from ``budget_fraction``; training and evaluation folders under
+    ``runs_dir/<name>``."""
     raw: dict[str, Any] = base.model_dump(mode="json")
     where = f"experiments.definitions.{exp.name}.overrides"
     for text in exp.overrides:
         set_override(raw, text)
     for text in user_overrides:
         set_override(raw, text)
-    if budget_target is not None:
-        raw["budget"]["target"] = budget_target
+    if exp.budget_fraction is not None:
+        raw["budget"]["fraction"] = exp.budget_fraction
     run_dir = Path(raw["experiments"]["runs_dir"]) / exp.name
     raw["gspo"]["out_dir"] = str(run_dir)
     raw["eval"]["out_dir"] = str(run_dir / "eval")
@@ -105,35 +105,30 @@ def settings_of(cfg: Config) -> dict[str, Any]:
     return {k: flat[k] for k in SETTINGS_KEYS}
 
 
-def check_compatible(baseline: ResultsFile, cfg: Config, source: str) -> None:
-    """Refuse a budget from a baselines file measured under other settings (a stale file)."""
-    mine = settings_of(cfg)
-    diff = [f"{k}: file {baseline.settings.get(k)!r}, now {mine[k]!r}" for k in SETTINGS_KEYS
-            if baseline.settings.get(k) != mine[k]]
-    if diff:
-        raise ExperimentError(f"{source}: measured under other settings ({'; '.join(diff)}); rerun "
-                              f"`agent-gspo experiments run --only {baseline.name}` with this profile")
+def settings_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """The :data:`SETTINGS_KEYS` on which two results files' ``settings`` differ, as ``key: a vs b``."""
+    return [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in SETTINGS_KEYS if a.get(k) != b.get(k)]
 
 
-def budget_from_baseline(baseline: ResultsFile, fraction: float, cfg: Config, source: str) -> BudgetInfo:
-    """B = ``fraction`` x the untrained MAS's mean tokens per episode, in ``reward.token_measure``.
+def budget_from_calibration(calibration: Mapping[str, Any] | None, cfg: Config, where: str) -> BudgetInfo:
+    """B as the trainer set it before step 1 (``metrics.json`` -> ``budget_calibration``): ``fraction``
+    x the mean ``reward.token_measure`` tokens of the untrained policy's sampled training episodes
+    (``budget.calibration_questions`` x G), the same sampling and count the dual controller tracks."""
+    if not calibration:
+        raise ExperimentError(f"{where}: no budget_calibration (budget.fraction={cfg.budget.fraction!r}); "
+                              "the trainer measures B before step 1 only when budget.fraction is set")
+    try:
+        episodes = int(calibration["episodes"])
+        return BudgetInfo(fraction=float(calibration["fraction"]), target=float(calibration["target"]),
+                          measure=calibration["measure"], figure=f"mean of {episodes} sampled training episodes",
+                          system="policy before step 1",
+                          benchmarks=sorted({s.split("/", 1)[0] for s in cfg.data.train_sources}),
+                          baseline_mean=float(calibration["untrained_mean"]), source="budget calibration")
+    except (KeyError, TypeError, ValueError, ValidationError) as exc:
+        raise ExperimentError(f"{where}: budget_calibration is malformed ({exc})") from exc
 
-    The trainer's ``train/budget_tokens`` (what the dual controller steers) is the batch mean of
-    ``episode.tokens(reward.token_measure)`` on the training questions, so the matching baseline
-    figure is ``tokens_<measure>_mean`` of ``mas_untrained``, pooled over the evaluated benchmarks
-    that are also training sources (``data.train_sources``, e.g. gsm8k) - the same question
-    distribution - or over every evaluated benchmark when none is. Pooled = sum of tokens / items.
-    """
-    measure = cfg.reward.token_measure
-    cells = baseline.eval.get(BASELINE_SYSTEM)
-    if not cells:
-        raise ExperimentError(f"{source}: no {BASELINE_SYSTEM!r} system (has: {', '.join(baseline.eval) or 'none'}); "
-                              f"add it to eval.baselines and rerun `--only {baseline.name}`")
-    train_benches = {s.split("/", 1)[0] for s in cfg.data.train_sources}
-    benches = [b for b in cells if b in train_benches] or list(cells)
-    mean = pooled_tokens_mean(cells, benches, measure)
-    if mean is None or mean <= 0:
-        raise ExperimentError(f"{source}: {BASELINE_SYSTEM} has no {measure} tokens on {benches}; cannot set B")
-    return BudgetInfo(fraction=fraction, target=fraction * mean, measure=measure,
-                      figure=f"tokens_{measure}_mean", system=BASELINE_SYSTEM, benchmarks=benches,
-                      baseline_mean=mean, source=Path(source).name)
+
+def read_calibration(run_dir: str | Path) -> dict[str, Any] | None:
+    """The trainer's ``budget_calibration`` from ``<run_dir>/metrics.json`` (None: no budget.fraction)."""
+    path = Path(run_dir) / "metrics.json"
+    return json.loads(path.read_text()).get("budget_calibration") if path.is_file() else None

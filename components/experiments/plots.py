@@ -12,9 +12,17 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import MaxNLocator
 
-from components.plotting import History, Point, empty, plot_accuracy_vs_tokens, plot_silence, save_png
+from components.plotting import (
+    History,
+    Point,
+    empty,
+    plot_accuracy_vs_tokens,
+    plot_silence,
+    save_png,
+    series,
+    step_axis,
+)
 
 __all__ = ["Point", "plot_accuracy_vs_tokens", "plot_curves", "plot_role_silence", "plot_silence"]
 
@@ -25,22 +33,18 @@ def plot_curves(histories: Mapping[str, History], key: str, path: Path, *, ylabe
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     drawn = False
     for i, (name, hist) in enumerate(histories.items()):
-        pts = [(h["step"], h[key]) for h in hist if key in h and "step" in h]
-        if not pts:
+        steps, values = series(hist, key)
+        if not steps:
             continue
         colour = plt.get_cmap("tab10")(i % 10)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", color=colour, label=name)
+        ax.plot(steps, values, marker=".", color=colour, label=name)
         if budgets and name in budgets:
             ax.axhline(budgets[name], color=colour, linestyle="--", linewidth=1, label=f"{name}: B")
         drawn = True
     if not drawn:
         empty(ax, f"no training history with {key}")
     else:
-        ax.set_xlabel("step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        step_axis(ax, ylabel)
     ax.set_title(title)
     return save_png(fig, path)
 
@@ -53,15 +57,9 @@ def plot_role_silence(histories: Mapping[str, History], path: Path) -> Path:
     for ax, name in zip(axes.flat, names, strict=False):
         for key, label in (("silence/uninformed", "without the fact"), ("silence/informed", "with the fact"),
                            ("train/silence_prob", "P(silence first), mean")):
-            pts = [(h["step"], h[key]) for h in histories[name] if key in h]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=label)
+            ax.plot(*series(histories[name], key), marker=".", label=label)
         ax.set_title(name)
-        ax.set_ylim(-0.05, 1.05)
-        ax.set_xlabel("step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel("silence rate")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        step_axis(ax, "silence rate", rate=True)
     if not names:
         empty(axes.flat[0], "no split-information training history")
     fig.suptitle("Silence of the agents with and without the private fact, over training")

@@ -25,7 +25,7 @@ from pydantic import Field
 
 from components.config import Config, load_config
 from components.evaluation.setting import item_ids_sha256
-from components.experiments.definitions import Experiment, settings_of
+from components.experiments.definitions import Experiment, read_calibration, settings_of
 from components.experiments.results import EvalCell, ResultsFileError, _Strict
 
 Log = Callable[[str], None]
@@ -79,8 +79,8 @@ class ProofResults(_Strict):
 
 RECIPE_KEYS = ("model.silence_prior", "model.lora_rank", "model.dtype", "mas.agents", "mas.rounds", "mas.protocol",
                "mas.max_message_tokens", "mas.temperature", "reward.lambda_tok", "reward.lambda_turn",
-               "reward.token_norm", "reward.per_agent_credit", "budget.fraction", "budget.mode", "budget.lr", "budget.kp",
-               "budget.lambda_max",
+               "reward.token_norm", "reward.per_agent_credit", "budget.fraction", "budget.mode", "budget.lr",
+               "budget.kp", "budget.lambda_max",
                "gspo.steps", "gspo.questions_per_step", "gspo.group_size", "gspo.minibatches", "gspo.lr",
                "gspo.eps_low", "gspo.eps_high", "gspo.level", "gspo.adv_norm", "data.train_sources")
 
@@ -133,7 +133,7 @@ def run_proof(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_di
         log(f"[{exp.name}] evaluating {name} ({result.final_model})")
         reports[name] = evaluate(variant, model=str(result.final_model), baselines=[], data_dir=data_dir,
                                  out_dir=Path(variant.eval.out_dir))
-        calibration = _calibration(Path(variant.gspo.out_dir))
+        calibration = read_calibration(variant.gspo.out_dir)
         runs[name] = ProofRun(history=[{k: float(v) for k, v in h.items()} for h in result.history],
                               budget_calibration=calibration, train_seconds=round(t2 - t1, 1),
                               eval_seconds=round(time.perf_counter() - t2, 1), trained_model=str(result.final_model),
@@ -162,10 +162,3 @@ def run_proof(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_di
         item_ids_sha256=item_ids_sha256(meta["item_ids"]),
         settings=settings_of(cfg), recipe={k: flat.get(k) for k in RECIPE_KEYS},
         wall_seconds=round(time.perf_counter() - t0, 1), eval=cells, correct=correct, tokens=tokens, runs=runs)
-
-
-def _calibration(run_dir: Path) -> dict[str, float | str] | None:
-    import json
-
-    path = run_dir / "metrics.json"
-    return json.loads(path.read_text()).get("budget_calibration") if path.is_file() else None

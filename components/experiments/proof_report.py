@@ -87,7 +87,7 @@ def proof_claims(res: ProofResults) -> list[Claim]:
                          f"(the untrained policy's sampled completion tokens per training episode, "
                          f"{int(float(cal.get('episodes', 0)))} episodes before step 1) = {target:.1f}",
                          f"last {n} training episodes: {got:.1f} tokens ({err:+.1%} from B)",
-                         *_slack(run.history, err)]))
+                         *_why_off_budget(run.history, err, str(res.recipe.get("budget.mode") or "cap"))]))
     lam0 = cell["lambda0"]
     out.append(Claim("P5", "λ = 0 on the same task (reported, no verdict)", "REPORTED" if res.runs.get("lambda0") else
                      "NOT RUN", [
@@ -100,15 +100,31 @@ def proof_claims(res: ProofResults) -> list[Claim]:
     return out
 
 
-def _slack(history: list[dict[str, float]], err: float) -> list[str]:
-    """Why a run sits below B: the budget is a ceiling the policy does not need, and the dual
-    variable only decays at its learning rate."""
+def _why_off_budget(history: list[dict[str, float]], err: float, mode: str) -> list[str]:
+    """Why a run ended outside the band: λ_tok's path, and whether the last steps had any reward spread
+    within a group (GSPO's advantages are group-normalised: a group whose G episodes got the same
+    reward gives no gradient, so no value of λ can move the policy)."""
     lam = [h["train/lambda_tok"] for h in history if "train/lambda_tok" in h]
-    if not err < -BAND or len(lam) < 2:
+    if not abs(err) > BAND or len(lam) < 2:
         return []
-    return [f"below B, not above it: the trained policy needs fewer tokens than B allows, so the budget "
-            f"constraint is slack and λ_tok only decays at the dual learning rate ({lam[0]:.3f} at step 1, "
-            f"max {max(lam):.3f}, {lam[-1]:.3f} at the last step)"]
+    lines = [f"λ_tok {lam[0]:.3f} at step 1, range [{min(lam):.3f}, {max(lam):.3f}], {lam[-1]:.3f} at the last "
+             f"step (budget mode {mode})"]
+    tail: list[dict[str, float]] = []
+    for h in reversed(history):  # the steps of the last WINDOW episodes, as P4 counts them
+        if "train/zero_adv_groups" in h and "train/adv_groups" in h:
+            tail.append(h)
+        if sum(t.get("train/episodes", 0.0) for t in tail) >= WINDOW:
+            break
+    flat = sum(h["train/zero_adv_groups"] for h in tail)
+    groups = sum(h["train/adv_groups"] for h in tail)
+    if groups and flat == groups:
+        lines.append(f"every group of the last {len(tail)} steps ({int(groups)} of {int(groups)}) gave all its "
+                     "episodes the same reward: zero advantages, no gradient, so λ_tok could not move token use "
+                     "(the sampled policy had become deterministic at this temperature)")
+    elif err < -BAND and mode == "cap":
+        lines.append("below B, not above it: the policy needs fewer tokens than B allows, so the cap is slack "
+                     "and λ_tok only decays at the dual learning rate")
+    return lines
 
 
 def _status(ok: bool, moved: bool) -> str:

@@ -114,9 +114,12 @@ def _token_breakdown(rows: list[Row]) -> list[str]:
     out = ["## Where the tokens go", "",
            "Means per evaluated item over all benchmarks. Prompt tokens are every turn's input (system prompt, "
            "task, delivered messages), re-read by each agent in each round; only completion tokens are "
-           "generated, and only they carry the token penalty. Communicated: delivered tokens x recipients.", "",
+           "generated, and only they carry the token penalty. Communicated: delivered tokens x recipients. "
+           "Turns: non-silent messages per item; calls skipped: agent turns the protocol did not prompt (silence "
+           "retired the agent, or nothing new); cap hit: messages that reached the message cap ('-': not "
+           "recorded in that file).", "",
            "| System | experiment | prompt / item | completion / item | communicated / item | completion share "
-           "of total | silence rate |", "|---|---|---|---|---|---|---|"]
+           "of total | silence rate | turns | calls skipped | cap hit |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.cells is None:
             continue
@@ -125,8 +128,13 @@ def _token_breakdown(rows: list[Row]) -> list[str]:
         prompt, completion = sum(c.tokens_prompt for c in cells), sum(c.tokens_completion for c in cells)
         total = sum(c.tokens_total for c in cells) or 1
         silence = sum(c.silence_rate * c.n for c in cells) / n
+        turns, skipped = sum(c.turns * c.n for c in cells) / n, sum(c.calls_skipped * c.n for c in cells) / n
+        msgs = sum(c.messages * c.n for c in cells)
+        capped = (f"{sum(c.cap_hit_rate * c.messages * c.n for c in cells) / msgs:.0%}"  # type: ignore[operator]
+                  if msgs and all(c.cap_hit_rate is not None for c in cells) else "-")
         out.append(f"| {r.label} | {r.experiment} | {prompt / n:.1f} | {completion / n:.1f} | "
-                   f"{sum(c.tokens_communicated for c in cells) / n:.1f} | {completion / total:.1%} | {silence:.2f} |")
+                   f"{sum(c.tokens_communicated for c in cells) / n:.1f} | {completion / total:.1%} | {silence:.2f} | "
+                   f"{turns:.2f} | {skipped:.2f} | {capped} |")
     return [*out, ""]
 
 

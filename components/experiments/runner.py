@@ -9,8 +9,9 @@ Per experiment (in process, one after the other; the definitions are in :mod:`.d
   registered model), then evaluate the run's final folder ALONE (no baselines) - an MLflow run too.
 
 Both evaluate the same seeded sample (``eval.limit`` items per benchmark with ``eval.seed``; the
-definitions may not override ``eval.*``). A ``budget_fraction`` experiment reads B from the
-baselines results file, running the baselines first when that file is missing.
+definitions may not override ``eval.*``). A ``budget_fraction`` experiment trains with
+``budget.fraction``: B is measured by the trainer before step 1 on sampled training episodes of the
+untrained policy and recorded in the results file (:func:`.definitions.budget_from_calibration`).
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ from components.config import Config
 from components.evaluation.setting import item_ids_sha256
 from components.experiments.definitions import (
     Experiment,
-    budget_from_baseline,
-    check_compatible,
+    budget_from_calibration,
     experiment_config,
+    read_calibration,
     select,
     settings_of,
 )
-from components.experiments.results import BudgetInfo, ResultsFile, load_results, write_results
+from components.experiments.results import ResultsFile, write_results
 from components.experiments.stats import ItemColumns
 from components.redact import redact
 
@@ -47,8 +48,6 @@ class ExperimentOutcome:
     path: Path
     results: Any
     """a ResultsFile, or a ProofResults for the proof kind"""
-    ran_as_dependency: bool = False
-    """True when it was run only because a budget needed its results"""
 
 
 @contextlib.contextmanager
@@ -83,7 +82,7 @@ def _set_run_tag(cfg: Config, run_id: str | None, name: str) -> None:
     MlflowClient(tracking_uri=cfg.tracking.uri).set_tag(run_id, "experiment.name", name)
 
 
-def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], budget: BudgetInfo | None, data_dir: Path,
+def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir: Path,
             track: bool = True, log: Log = print, commit: str | None = None) -> ResultsFile:
     """Run one experiment under its resolved ``cfg``; returns the (unwritten) results.
 
@@ -98,6 +97,7 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], budget: B
     history: list[dict[str, float]] = []
     train_s: float | None = None
     trained: str | None = None
+    budget = None
     ids = {"train_run_id": None, "eval_run_id": None, "model_version": None}
     tags = {"stage": "evaluate", "experiment.name": exp.name}
     if exp.kind == "baselines":
@@ -110,10 +110,16 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], budget: B
         from components.gspo.job import train
 
         log(f"[{exp.name}] training {cfg.gspo.steps} step(s) into {cfg.gspo.out_dir}"
-            + (f" with B = {budget.target:.1f} {budget.measure} tokens/episode" if budget else ""))
+            + (f" with B = {cfg.budget.fraction:g} x the untrained policy's {cfg.reward.token_measure} tokens per "
+               "sampled training episode" if cfg.budget.fraction is not None and cfg.budget.enabled else ""))
         # an experiment (re)run trains from scratch: the folder's earlier checkpoints are its own
         result = train(cfg, out_dir=cfg.gspo.out_dir, data_dir=data_dir, track=track, overwrite=True)
         train_s = time.perf_counter() - t0
+        if cfg.budget.fraction is not None and cfg.budget.enabled:
+            where = f"{cfg.gspo.out_dir}/metrics.json"
+            budget = budget_from_calibration(read_calibration(cfg.gspo.out_dir), cfg, where)
+            log(f"[{exp.name}] B = {budget.fraction:g} x {budget.baseline_mean:.1f} ({budget.figure}) "
+                f"= {budget.target:.1f} {budget.measure} tokens/episode")
         history = [{k: float(v) for k, v in h.items()} for h in result.history]
         trained = str(result.final_model)
         ids.update(train_run_id=result.run_id, model_version=result.model_version)
@@ -168,46 +174,24 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
         base = base.model_copy(update={"eval": base.eval.model_copy(update={"limit": limit})})
     results = Path(results_dir or base.experiments.results_dir)
     data = Path(data_dir or base.data.out_dir)
-    chosen = select(base, only)
-    source_name = base.experiments.budget_source
-    source_path = results / f"{source_name}.json"
     outcomes: list[ExperimentOutcome] = []
     from components.tracking import git_commit
 
     commit = git_commit()  # the code that runs: HEAD may move during a run of hours
-
-    def run(exp: Experiment, dependency: bool = False) -> ExperimentOutcome:
+    for exp in select(base, only):
         if exp.kind == "proof":  # its own profile and task: see components/experiments/proof.py
             from components.experiments.proof import proof_config, run_proof
 
             cfg = proof_config(params, exp, str(exp.profile), user)
-            res = run_proof(cfg, exp, overrides=list(exp.overrides) + [_recordable(t) for t in user],
-                            data_dir=Path(data_dir or cfg.data.out_dir), track=track, log=log, commit=commit)
-            path = write_results(results / f"{exp.name}.json", res)
-            log(f"[{exp.name}] wrote {path} ({res.wall_seconds:.0f} s)")
-            return ExperimentOutcome(exp.name, path, res, dependency)
-        budget = None
-        overrides = list(exp.overrides) + [_recordable(t) for t in user]
-        if exp.budget_fraction is not None:
-            probe = experiment_config(base, exp, user_overrides=user)
-            if not source_path.exists():
-                log(f"[{exp.name}] {source_path} is missing: running {source_name!r} first to measure B")
-                outcomes.append(run(select(base, [source_name])[0], dependency=True))
-            baseline = load_results(source_path)
-            check_compatible(baseline, probe, str(source_path))
-            budget = budget_from_baseline(baseline, exp.budget_fraction, probe, str(source_path))
-            overrides.append(f"budget.target={budget.target}")
-            log(f"[{exp.name}] B = {exp.budget_fraction:g} x {budget.baseline_mean:.1f} ({budget.system} "
-                f"{budget.figure} on {', '.join(budget.benchmarks)}) = {budget.target:.1f}")
-        cfg = experiment_config(base, exp, user_overrides=user, budget_target=budget.target if budget else None)
-        res = run_one(cfg, exp, overrides=overrides, budget=budget, data_dir=data, track=track, log=log,
-                      commit=commit)
+            res: Any = run_proof(cfg, exp, overrides=list(exp.overrides) + [_recordable(t) for t in user],
+                                 data_dir=Path(data_dir or cfg.data.out_dir), track=track, log=log, commit=commit)
+        else:
+            overrides = list(exp.overrides) + [_recordable(t) for t in user]
+            if exp.budget_fraction is not None:
+                overrides.append(f"budget.fraction={exp.budget_fraction}")
+            cfg = experiment_config(base, exp, user_overrides=user)
+            res = run_one(cfg, exp, overrides=overrides, data_dir=data, track=track, log=log, commit=commit)
         path = write_results(results / f"{exp.name}.json", res)
         log(f"[{exp.name}] wrote {path} ({res.wall_seconds:.0f} s)")
-        return ExperimentOutcome(exp.name, path, res, dependency)
-
-    # the budget source first when it is selected, so budgeted runs read this run's numbers
-    ordered = sorted(chosen, key=lambda e: e.name != source_name)
-    for exp in ordered:
-        outcomes.append(run(exp))
+        outcomes.append(ExperimentOutcome(exp.name, path, res))
     return outcomes

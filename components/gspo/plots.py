@@ -10,7 +10,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from components.plotting import History, draw_silence, save_png
+from components.plotting import History, draw_silence, save_png, step_axis
 from components.plotting import series as _series
 
 
@@ -18,10 +18,8 @@ def plot_reward_accuracy(history: History, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for key, label in (("train/reward", "reward"), ("train/accuracy", "accuracy")):
         ax.plot(*_series(history, key), marker=".", label=label)
-    ax.set_xlabel("step")
     ax.set_title("Reward and team accuracy")
-    ax.legend()
-    ax.grid(alpha=0.3)
+    step_axis(ax, "reward / accuracy")
     return save_png(fig, path)
 
 
@@ -30,21 +28,17 @@ def plot_tokens_budget(history: History, path: Path) -> Path:
     ax.plot(*_series(history, "train/budget_tokens"), marker=".", label="mean tokens / episode (budget measure)")
     ax.plot(*_series(history, "train/budget"), linestyle="--", color="k", label="budget B")
     ax.plot(*_series(history, "train/tokens_communicated"), marker=".", alpha=0.6, label="communicated tokens")
-    ax.set_xlabel("step")
-    ax.set_ylabel("tokens")
     ax.set_title("Token use against the budget")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    step_axis(ax, "tokens")
     return save_png(fig, path)
 
 
 def plot_lambda(history: History, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 3.0))
     ax.plot(*_series(history, "train/lambda_tok"), marker=".", color="tab:red")
-    ax.set_xlabel("step")
-    ax.set_ylabel("λ_tok")
+    ax.axhline(0.0, color="k", linewidth=0.6)  # budget mode target: λ < 0 pays per token
     ax.set_title("Dual variable λ_tok")
-    ax.grid(alpha=0.3)
+    step_axis(ax, "λ_tok", legend=False)
     return save_png(fig, path)
 
 

@@ -54,8 +54,11 @@ def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request
     assert set(base["eval"]) == {"single_cot", "self_consistency", "mas_untrained"}
     assert set(b25["eval"]) == {"agent_gspo"} and len(b25["history"]) == 1
     assert base["item_ids_sha256"] == b25["item_ids_sha256"] and b25["limit"] == 2
-    mas = base["eval"]["mas_untrained"]["gsm8k"]  # training questions are gsm8k: its completion tokens per episode
-    assert b25["budget"]["target"] == pytest.approx(0.25 * mas["tokens_completion"] / mas["n"])
+    # B: the trainer's calibration on sampled gsm8k training episodes of the untrained policy, before step 1
+    cal = json.loads((tmp_path / "runs" / "gspo_b25" / "metrics.json").read_text())["budget_calibration"]
+    assert b25["budget"]["target"] == pytest.approx(0.25 * cal["untrained_mean"]) == pytest.approx(cal["target"])
+    assert b25["budget"]["system"] == "policy before step 1" and b25["budget"]["benchmarks"] == ["gsm8k"]
+    assert "budget.fraction=0.25" in b25["overrides"]
     assert b25["history"][0]["train/budget"] == pytest.approx(b25["budget"]["target"])
     assert (tmp_path / "runs" / "gspo_b25" / "final" / "config.json").exists()
 

@@ -46,6 +46,12 @@ def test_aggregate_counts_tokens_turns_silence_and_errors():
     assert r.tokens_per_correct == 65.0
     assert r.turns == 1.5 and r.messages == 2.0 and r.silence_rate == 0.25
     assert r.grading_errors == 1
+    assert r.cap_hit_rate is None  # no cap given: not measured
+    # cap 4: the 4- and 6-token replies reached it, the 2- and 3-token ones did not
+    capped = aggregate("gsm8k", "agent_gspo", eps, cap=4)
+    assert capped.cap_hit_rate == 0.5
+    stats = [EpisodeStats.from_episode(e) for e in eps]
+    assert aggregate("gsm8k", "agent_gspo", stats, cap=4) == capped
 
 
 def test_aggregate_none_correct_and_empty():

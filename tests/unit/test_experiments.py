@@ -1,5 +1,5 @@
-"""Experiment definitions (params.yaml -> experiments), the budget B from a baselines file, and the
-runner's wiring (which experiment runs first, which B each gets) with a fake in place of training."""
+"""Experiment definitions (params.yaml -> experiments), the budget B from the trainer's calibration,
+and the runner's wiring (what each experiment runs with) with a fake in place of training."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from helpers.experiments_fixtures import SETTINGS, baselines, cell, make_results
 from components.config import Config, ConfigError, load_config  # noqa: E402
 from components.experiments import (  # noqa: E402
     ExperimentError,
-    budget_from_baseline,
+    budget_from_calibration,
     experiment_config,
     load_results,
     resolve,
@@ -20,7 +20,7 @@ from components.experiments import (  # noqa: E402
     write_results,
 )
 from components.experiments import runner as runner_mod  # noqa: E402
-from components.experiments.definitions import check_compatible, settings_of  # noqa: E402
+from components.experiments.definitions import read_calibration, settings_diff, settings_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = ROOT / "params.yaml"
@@ -39,22 +39,23 @@ def test_committed_definitions_validate_and_resolve_under_every_profile():
         exps = resolve(base)
         assert list(exps) == NAMES
         for exp in exps.values():
-            cfg = experiment_config(base, exp, budget_target=123.0 if exp.budget_fraction else None)
+            cfg = experiment_config(base, exp)
+            assert cfg.budget.fraction == exp.budget_fraction
             assert cfg.gspo.out_dir == str(Path(base.experiments.runs_dir) / exp.name)
             assert cfg.eval == base.eval.model_copy(update={"out_dir": str(Path(cfg.gspo.out_dir) / "eval")})
     base = load_config(PARAMS, "results")
     exps = resolve(base)
     assert exps["baselines"].kind == "baselines" and exps["gspo_b50"].budget_fraction == 0.5
     assert exps["grpo_token"].budget_fraction == 0.25 and exps["no_adv_norm"].budget_fraction == 0.25
-    grpo = experiment_config(base, exps["grpo_token"], budget_target=50.0)
-    assert grpo.gspo.level == "token" and grpo.budget.target == 50.0 and grpo.budget.enabled
-    assert experiment_config(base, exps["no_adv_norm"], budget_target=1.0).gspo.adv_norm == "none"
+    grpo = experiment_config(base, exps["grpo_token"])
+    assert grpo.gspo.level == "token" and grpo.budget.fraction == 0.25 and grpo.budget.enabled
+    assert experiment_config(base, exps["no_adv_norm"]).gspo.adv_norm == "none"
     lam = experiment_config(base, exps["lambda0"])
     assert (lam.reward.lambda_tok, lam.budget.enabled, lam.reward.lambda_turn, lam.reward.lambda_rep) == (
         0, False, 0, 0)
-    # the results profile: SmolLM2, 3 agents x 2 rounds, 32-token messages, 100 items
+    # the results profile: SmolLM2, 3 agents x 2 rounds, 64-token messages, 100 items
     assert (base.model.name, base.mas.agents, base.mas.rounds, base.mas.max_message_tokens, base.eval.limit) == (
-        "smollm2-135m-instruct", 3, 2, 32, 100)
+        "smollm2-135m-instruct", 3, 2, 64, 100)
 
 
 def test_user_overrides_win_over_the_definition():
@@ -79,7 +80,7 @@ def test_experiments_do_not_change_the_config_hash():
     ({"x": {"extends": "y"}, "y": {"extends": "x"}}, "cycle x -> y -> x"),
     ({"b": {"kind": "baselines", "overrides": ["gspo.lr=1"]}}, "kind 'baselines' takes no overrides"),
     ({"x": {"budget_fraction": 0.5, "overrides": ["budget.target=3"]}}, "do not also override budget.target"),
-    ({"x": {"budget_fraction": 0.5}}, "budget_source: 'baselines' must name a kind 'baselines'"),
+    ({"x": {"budget_fraction": 0.5, "overrides": ["budget.fraction=3"]}}, "do not also override budget.target"),
     ({"Bad-Name": {}}, "names must match"),
     ({"x": {"budget_fraction": 0}}, "budget_fraction"),
 ])
@@ -116,80 +117,76 @@ def _tiny_cfg(**changes) -> Config:
     return cfg
 
 
-def test_budget_is_the_matching_per_episode_figure_of_the_untrained_mas():
-    base = baselines()  # mas_untrained completion: gsm8k 30000 / 100 items, svamp 24000 / 100 items
-    b = budget_from_baseline(base, 0.25, _tiny_cfg(), "results/baselines.json")
-    # training questions come from gsm8k/train: the gsm8k figure, in completion tokens (reward.token_measure)
-    assert (b.benchmarks, b.figure, b.measure, b.baseline_mean, b.target) == (
-        ["gsm8k"], "tokens_completion_mean", "completion", 300.0, 75.0)
-    assert b.source == "baselines.json" and b.system == "mas_untrained"
-    other = _tiny_cfg(data__train_sources=["math500/test"], reward__token_measure="total")
-    b = budget_from_baseline(base, 0.5, other, "baselines.json")
-    assert b.benchmarks == ["gsm8k", "svamp"] and b.baseline_mean == 1000.0 and b.target == 500.0
-    no_mas = make_results("baselines", {"single_cot": {"gsm8k": cell(0.2, 10)}}, kind="baselines")
-    with pytest.raises(ExperimentError, match=r"baselines.json: no 'mas_untrained' system \(has: single_cot\)"):
-        budget_from_baseline(no_mas, 0.5, other, "baselines.json")
-    for empty in ({**cell(0.0, 0), "n": 0}, cell(0.0, 0)):  # no items, or items that generated nothing
-        silent = make_results("baselines", {"mas_untrained": {"gsm8k": empty}}, kind="baselines")
-        with pytest.raises(ExperimentError, match=r"no completion tokens on \['gsm8k'\]; cannot set B"):
-            budget_from_baseline(silent, 0.5, _tiny_cfg(), "baselines.json")
+CALIBRATION = {"episodes": 32.0, "fraction": 0.25, "measure": "completion", "target": 75.0, "untrained_mean": 300.0}
 
 
-def test_stale_baselines_file_is_refused():
+def test_budget_is_the_trainers_calibration_on_sampled_training_episodes(tmp_path):
+    b = budget_from_calibration(CALIBRATION, _tiny_cfg(), "runs/x/metrics.json")
+    # training questions come from gsm8k/train; the measure is reward.token_measure, as the trainer counts it
+    assert (b.benchmarks, b.measure, b.baseline_mean, b.target, b.fraction) == (["gsm8k"], "completion", 300.0,
+                                                                                 75.0, 0.25)
+    assert b.figure == "mean of 32 sampled training episodes" and b.system == "policy before step 1"
+    with pytest.raises(ExperimentError, match=r"runs/x/metrics.json: no budget_calibration"):
+        budget_from_calibration(None, _tiny_cfg(), "runs/x/metrics.json")
+    with pytest.raises(ExperimentError, match=r"runs/x/metrics.json: budget_calibration is malformed"):
+        budget_from_calibration({**CALIBRATION, "measure": "words"}, _tiny_cfg(), "runs/x/metrics.json")
+    assert read_calibration(tmp_path) is None
+    (tmp_path / "metrics.json").write_text('{"budget_calibration": {"target": 75.0}}')
+    assert read_calibration(tmp_path) == {"target": 75.0}
+
+
+def test_settings_diff_names_each_key():
     cfg = _tiny_cfg()
-    assert settings_of(cfg) == {**SETTINGS, "eval.benchmarks": ["gsm8k", "svamp"]}
-    check_compatible(baselines(), cfg, "baselines.json")
-    with pytest.raises(ExperimentError, match=r"baselines.json: measured under other settings \(mas.rounds: "
-                                              r"file 2, now 3\).*--only baselines"):
-        check_compatible(baselines(), _tiny_cfg(mas__rounds=3), "baselines.json")
+    assert settings_of(cfg) == {**SETTINGS, "mas.max_message_tokens": 64, "mas.context_tokens": 384,
+                                "eval.benchmarks": ["gsm8k", "svamp"]}
+    assert settings_diff(settings_of(cfg), settings_of(cfg)) == []
+    assert settings_diff(settings_of(cfg), settings_of(_tiny_cfg(mas__rounds=3))) == ["mas.rounds: 2 vs 3"]
 
 
 class FakeRunOne:
-    """Stands in for training + evaluation: records each experiment's config and writes synthetic numbers."""
+    """Stands in for training + evaluation: records each experiment's config and writes synthetic numbers
+    (a budgeted run gets the budget its trainer would have calibrated: fraction x 300 tokens)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Config]] = []
 
-    def __call__(self, cfg, exp, *, overrides, budget, data_dir, track=True, log=print, commit=None):
+    def __call__(self, cfg, exp, *, overrides, data_dir, track=True, log=print, commit=None):
         self.calls.append((exp.name, cfg))
         if exp.kind == "baselines":
             res = baselines()
         else:
             res = make_results(exp.name, {"agent_gspo": {"gsm8k": cell(0.3, 1000)}}, budget_target=None)
+        budget = None
+        if cfg.budget.fraction is not None:
+            cal = {**CALIBRATION, "fraction": cfg.budget.fraction, "target": cfg.budget.fraction * 300.0}
+            budget = budget_from_calibration(cal, cfg, "fake")
         return res.model_copy(update={"overrides": list(overrides), "budget": budget, "settings": settings_of(cfg)})
 
 
-def test_budgeted_run_without_baselines_runs_them_first_and_says_so(tmp_path, monkeypatch):
+def test_budgeted_runs_calibrate_b_themselves_without_the_baselines(tmp_path, monkeypatch):
     fake = FakeRunOne()
     monkeypatch.setattr(runner_mod, "run_one", fake)
     lines: list[str] = []
-    out = runner_mod.run_experiments(_tiny_cfg(), only=["gspo_b25", "grpo_token"], results_dir=tmp_path / "res",
-                                     track=False, log=lines.append)
-    assert [c[0] for c in fake.calls] == ["baselines", "gspo_b25", "grpo_token"]
-    assert [o.name for o in out] == ["baselines", "gspo_b25", "grpo_token"] and out[0].ran_as_dependency
-    assert any("baselines.json is missing: running 'baselines' first" in line for line in lines)
+    out = runner_mod.run_experiments(_tiny_cfg(), only=["gspo_b25", "grpo_token", "lambda0"],
+                                     results_dir=tmp_path / "res", track=False, log=lines.append)
+    assert [c[0] for c in fake.calls] == ["gspo_b25", "lambda0", "grpo_token"]  # declaration order, no baselines
+    assert [o.name for o in out] == ["gspo_b25", "lambda0", "grpo_token"]
     cfgs = dict(fake.calls)
-    assert cfgs["gspo_b25"].budget.target == cfgs["grpo_token"].budget.target == 0.25 * 300.0
+    assert cfgs["gspo_b25"].budget.fraction == cfgs["grpo_token"].budget.fraction == 0.25
+    assert cfgs["lambda0"].budget.fraction is None and not cfgs["lambda0"].budget.enabled
     assert cfgs["grpo_token"].gspo.level == "token" and cfgs["gspo_b25"].gspo.level == "sequence"
     saved = load_results(tmp_path / "res" / "grpo_token.json")
-    assert saved.budget is not None and saved.budget.target == 75.0 and "budget.target=75.0" in saved.overrides
-    assert "gspo.level=token" in saved.overrides
+    assert saved.budget is not None and saved.budget.target == 75.0 and "budget.fraction=0.25" in saved.overrides
+    assert "gspo.level=token" in saved.overrides and not (tmp_path / "res" / "baselines.json").exists()
 
 
-def test_limit_and_existing_baselines_file(tmp_path, monkeypatch):
+def test_limit_reaches_every_experiment(tmp_path, monkeypatch):
     fake = FakeRunOne()
     monkeypatch.setattr(runner_mod, "run_one", fake)
-    res = tmp_path / "res"
-    write_results(res / "baselines.json", baselines(mas_tokens=100_000))
-    runner_mod.run_experiments(_tiny_cfg(), only=["gspo_b50"], results_dir=res, track=False, log=lambda s: None)
-    assert [c[0] for c in fake.calls] == ["gspo_b50"] and fake.calls[0][1].budget.target == 150.0
-    with pytest.raises(ExperimentError, match=r"eval.limit: file 100, now 7"):
-        runner_mod.run_experiments(_tiny_cfg(), only=["gspo_b50"], limit=7, results_dir=res, track=False,
-                                   log=lambda s: None)
-    fake.calls.clear()
-    runner_mod.run_experiments(_tiny_cfg(), only=["baselines", "lambda0"], limit=7, results_dir=res, track=False,
-                               log=lambda s: None)
-    assert [(n, c.eval.limit) for n, c in fake.calls] == [("baselines", 7), ("lambda0", 7)]
+    runner_mod.run_experiments(_tiny_cfg(), only=["baselines", "gspo_b50"], limit=7, results_dir=tmp_path,
+                               track=False, log=lambda s: None)
+    assert [(n, c.eval.limit, c.budget.fraction) for n, c in fake.calls] == [("baselines", 7, None),
+                                                                             ("gspo_b50", 7, 0.5)]
 
 
 def test_tracking_uri_is_not_recorded(tmp_path, monkeypatch):

@@ -54,6 +54,26 @@ def test_all_claims_pass_and_table_equals_json(tmp_path):
         assert f"(results/{name}.png)" in md
 
 
+def test_runs_under_other_settings_are_inconclusive_whatever_the_numbers(tmp_path):
+    """A run re-done under a new profile (here: a 64-token cap) is not compared with runs left from the old."""
+    folder = _passing(tmp_path / "results")
+    for name in ("gspo_b25", "no_adv_norm"):
+        res = load_results(folder / f"{name}.json")
+        write_results(folder / f"{name}.json",
+                      res.model_copy(update={"settings": {**res.settings, "mas.max_message_tokens": 64}}))
+    rep = build_report(folder, tmp_path / "results.md")
+    status = _status(rep)
+    # a: only B25 met it (B50 is at 0.40x), and B25 is not comparable with the baselines; b (λ=0 vs B25) and
+    # e (B25 vs token-level) cannot be judged; d compares two runs both at 64 tokens: its verdict stands
+    assert (status["a"], status["b"], status["e"]) == ("INCONCLUSIVE", "INCONCLUSIVE", "INCONCLUSIVE"), rep.claims
+    assert status["d"] == "PASS" and status["c"] == "PASS"
+    b = next(c for c in rep.claims if c.key == "b")
+    assert ("lambda0 and gspo_b25 ran under different settings (mas.max_message_tokens: 32 vs 64) -> INCONCLUSIVE "
+            "until both are run under the same profile") in b.evidence
+    a = next(c for c in rep.claims if c.key == "a")
+    assert any(line.startswith("gspo_b25 and baselines ran under different settings") for line in a.evidence)
+
+
 def test_claims_fail_with_the_numbers(tmp_path):
     results = _write(tmp_path / "r", baselines(),
                      trained("gspo_b25", 0.10, 40_000, history([150, 140, 130, 131, 129]), budget_target=100.0),
@@ -66,8 +86,8 @@ def test_claims_fail_with_the_numbers(tmp_path):
     c = next(c for c in rep.claims if c.key == "c")
     assert "+30.0%" in " ".join(c.evidence)  # last-3 mean 130 vs B 100
     # the held-out side: gsm8k completion 40_000 // 3 over 100 items = 133.3 against B 100 (and 400 untrained)
-    assert ("gspo_b25, held-out evaluation (greedy, not counted): tokens_completion_mean on gsm8k 133.3 vs B 100.0 "
-            "= +33.3%; the untrained MAS had 400.0") in c.evidence
+    assert ("gspo_b25, held-out evaluation (greedy, not counted): completion tokens per item on gsm8k 133.3 vs B "
+            "100.0 = +33.3%; B = 0.25 x 400.0 (tokens_completion_mean, mas_untrained)") in c.evidence
     b = next(c for c in rep.claims if c.key == "b")
     assert "1.25x" in b.evidence[0]  # 50k / 40k
     assert rep.missing == ["gspo_b50"] and "| Agent-GSPO B50 | gspo_b50 | not run" in rep.markdown

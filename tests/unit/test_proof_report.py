@@ -1,0 +1,59 @@
+"""The silence proof's verdicts (P1-P5) from a results file, and the P4 budget verdict with its
+explanation: within the band -> PASS; outside because no group had reward spread -> FAIL naming it;
+a slack cap -> FAIL naming that. Built on the committed results file's shape, histories crafted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components.experiments.proof import ProofResults
+from components.experiments.proof_report import proof_claims
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _proof(tokens: list[float], lam: list[float], *, flat: bool, mode: str = "target") -> ProofResults:
+    res = ProofResults.model_validate(json.loads((ROOT / "results" / "silence_proof.json").read_text()))
+    history = [{"step": float(i + 1), "train/budget_tokens": t, "train/episodes": 8.0, "train/lambda_tok": lm,
+                "gspo/kl_base": 0.5, "train/adv_groups": 1.0, "train/zero_adv_groups": 1.0 if flat else 0.0}
+               for i, (t, lm) in enumerate(zip(tokens, lam, strict=True))]
+    run = res.runs["agent_gspo"].model_copy(update={
+        "history": history, "budget_calibration": {"episodes": 32.0, "fraction": 0.3, "measure": "completion",
+                                                   "target": 13.2, "untrained_mean": 44.0}})
+    return res.model_copy(update={"runs": {**res.runs, "agent_gspo": run},
+                                  "recipe": {**res.recipe, "budget.mode": mode}})
+
+
+def _p4(res: ProofResults):
+    return next(c for c in proof_claims(res) if c.key == "P4")
+
+
+def test_p4_passes_within_the_band_over_64_episodes():
+    p4 = _p4(_proof([30.0] * 4 + [13.0, 14.0, 12.5, 13.5, 13.0, 12.8, 13.9, 12.6], [0.4] * 12, flat=False))
+    assert p4.status == "PASS", p4.evidence
+    assert "last 64 training episodes: 13.2 tokens (-0.3% from B)" in p4.evidence
+
+
+def test_p4_fails_and_says_no_group_had_reward_spread():
+    lam = [0.4] * 4 + [0.2, 0.0, -0.2, -0.4, -0.4, -0.4, -0.4, -0.4]
+    p4 = _p4(_proof([30.0] * 4 + [11.0] * 8, lam, flat=True))
+    assert p4.status == "FAIL"
+    text = " ".join(p4.evidence)
+    assert "-16.7% from B" in text and "range [-0.400, 0.400], -0.400 at the last step (budget mode target)" in text
+    assert "every group of the last 8 steps (8 of 8) gave all its episodes the same reward" in text
+
+
+def test_p4_fails_on_a_slack_cap_and_says_so():
+    p4 = _p4(_proof([30.0] * 4 + [11.0] * 8, [0.5] * 8 + [0.49] * 4, flat=False, mode="cap"))
+    assert p4.status == "FAIL"
+    assert any("the cap is slack" in line for line in p4.evidence), p4.evidence
+
+
+@pytest.mark.parametrize("key", ["P1", "P2", "P3", "P5"])
+def test_the_other_verdicts_exist_for_the_committed_file(key):
+    res = ProofResults.model_validate(json.loads((ROOT / "results" / "silence_proof.json").read_text()))
+    claim = next(c for c in proof_claims(res) if c.key == key)
+    assert claim.status in ("PASS", "FAIL", "INCONCLUSIVE", "REPORTED") and claim.evidence

@@ -17,7 +17,6 @@ from components.experiments import (  # noqa: E402
     load_results,
     resolve,
     select,
-    write_results,
 )
 from components.experiments import runner as runner_mod  # noqa: E402
 from components.experiments.definitions import read_calibration, settings_diff, settings_of  # noqa: E402

@@ -51,7 +51,7 @@ def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request
 
     base = json.loads((results / "baselines.json").read_text())
     b25 = json.loads((results / "gspo_b25.json").read_text())
-    assert set(base["eval"]) == {"single_cot", "self_consistency", "mas_untrained"}
+    assert set(base["eval"]) == {"single_cot", "self_consistency", "mas_untrained", "mas_prior"}
     assert set(b25["eval"]) == {"agent_gspo"} and len(b25["history"]) == 1
     assert base["item_ids_sha256"] == b25["item_ids_sha256"] and b25["limit"] == 2
     # B: the trainer's calibration on sampled gsm8k training episodes of the untrained policy, before step 1

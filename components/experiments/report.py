@@ -15,15 +15,18 @@ from pathlib import Path
 from components.config import BENCHMARKS
 from components.experiments import claims as cl
 from components.experiments import plots
+from components.experiments.definitions import settings_diff
 from components.experiments.proof_report import proof_section
 from components.experiments.results import EvalCell, ResultsFile, load_proofs, load_results_dir
 from components.io import write_text_atomic
 
-SYSTEM_LABELS = {"single_cot": "CoT", "self_consistency": "SC", "mas_untrained": "untrained MAS (free-for-all)"}
+SYSTEM_LABELS = {"single_cot": "CoT", "self_consistency": "SC", "mas_untrained": "untrained MAS (free-for-all)",
+                 "mas_prior": "prior only (no RL)"}
 PAPER_ROWS: tuple[tuple[str, str, str], ...] = (
     ("baselines", "single_cot", "CoT"),
     ("baselines", "self_consistency", "SC"),
     ("baselines", "mas_untrained", "untrained MAS (free-for-all)"),
+    ("baselines", "mas_prior", "prior only (no RL)"),
     ("gspo_b50", "agent_gspo", "Agent-GSPO B50"),
     ("gspo_b25", "agent_gspo", "Agent-GSPO B25"),
     ("lambda0", "agent_gspo", "λ=0"),
@@ -205,6 +208,15 @@ def _provenance(results: Mapping[str, ResultsFile]) -> list[str]:
         limit = next(iter(results.values())).limit
         out.append(f"All experiments were evaluated on the same seeded sample ({limit or 'all'} items per benchmark, "
                    f"item ids sha256 `{next(iter(samples))[:12]}`).")
+    groups: dict[str, list[str]] = {}
+    for name, r in results.items():
+        groups.setdefault(repr(sorted(r.settings.items())), []).append(name)
+    if len(groups) > 1:
+        first = next(iter(results.values())).settings
+        keys = sorted({d.split(":", 1)[0] for r in results.values() for d in settings_diff(first, r.settings)})
+        out += ["", f"**WARNING: the experiments ran under {len(groups)} different settings (they differ in "
+                f"{', '.join(keys)}): " + "; ".join(", ".join(g) for g in groups.values())
+                + ". Rows from different groups are not comparable, and a claim that compares them is INCONCLUSIVE.**"]
     return [*out, ""]
 
 

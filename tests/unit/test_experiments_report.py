@@ -67,6 +67,8 @@ def test_runs_under_other_settings_are_inconclusive_whatever_the_numbers(tmp_pat
     # e (B25 vs token-level) cannot be judged; d compares two runs both at 64 tokens: its verdict stands
     assert (status["a"], status["b"], status["e"]) == ("INCONCLUSIVE", "INCONCLUSIVE", "INCONCLUSIVE"), rep.claims
     assert status["d"] == "PASS" and status["c"] == "PASS"
+    assert ("**WARNING: the experiments ran under 2 different settings (they differ in mas.max_message_tokens): "
+            "baselines, gspo_b50, lambda0, grpo_token; gspo_b25, no_adv_norm.") in rep.markdown
     b = next(c for c in rep.claims if c.key == "b")
     assert ("lambda0 and gspo_b25 ran under different settings (mas.max_message_tokens: 32 vs 64) -> INCONCLUSIVE "
             "until both are run under the same profile") in b.evidence
@@ -99,7 +101,8 @@ def test_missing_experiments_are_not_run_never_invented(tmp_path):
     assert rep.missing == ["gspo_b50", "gspo_b25", "lambda0", "no_adv_norm", "grpo_token"]
     md = rep.markdown
     assert "| CoT | baselines | 0.200 ± 0.040 / 20000 |" in md
-    assert sum(line.endswith("| not run | not run | not run |") for line in md.splitlines()) == 2 * 5
+    # the five missing experiments and the prior-only row this baselines file lacks, in both tables
+    assert sum(line.endswith("| not run | not run | not run |") for line in md.splitlines()) == 2 * 6
     empty = build_report(tmp_path / "nothing", tmp_path / "empty.md")
     assert set(_status(empty).values()) == {"NOT RUN"} and empty.paths["silence"].exists()
 

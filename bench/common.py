@@ -7,7 +7,9 @@ without importing the bench that launches them (no import cycle).
 
 from __future__ import annotations
 
+import argparse
 import json
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,3 +210,22 @@ def chat_prompt(item: Item) -> list[dict[str, str]]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user_prompt(item)}]
 
 
+def add_eval_flags(ap: argparse.ArgumentParser, *, items: int, repeats: int) -> None:
+    """The flags both evaluation benches share (items, repeats, data, device, threads, benchmarks)."""
+    ap.add_argument("--benchmarks", default=None, help="comma list (default: the profile's eval.benchmarks)")
+    ap.add_argument("--items", type=int, default=items, help="items per benchmark")
+    ap.add_argument("--repeats", type=int, default=repeats, help="runs per side, alternated; the best is reported")
+    ap.add_argument("--data", default="data", help="prepared data folder")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads for both sides")
+
+
+def timed_evaluation(cfg: Any, engine: Any, data: Path, items: int) -> tuple[Any, float]:
+    """One greedy evaluation of ``engine`` as the ``agent_gspo`` system, outputs in a temporary folder;
+    returns (EvalReport, wall seconds of rollouts + grading: report writing excluded)."""
+    from components.evaluation import System, evaluate
+
+    with tempfile.TemporaryDirectory() as out:
+        rep = evaluate(cfg, limit=items, data_dir=data, out_dir=Path(out),
+                       systems=[System("agent_gspo", engine, greedy=True)])
+    return rep, rep.timings["agent_gspo"] + rep.timings["grading"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -29,19 +28,10 @@ import torch
 if __package__ in (None, ""):  # `python bench/eval.py`: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ratio_line  # noqa: E402
+from bench.common import add_eval_flags, ratio_line, timed_evaluation  # noqa: E402
 from components.config import Config, load_config  # noqa: E402
-from components.evaluation import System, evaluate  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
 from components.models import load_policy  # noqa: E402
-
-
-def _run(cfg: Config, engine: RolloutEngine, data: Path, items: int):
-    """One evaluation; returns (report, wall seconds of rollouts + grading)."""
-    with tempfile.TemporaryDirectory() as out:
-        rep = evaluate(cfg, limit=items, data_dir=data, out_dir=Path(out),
-                       systems=[System("agent_gspo", engine, greedy=True)])
-    return rep, rep.timings["agent_gspo"] + rep.timings["grading"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,13 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default="smoke", help="params.yaml profile giving model, MAS and eval settings")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--model", default=None, help="override model.name (tiny-random: a quick logic check)")
-    ap.add_argument("--benchmarks", default=None, help="comma list (default: the profile's eval.benchmarks)")
-    ap.add_argument("--items", type=int, default=3, help="items per benchmark")
     ap.add_argument("--batch", type=int, default=None, help="our eval.batch_size (default: the profile's)")
-    ap.add_argument("--repeats", type=int, default=2, help="interleaved runs per side; the best is reported")
-    ap.add_argument("--data", default="data", help="prepared data folder")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads for both sides")
+    add_eval_flags(ap, items=3, repeats=2)
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -82,11 +67,11 @@ def main(argv: list[str] | None = None) -> int:
           f"agents={mas.agents} rounds={mas.rounds} topology={mas.topology} tokens/message={mas.max_message_tokens} "
           f"context={mas.context_tokens} greedy; ours batch_size={batch}, peer batch_size=1; same engine, same items")
 
-    _run(ours_cfg, engine, Path(args.data), 1)  # warm-up: allocator, kernels, grader workers
+    timed_evaluation(ours_cfg, engine, Path(args.data), 1)  # warm-up: allocator, kernels, grader workers
     runs: dict[str, list] = {"ours": [], "peer": []}
     for _ in range(max(1, args.repeats)):
-        runs["ours"].append(_run(ours_cfg, engine, Path(args.data), args.items))
-        runs["peer"].append(_run(peer_cfg, engine, Path(args.data), args.items))
+        runs["ours"].append(timed_evaluation(ours_cfg, engine, Path(args.data), args.items))
+        runs["peer"].append(timed_evaluation(peer_cfg, engine, Path(args.data), args.items))
     best = {side: min(rs, key=lambda r: r[1]) for side, rs in runs.items()}
     (ours, ours_s), (peer, peer_s) = best["ours"], best["peer"]
     tokens = [sum(r.tokens_completion for r in rep.table) for rep in (ours, peer)]

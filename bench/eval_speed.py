@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -31,9 +30,8 @@ import torch
 if __package__ in (None, ""):  # `python bench/eval_speed.py`: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ratio_line  # noqa: E402
+from bench.common import add_eval_flags, ratio_line, timed_evaluation  # noqa: E402
 from components.config import Config, load_config  # noqa: E402
-from components.evaluation import System, evaluate  # noqa: E402
 from components.evaluation.runner import EvalReport  # noqa: E402
 from components.experiments.stats import paired  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
@@ -56,14 +54,6 @@ def build_engine(cfg: Config, device: str) -> RolloutEngine:
     model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
                              seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
     return RolloutEngine(model, tok, cfg.mas, device=device)
-
-
-def run_once(cfg: Config, engine: RolloutEngine, data: Path, items: int) -> tuple[EvalReport, float]:
-    """One evaluation; returns (report, wall seconds of rollouts + grading)."""
-    with tempfile.TemporaryDirectory() as out:
-        rep = evaluate(cfg, limit=items, data_dir=data, out_dir=Path(out),
-                       systems=[System("agent_gspo", engine, greedy=True)])
-    return rep, rep.timings["agent_gspo"] + rep.timings["grading"]
 
 
 def outcomes(rep: EvalReport) -> dict[str, bool]:
@@ -93,12 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer-set", action="append", default=None, metavar="KEY=VALUE",
                     help="today's settings, as overrides of the profile (repeatable; default model.dtype=float32)")
     ap.add_argument("--model", default=None, help="override model.name on both sides (tiny-random: logic check)")
-    ap.add_argument("--benchmarks", default=None, help="comma list (default: the profile's eval.benchmarks)")
-    ap.add_argument("--items", type=int, default=4, help="items per benchmark")
-    ap.add_argument("--repeats", type=int, default=1, help="runs per side, alternated; the best is reported")
-    ap.add_argument("--data", default="data", help="prepared data folder")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads for both sides")
+    add_eval_flags(ap, items=4, repeats=1)
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -115,11 +100,11 @@ def main(argv: list[str] | None = None) -> int:
           f"peer: {' '.join(peer_set) or '(profile)'} (dtype {cfgs['peer'].model.dtype})")
     data = Path(args.data)
     for side in cfgs:  # warm-up: allocator, kernels, grader workers
-        run_once(cfgs[side], engines[side], data, 1)
+        timed_evaluation(cfgs[side], engines[side], data, 1)
     runs: dict[str, list[tuple[EvalReport, float]]] = {"ours": [], "peer": []}
     for _ in range(max(1, args.repeats)):
         for side in ("ours", "peer"):
-            runs[side].append(run_once(cfgs[side], engines[side], data, args.items))
+            runs[side].append(timed_evaluation(cfgs[side], engines[side], data, args.items))
     best = {side: min(rs, key=lambda r: r[1]) for side, rs in runs.items()}
     for side, (rep, wall) in best.items():
         completion = sum(r.tokens_completion for r in rep.table)

@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 MAIN_SYSTEM = "agent_gspo"
 BASELINE_NAMES = ("single_cot", "self_consistency", "mas_untrained", "mas_prior")
 BASE_WEIGHTS = ("mas_untrained", "mas_prior")
+MAS_SYSTEMS = (MAIN_SYSTEM, *BASE_WEIGHTS)
+"""systems whose episodes are agents x rounds of messages (a silence grid means something)"""
 """baselines that run the untrained base model, not the evaluated policy"""
 SPLIT = "test"
 
@@ -88,10 +90,13 @@ class EvalReport:
     """per system: accuracy (macro over benchmarks), tokens_total (sum), ... see metrics.summarise"""
     meta: dict[str, Any]
     silence: SilenceGrid | None = None
+    """silence per (agent, round) of the main system"""
     timings: dict[str, float] = field(default_factory=dict)
     """seconds per system (rollouts) and for grading; not part of the reproducible numbers"""
     per_item: dict[str, dict[str, list[ItemOutcome]]] = field(default_factory=dict)
     """system -> benchmark -> one outcome per item, in sample order (for paired comparisons)"""
+    silence_grids: dict[str, SilenceGrid] = field(default_factory=dict)
+    """silence per (agent, round) of every multi-agent system (:data:`MAS_SYSTEMS`) that ran"""
 
 
 @dataclass(frozen=True)
@@ -313,6 +318,11 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     rows.sort(key=lambda r: (names.index(r.system), benchmarks.index(r.benchmark)))
 
     grid = silence_grid(main, main_episodes, mcfg.agents, mcfg.rounds)
+    grids = {}
+    for mas in (s for s in systems if s.name in MAS_SYSTEMS):
+        mas_cfg = getattr(mas.engine, "cfg", cfg.mas)
+        grids[mas.name] = silence_grid(mas.name, [e for b in benchmarks for e in per_system[mas.name][b]],
+                                       mas_cfg.agents, mas_cfg.rounds)
     summary = summarise(rows)
     meta["main_system"] = main
     markdown = render_markdown(rows, summary, meta)
@@ -324,7 +334,7 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     timings["total"] = time.perf_counter() - t_start
     per_item = {name: {b: [ItemOutcome(e.question_id, e.correct, e.total_tokens, e.completion_tokens)
                            for e in per_system[name][b]] for b in benchmarks} for name in names}
-    report = EvalReport(rows, markdown, paths, summary, meta, grid, timings, per_item)
+    report = EvalReport(rows, markdown, paths, summary, meta, grid, timings, per_item, grids)
     if tracker is not None:
         log_to_tracker(tracker, report, main)
     return report

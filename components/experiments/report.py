@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.config import BENCHMARKS
+from components.evaluation.runner import MAS_SYSTEMS
 from components.experiments import claims as cl
 from components.experiments import plots
 from components.experiments.definitions import settings_diff
 from components.experiments.proof_report import proof_section
-from components.experiments.results import EvalCell, ResultsFile, load_proofs, load_results_dir
+from components.experiments.results import EvalCell, ResultsFile, SilenceCounts, load_proofs, load_results_dir
 from components.io import write_text_atomic
 
 SYSTEM_LABELS = {"single_cot": "CoT", "self_consistency": "SC", "mas_untrained": "untrained MAS (free-for-all)",
@@ -43,6 +44,8 @@ class Row:
     label: str
     cells: dict[str, EvalCell] | None
     """None: the experiment has not run"""
+    silence: SilenceCounts | None = None
+    """held-out silence per (agent, round); None where the file did not record it"""
 
 
 @dataclass
@@ -60,14 +63,18 @@ def rows_of(results: Mapping[str, ResultsFile]) -> list[Row]:
     for exp, system, default in PAPER_ROWS:
         res = results.get(exp)
         label = default if res is None or res.kind == "baselines" else (res.label or default)
-        rows.append(Row(exp, system, label, None if res is None else res.eval.get(system)))
+        rows.append(Row(exp, system, label, None if res is None else res.eval.get(system), _silence(res, system)))
         seen.add((exp, system))
     for name, res in results.items():
         for system, cells in res.eval.items():
             if (name, system) not in seen:
                 label = SYSTEM_LABELS.get(system, system) if res.kind == "baselines" else res.label
-                rows.append(Row(name, system, f"{label} ({name})", cells))
+                rows.append(Row(name, system, f"{label} ({name})", cells, _silence(res, system)))
     return rows
+
+
+def _silence(res: ResultsFile | None, system: str) -> SilenceCounts | None:
+    return None if res is None or res.silence is None else res.silence.get(system)
 
 
 def benchmark_order(results: Mapping[str, ResultsFile]) -> list[str]:
@@ -138,6 +145,38 @@ def _token_breakdown(rows: list[Row]) -> list[str]:
         out.append(f"| {r.label} | {r.experiment} | {prompt / n:.1f} | {completion / n:.1f} | "
                    f"{sum(c.tokens_communicated for c in cells) / n:.1f} | {completion / total:.1%} | {silence:.2f} | "
                    f"{turns:.2f} | {skipped:.2f} | {capped} |")
+    return [*out, ""]
+
+
+def _silence_table(rows: list[Row]) -> list[str]:
+    """Held-out silence per agent and round of every multi-agent row that ran: where a trained policy
+    went quiet, next to what the silence prior alone gives (``prior only``)."""
+    mas = [r for r in rows if r.cells is not None and r.system in MAS_SYSTEMS]
+    shaped = [r.silence for r in mas if r.silence is not None]
+    if not shaped:
+        return []
+    agents = max(len(g.sent) for g in shaped)
+    rounds = max(len(row) for g in shaped for row in g.sent)
+    slots = [(a, r) for a in range(agents) for r in range(rounds)]
+    out = ["## Held-out silence per agent and round", "",
+           "Silent messages / messages sent (in brackets) per agent and round, over all evaluated items. A call "
+           "the protocol skipped (the agent fell silent in an earlier round) is not a message. The `prior only` "
+           "row is the silence the prior alone injects; a trained policy's silence beyond it is learned. ('-': "
+           "not recorded in that file.)", "",
+           "| System | experiment | " + " | ".join(f"agent {a} round {r}" for a, r in slots) + " | all |",
+           "|---|---|" + "---|" * (len(slots) + 1)]
+    for row in mas:
+        g = row.silence
+        if g is None:
+            out.append(f"| {row.label} | {row.experiment} | " + " | ".join("-" for _ in range(len(slots) + 1)) + " |")
+            continue
+        cells = []
+        for a, r in slots:
+            sent = g.sent[a][r] if a < len(g.sent) and r < len(g.sent[a]) else 0
+            cells.append(f"{g.silent[a][r] / sent:.2f} ({sent})" if sent else "- (0)")
+        silent, sent = sum(map(sum, g.silent)), sum(map(sum, g.sent))
+        cells.append(f"{silent / sent:.2f} ({sent})" if sent else "- (0)")
+        out.append(f"| {row.label} | {row.experiment} | " + " | ".join(cells) + " |")
     return [*out, ""]
 
 
@@ -284,6 +323,7 @@ def build_report(results_dir: str | Path, out: str | Path, *, command: str | Non
     md += _tables(rows, benches)
     md += [f"![accuracy vs tokens]({rel}/accuracy_vs_tokens.png)", ""]
     md += _token_breakdown(rows)
+    md += _silence_table(rows)
     md += _claims_md(claims)
     md += _training(results)
     md += [f"![λ_tok]({rel}/lambda_tok.png)", "", f"![tokens vs budget]({rel}/tokens_vs_budget.png)", "",

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from components.errors import UserError
 from components.evaluation.metrics import EvalNumbers
@@ -57,6 +57,25 @@ def pooled_tokens_mean(cells: dict[str, EvalCell], benchmarks: list[str], measur
     figure B is derived from; None when those cells hold no items."""
     n = sum(cells[b].n for b in benchmarks)
     return sum(getattr(cells[b], f"tokens_{measure}") for b in benchmarks) / n if n else None
+
+
+class SilenceCounts(_Strict):
+    """Held-out silent / sent messages per (agent, round) of one multi-agent system, pooled over the
+    evaluated items: ``silent[a][r] <= sent[a][r]``, both [agents][rounds]. A call the protocol
+    skipped (the agent was retired by its own silence) is not a sent message."""
+
+    silent: list[list[int]]
+    sent: list[list[int]]
+
+    @model_validator(mode="after")
+    def _same_shape(self) -> SilenceCounts:
+        if [len(r) for r in self.silent] != [len(r) for r in self.sent]:
+            raise ValueError("silent and sent must have the same [agents][rounds] shape")
+        for a, (srow, trow) in enumerate(zip(self.silent, self.sent, strict=True)):
+            for r, (s, t) in enumerate(zip(srow, trow, strict=True)):
+                if not 0 <= s <= t:
+                    raise ValueError(f"agent {a} round {r}: need 0 <= silent <= sent, got {s} of {t}")
+        return self
 
 
 class ResultsFile(_Strict):
@@ -104,6 +123,9 @@ class ResultsFile(_Strict):
     items: dict[str, dict[str, ItemColumns]] | None = None
     """system -> benchmark -> per-item outcomes in sample order (paired comparisons); None in files
     written before they were recorded (the report then falls back to unpaired errors and says so)"""
+    silence: dict[str, SilenceCounts] | None = None
+    """multi-agent system -> held-out silence per (agent, round); None in files written before it
+    was recorded"""
 
 
 def write_results(path: str | Path, results: BaseModel) -> Path:

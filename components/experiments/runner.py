@@ -149,6 +149,7 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir:
         "train_seconds": None if train_s is None else round(train_s, 1),
         "eval_seconds": round(wall - (train_s or 0), 1),
         "mlflow": ids, "eval": cells, "summary": report.summary, "history": history, "items": items,
+        "silence": {name: {"silent": g.silent, "sent": g.total} for name, g in report.silence_grids.items()},
     })
 
 

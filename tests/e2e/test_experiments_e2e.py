@@ -53,6 +53,12 @@ def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request
     b25 = json.loads((results / "gspo_b25.json").read_text())
     assert set(base["eval"]) == {"single_cot", "self_consistency", "mas_untrained", "mas_prior"}
     assert set(b25["eval"]) == {"agent_gspo"} and len(b25["history"]) == 1
+    # held-out silence per (agent, round) of each multi-agent system: messages sent add up to the table's
+    assert set(base["silence"]) == {"mas_untrained", "mas_prior"} and set(b25["silence"]) == {"agent_gspo"}
+    for res, system in ((base, "mas_untrained"), (b25, "agent_gspo")):
+        sent = sum(map(sum, res["silence"][system]["sent"]))
+        cells = res["eval"][system].values()
+        assert sent == pytest.approx(sum(c["messages"] * c["n"] for c in cells)), system
     assert base["item_ids_sha256"] == b25["item_ids_sha256"] and b25["limit"] == 2
     # B: the trainer's calibration on sampled gsm8k training episodes of the untrained policy, before step 1
     cal = json.loads((tmp_path / "runs" / "gspo_b25" / "metrics.json").read_text())["budget_calibration"]
@@ -82,6 +88,7 @@ def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request
             c = data["eval"][system][bench]
             assert f"{c['accuracy']:.3f} ± {c['accuracy_se']:.3f} / {c['tokens_total']}" in row
     assert rows and "| Agent-GSPO B50 | gspo_b50 | not run" in md
+    assert "## Held-out silence per agent and round" in md and "| Agent-GSPO B25 | gspo_b25 | " in md
     assert "(c) Mean tokens tracked the budget" in md and "(b) λ = 0 uses at least 2x" in md
 
 

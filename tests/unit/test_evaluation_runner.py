@@ -103,6 +103,8 @@ def test_evaluate_with_injected_systems(data, tmp_path):
     assert rep.summary["agent_gspo"]["tokens_total"] == 10 * 14
     assert rep.meta["data_manifest_sha256"] and len(rep.meta["config_hash"]) == 64
     assert rep.silence.total == [[10], [10]] and rep.silence.silent == [[0], [10]]
+    # a grid per multi-agent system only: self-consistency's samples are not agents in rounds
+    assert list(rep.silence_grids) == ["agent_gspo"] and rep.silence_grids["agent_gspo"] == rep.silence
     # tracker: contract names only, main on the run, the baseline in a nested run
     assert tracker.metrics["eval/gsm8k/accuracy"] == g.accuracy
     assert "eval/gsm8k/tokens_per_correct" in tracker.metrics

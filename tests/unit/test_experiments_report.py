@@ -228,3 +228,36 @@ def test_token_breakdown_splits_prompt_and_completion_per_item(tmp_path):
     assert "| untrained MAS (free-for-all) | baselines | 730.0 | 270.0 | 270.0 | 27.0% | 0.00 |" in rep.markdown
     assert "| gspo_b25 | gspo_b25 | 266.7 | 133.3 | 133.3 | 33.3% | 0.00 |" in rep.markdown
     assert "| Agent-GSPO B50 | gspo_b50 |" not in rep.markdown.split("## Where the tokens go")[1].split("## Claims")[0]
+
+
+def test_held_out_silence_per_agent_and_round(tmp_path):
+    """The table shows each recorded (agent, round) cell as silent / sent; a file without the grid reads '-'."""
+    from components.experiments.results import SilenceCounts
+
+    folder = _passing(tmp_path / "results")
+    res = load_results(folder / "gspo_b25.json")
+    grid = SilenceCounts(silent=[[0, 0], [90, 5], [45, 0]], sent=[[100, 100], [100, 10], [100, 55]])
+    write_results(folder / "gspo_b25.json", res.model_copy(update={"silence": {"agent_gspo": grid}}))
+    assert load_results(folder / "gspo_b25.json").silence == {"agent_gspo": grid}  # survives the JSON round trip
+    md = build_report(folder, tmp_path / "results.md").markdown
+    head = next(line for line in md.splitlines() if line.startswith("| System | experiment | agent 0 round 0"))
+    assert head.endswith("| agent 2 round 1 | all |")
+    row = next(line for line in md.splitlines() if line.startswith("| gspo_b25 | gspo_b25 | 0.00 (100)"))
+    assert row == ("| gspo_b25 | gspo_b25 | 0.00 (100) | 0.00 (100) | 0.90 (100) | 0.50 (10) | 0.45 (100) "
+                   "| 0.00 (55) | 0.30 (465) |")
+    assert "| lambda0 | lambda0 | - | - | - | - | - | - | - |" in md  # not recorded in that file
+    assert "| CoT |" not in md.split("## Held-out silence per agent and round")[1].split("##")[0]
+
+
+def test_silence_counts_must_be_consistent(tmp_path):
+    folder = _passing(tmp_path / "results")
+    raw = json.loads((folder / "gspo_b25.json").read_text())
+    raw["silence"] = {"agent_gspo": {"silent": [[3]], "sent": [[2]]}}
+    (folder / "gspo_b25.json").write_text(json.dumps(raw))
+    with pytest.raises(ResultsFileError, match=r"gspo_b25.json.*\n.*silence.agent_gspo.*agent 0 round 0: need 0 <= "
+                                               r"silent <= sent, got 3 of 2"):
+        load_results(folder / "gspo_b25.json")
+    raw["silence"] = {"agent_gspo": {"silent": [[0, 0]], "sent": [[2]]}}
+    (folder / "gspo_b25.json").write_text(json.dumps(raw))
+    with pytest.raises(ResultsFileError, match="same \\[agents\\]\\[rounds\\] shape"):
+        load_results(folder / "gspo_b25.json")

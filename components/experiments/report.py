@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.config import BENCHMARKS
-from components.evaluation.runner import MAS_SYSTEMS
 from components.experiments import claims as cl
 from components.experiments import plots
 from components.experiments.definitions import settings_diff
 from components.experiments.proof_report import proof_section
+from components.experiments.report_silence import held_out_silence, silence_by_benchmark, training_silence
 from components.experiments.results import EvalCell, ResultsFile, SilenceCounts, load_proofs, load_results_dir
 from components.io import write_text_atomic
 
@@ -145,38 +145,6 @@ def _token_breakdown(rows: list[Row]) -> list[str]:
         out.append(f"| {r.label} | {r.experiment} | {prompt / n:.1f} | {completion / n:.1f} | "
                    f"{sum(c.tokens_communicated for c in cells) / n:.1f} | {completion / total:.1%} | {silence:.2f} | "
                    f"{turns:.2f} | {skipped:.2f} | {capped} |")
-    return [*out, ""]
-
-
-def _silence_table(rows: list[Row]) -> list[str]:
-    """Held-out silence per agent and round of every multi-agent row that ran: where a trained policy
-    went quiet, next to what the silence prior alone gives (``prior only``)."""
-    mas = [r for r in rows if r.cells is not None and r.system in MAS_SYSTEMS]
-    shaped = [r.silence for r in mas if r.silence is not None]
-    if not shaped:
-        return []
-    agents = max(len(g.sent) for g in shaped)
-    rounds = max(len(row) for g in shaped for row in g.sent)
-    slots = [(a, r) for a in range(agents) for r in range(rounds)]
-    out = ["## Held-out silence per agent and round", "",
-           "Silent messages / messages sent (in brackets) per agent and round, over all evaluated items. A call "
-           "the protocol skipped (the agent fell silent in an earlier round) is not a message. The `prior only` "
-           "row is the silence the prior alone injects; a trained policy's silence beyond it is learned. ('-': "
-           "not recorded in that file.)", "",
-           "| System | experiment | " + " | ".join(f"agent {a} round {r}" for a, r in slots) + " | all |",
-           "|---|---|" + "---|" * (len(slots) + 1)]
-    for row in mas:
-        g = row.silence
-        if g is None:
-            out.append(f"| {row.label} | {row.experiment} | " + " | ".join("-" for _ in range(len(slots) + 1)) + " |")
-            continue
-        cells = []
-        for a, r in slots:
-            sent = g.sent[a][r] if a < len(g.sent) and r < len(g.sent[a]) else 0
-            cells.append(f"{g.silent[a][r] / sent:.2f} ({sent})" if sent else "- (0)")
-        silent, sent = sum(map(sum, g.silent)), sum(map(sum, g.sent))
-        cells.append(f"{silent / sent:.2f} ({sent})" if sent else "- (0)")
-        out.append(f"| {row.label} | {row.experiment} | " + " | ".join(cells) + " |")
     return [*out, ""]
 
 
@@ -323,11 +291,12 @@ def build_report(results_dir: str | Path, out: str | Path, *, command: str | Non
     md += _tables(rows, benches)
     md += [f"![accuracy vs tokens]({rel}/accuracy_vs_tokens.png)", ""]
     md += _token_breakdown(rows)
-    md += _silence_table(rows)
+    md += held_out_silence(rows) + silence_by_benchmark(rows, benches)
     md += _claims_md(claims)
     md += _training(results)
     md += [f"![λ_tok]({rel}/lambda_tok.png)", "", f"![tokens vs budget]({rel}/tokens_vs_budget.png)", "",
            f"![reward]({rel}/reward.png)", "", f"![silence per agent and round]({rel}/silence.png)", ""]
+    md += training_silence(results)
     for proof in load_proofs(results_dir).values():
         lines, proof_claims, proof_paths = proof_section(proof, fig_dir, rel)
         md += lines

@@ -261,3 +261,31 @@ def test_silence_counts_must_be_consistent(tmp_path):
     (folder / "gspo_b25.json").write_text(json.dumps(raw))
     with pytest.raises(ResultsFileError, match="same \\[agents\\]\\[rounds\\] shape"):
         load_results(folder / "gspo_b25.json")
+
+
+def test_silence_per_benchmark_and_in_training(tmp_path):
+    """Per-benchmark held-out silence (and calls skipped) from the cells; training silence per agent and
+    round as the last-k mean of the logged slots, first step in brackets."""
+    from helpers.experiments_fixtures import make_results
+
+    hist = history([150, 120, 104, 97, 101])
+    for i, row in enumerate(hist):
+        row["silence/agent1_round1"] = 0.1 * i  # 0.0 ... 0.4: last 3 steps 0.2, 0.3, 0.4
+    quiet = cell(0.29, 20_000, silence=0.75) | {"calls_skipped": 2.5}
+    b25 = make_results("gspo_b25", {"agent_gspo": {"gsm8k": quiet, "svamp": cell(0.29, 20_000)}}, hist=hist,
+                       budget_target=100.0)
+    folder = _write(tmp_path / "r", baselines(), b25)
+    md = build_report(folder, tmp_path / "results.md").markdown
+    bench = md.split("## Held-out silence per benchmark")[1].split("\n## ")[0]
+    assert "| gspo_b25 | gspo_b25 | 0.75 / 2.50 | 0.00 / 0.00 |" in bench
+    assert "| untrained MAS (free-for-all) | baselines | 0.00 / 0.00 | 0.00 / 0.00 |" in bench
+    assert "| CoT |" not in bench and "| SC |" not in bench
+    train = md.split("### Training silence per agent and round (last k steps)")[1].split("\n## ")[0]
+    assert "| experiment | agent 0 round 0 | agent 1 round 1 |" in train
+    assert "| gspo_b25 | 0.10 (0.10) | 0.30 (0.00) |" in train
+    # a slot no step of the last k sent a message in reads so, not as an old step's rate
+    for row in hist[-3:]:
+        del row["silence/agent1_round1"]
+    folder = _write(tmp_path / "r2", baselines(), b25.model_copy(update={"history": hist}))
+    train = build_report(folder, tmp_path / "r2.md").markdown.split("### Training silence per agent")[1]
+    assert "| gspo_b25 | 0.10 (0.10) | no messages (0.00) |" in train

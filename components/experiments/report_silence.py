@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from components.evaluation.runner import MAS_SYSTEMS
-from components.experiments.results import ResultsFile, SilenceCounts
+from components.experiments.results import EvalCell, ResultsFile, SilenceCounts
 
-if TYPE_CHECKING:
-    from components.experiments.report import Row
+
+class Row(Protocol):
+    """One row of the report's tables (``components.experiments.report.Row`` fits it)."""
+
+    experiment: str
+    system: str
+    label: str
+    cells: dict[str, EvalCell] | None
+    silence: SilenceCounts | None
+
 
 _SLOT = re.compile(r"^silence/agent(\d+)_round(\d+)$")
 

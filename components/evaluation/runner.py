@@ -58,9 +58,9 @@ log = logging.getLogger(__name__)
 MAIN_SYSTEM = "agent_gspo"
 BASELINE_NAMES = ("single_cot", "self_consistency", "mas_untrained", "mas_prior")
 BASE_WEIGHTS = ("mas_untrained", "mas_prior")
+"""baselines that run the untrained base model, not the evaluated policy"""
 MAS_SYSTEMS = (MAIN_SYSTEM, *BASE_WEIGHTS)
 """systems whose episodes are agents x rounds of messages (a silence grid means something)"""
-"""baselines that run the untrained base model, not the evaluated policy"""
 SPLIT = "test"
 
 
@@ -295,10 +295,8 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     meta["decoding"] = ", ".join(f"{s.name}={'greedy' if s.greedy else 'sampled'}" for s in systems)
 
     main = MAIN_SYSTEM if MAIN_SYSTEM in names else names[0]
-    mcfg = getattr(systems[names.index(main)].engine, "cfg", cfg.mas)
     timings: dict[str, float] = {name: 0.0 for name in names}
     timings["grading"] = 0.0
-    main_episodes: list[EpisodeLike] = []
     rows: list[EvalRow] = []
     per_system = {s.name: _run_benchmarks(s, items, batch_size=ev.batch_size, seed=ev.seed, timings=timings)
                   for s in systems}
@@ -313,16 +311,16 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
             for s in systems}
     for b in benchmarks:
         rows += [aggregate(b, name, per_system[name][b], cap=caps[name]) for name in names]
-        main_episodes += per_system[main][b]
         log.info("eval %s: %s", b, ", ".join(f"{r.system}={r.accuracy:.3f}" for r in rows[-len(names):]))
     rows.sort(key=lambda r: (names.index(r.system), benchmarks.index(r.benchmark)))
 
-    grid = silence_grid(main, main_episodes, mcfg.agents, mcfg.rounds)
-    grids = {}
-    for mas in (s for s in systems if s.name in MAS_SYSTEMS):
-        mas_cfg = getattr(mas.engine, "cfg", cfg.mas)
-        grids[mas.name] = silence_grid(mas.name, [e for b in benchmarks for e in per_system[mas.name][b]],
-                                       mas_cfg.agents, mas_cfg.rounds)
+    grids = {}  # the main system's (whatever it is) and every multi-agent system's
+    for s in systems:
+        if s.name == main or s.name in MAS_SYSTEMS:
+            shape = getattr(s.engine, "cfg", cfg.mas)
+            grids[s.name] = silence_grid(s.name, [e for b in benchmarks for e in per_system[s.name][b]],
+                                         shape.agents, shape.rounds)
+    grid = grids[main]
     summary = summarise(rows)
     meta["main_system"] = main
     markdown = render_markdown(rows, summary, meta)
@@ -334,7 +332,8 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     timings["total"] = time.perf_counter() - t_start
     per_item = {name: {b: [ItemOutcome(e.question_id, e.correct, e.total_tokens, e.completion_tokens)
                            for e in per_system[name][b]] for b in benchmarks} for name in names}
-    report = EvalReport(rows, markdown, paths, summary, meta, grid, timings, per_item, grids)
+    report = EvalReport(rows, markdown, paths, summary, meta, grid, timings, per_item,
+                        {name: g for name, g in grids.items() if name in MAS_SYSTEMS})
     if tracker is not None:
         log_to_tracker(tracker, report, main)
     return report

@@ -45,7 +45,7 @@ def _grid_cells(g: SilenceCounts, slots: list[tuple[int, int]]) -> list[str]:
     cells = []
     for a, r in slots:
         sent = g.sent[a][r] if a < len(g.sent) and r < len(g.sent[a]) else 0
-        cells.append(_rate(g.silent[a][r], sent) if sent else "- (0)")
+        cells.append(_rate(g.silent[a][r] if sent else 0, sent))
     return [*cells, _rate(sum(map(sum, g.silent)), sum(map(sum, g.sent)))]
 
 

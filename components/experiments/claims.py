@@ -44,6 +44,8 @@ BUDGET_TOLERANCE = 0.10
 """claim (c): last-k mean of the budget measure within ±10 % of B"""
 SPREAD_MARGIN = 0.25
 """claim (d): reward spreads closer than this share of the larger one do not separate the runs"""
+COLLAPSE_SHARE = 0.95
+"""a run whose last-k silence rate or message-cap hit rate reaches this share has collapsed"""
 
 
 @dataclass
@@ -149,13 +151,18 @@ def spread(xs: Sequence[float]) -> float | None:
 
 def collapse(res: ResultsFile) -> str | None:
     """Why a training run looks collapsed, or None: non-finite metrics, (near-)total silence over the
-    last k steps, or accuracy falling to 0 over the last k steps after being positive early on."""
+    last k steps, (nearly) every message at the message cap over the last k steps (the length
+    collapse that raw negative rewards drive: every message grows until the cap stops it), or
+    accuracy falling to 0 over the last k steps after being positive early on."""
     h, k = res.history, res.last_k
     if any(not math.isfinite(v) for row in h for v in row.values()):
         return "non-finite metrics"
     silence = last_k_mean(h, "train/silence_rate", k)
-    if silence is not None and silence >= 0.95:
+    if silence is not None and silence >= COLLAPSE_SHARE:
         return f"silence {silence:.2f} over the last {k} steps"
+    capped = last_k_mean(h, "train/cap_hit_rate", k)
+    if capped is not None and capped >= COLLAPSE_SHARE:
+        return f"messages at the cap {capped:.2f} over the last {k} steps"
     acc = series(h, "train/accuracy")
     if len(acc) >= 2 * k and sum(acc[:k]) > 0 and sum(acc[-k:]) == 0:
         return f"accuracy fell to 0 over the last {k} steps"
@@ -326,6 +333,9 @@ def claim_d(results: Mapping[str, ResultsFile]) -> Claim:
                      f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how})")
     cs = [collapse(ref), collapse(off)]
     lines.append(f"collapse: normalised {cs[0] or 'none'}; off {cs[1] or 'none'}")
+    if cs[0] is not None and cs[1] is not None:
+        lines.append("both runs collapsed: neither is a stable run to compare the other with -> INCONCLUSIVE")
+        return Claim("d", title, "INCONCLUSIVE", lines)
     if (cs[0] is None) != (cs[1] is None):
         votes.append(cs[0] is None)
     if not votes:

@@ -289,3 +289,24 @@ def test_silence_per_benchmark_and_in_training(tmp_path):
     folder = _write(tmp_path / "r2", baselines(), b25.model_copy(update={"history": hist}))
     train = build_report(folder, tmp_path / "r2.md").markdown.split("### Training silence per agent")[1]
     assert "| gspo_b25 | 0.10 (0.10) | no messages (0.00) |" in train
+
+
+def test_cap_bound_collapse_is_detected_and_two_collapsed_runs_decide_nothing(tmp_path):
+    """Raw negative rewards can drive every message to the cap: that is a collapse too, and a stability
+    claim between two collapsed runs (one silent, one cap-bound) is INCONCLUSIVE, not FAIL or PASS."""
+    silent = [h | {"train/silence_rate": 1.0} for h in history([3, 3, 3])]
+    capped = [h | {"train/cap_hit_rate": 0.97} for h in history([384, 384, 384])]
+    results = _write(tmp_path / "r", baselines(), trained("gspo_b25", 0.3, 20_000, silent, budget_target=100.0),
+                     trained("no_adv_norm", 0.0, 100, capped, budget_target=100.0))
+    rep = build_report(results, tmp_path / "o.md")
+    d = next(c for c in rep.claims if c.key == "d")
+    evidence = " ".join(d.evidence)
+    assert "off messages at the cap 0.97 over the last 3 steps" in evidence
+    assert "both runs collapsed" in evidence and d.status == "INCONCLUSIVE"
+    assert "| messages at the cap 0.97 over the last 3 steps |" in rep.markdown
+    # below the share it is not a collapse: the normalised run alone collapsed -> off wins that indicator
+    write_results(results / "no_adv_norm.json", trained(
+        "no_adv_norm", 0.0, 100, [h | {"train/cap_hit_rate": 0.9} for h in history([384, 384, 384])],
+        budget_target=100.0))
+    d = next(c for c in build_report(results, tmp_path / "o.md").claims if c.key == "d")
+    assert "off none" in " ".join(d.evidence) and d.status == "FAIL"

@@ -23,7 +23,8 @@ from components.experiments.definitions import read_calibration, settings_diff, 
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = ROOT / "params.yaml"
-NAMES = ["baselines", "gspo_b50", "gspo_b25", "lambda0", "no_adv_norm", "grpo_token", "silence_proof"]
+NAMES = ["baselines", "gspo_b50", "gspo_b25", "lambda0", "no_adv_norm", "grpo_token", "gspo_b25_choice",
+         "silence_proof"]
 
 
 def _params(tmp_path: Path, definitions: dict, **section) -> Path:
@@ -49,6 +50,10 @@ def test_committed_definitions_validate_and_resolve_under_every_profile():
     grpo = experiment_config(base, exps["grpo_token"])
     assert grpo.gspo.level == "token" and grpo.budget.fraction == 0.25 and grpo.budget.enabled
     assert experiment_config(base, exps["no_adv_norm"]).gspo.adv_norm == "none"
+    choice = experiment_config(base, exps["gspo_b25_choice"])  # gspo_b25 on other training questions only
+    assert choice.data.train_sources == ["mmlu/val", "aqua/dev"] and choice.budget.fraction == 0.25
+    assert choice.model_copy(update={"data": base.data, "gspo": base.gspo, "eval": base.eval}) == experiment_config(
+        base, exps["gspo_b25"]).model_copy(update={"data": base.data, "gspo": base.gspo, "eval": base.eval})
     lam = experiment_config(base, exps["lambda0"])
     assert (lam.reward.lambda_tok, lam.budget.enabled, lam.reward.lambda_turn, lam.reward.lambda_rep) == (
         0, False, 0, 0)

@@ -124,7 +124,9 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_ste
                 print(f"silence prior: P(silence first) = {reached:.3f} (model.silence_prior "
                       f"{cfg.model.silence_prior})", file=sys.stderr)
         if cfg.model.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            # transformers 5.24 renamed it (the old name warns); a GPU host's older 5.x has only the old one
+            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable()
         engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=planned_updates(cfg.gspo))
         env = Environment(RolloutEngine(engine.module, tokenizer, cfg.mas, device=device))
         trainer = GSPOTrainer(cfg, engine, env, train_items, info, pad_id=int(tokenizer.pad_token_id))

@@ -295,3 +295,33 @@ def test_training_job_schedule_ends_at_the_last_update(tmp_path, monkeypatch, ki
     assert len(before) == 3 * 2  # one update per mini-batch
     assert before == pytest.approx([LrSchedule(kind, 0, 6)(i) * 1e-3 for i in range(6)])
     assert before[-1] > 0 and after[-1] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_training_job_enables_activation_checkpointing_without_deprecation_warnings(tmp_path) -> None:
+    """model.gradient_checkpointing: the job turns it on through the current transformers API (the
+    old name raises a FutureWarning since 5.24), and a step still trains."""
+    import warnings
+
+    from helpers.learning_env import ITEMS
+    from transformers import PreTrainedModel
+
+    from components.config import load_config
+    from components.gspo.job import train
+
+    seen: list[bool] = []
+    real = PreTrainedModel.activation_checkpointing_enable
+
+    def spy(self: PreTrainedModel, *args, **kwargs) -> None:
+        real(self, *args, **kwargs)
+        seen.append(self.is_activation_checkpointing)
+
+    cfg = load_config(overrides=[
+        "model.name=tiny-random", "model.gradient_checkpointing=true", "gspo.engine=torch", "gspo.steps=1",
+        "gspo.questions_per_step=1", "gspo.group_size=2", "mas.agents=2", "mas.rounds=1", "mas.max_message_tokens=4",
+        "gspo.checkpoint_every=100", "tracking.log_model=false"])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*gradient_checkpointing.*", category=FutureWarning)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(PreTrainedModel, "activation_checkpointing_enable", spy)
+            result = train(cfg, items=ITEMS, out_dir=tmp_path, track=False)
+    assert seen == [True] and len(result.history) == 1

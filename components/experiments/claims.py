@@ -46,6 +46,7 @@ SPREAD_MARGIN = 0.25
 """claim (d): reward spreads closer than this share of the larger one do not separate the runs"""
 COLLAPSE_SHARE = 0.95
 """a run whose last-k silence rate or message-cap hit rate reaches this share has collapsed"""
+BOTH_COLLAPSED = "both runs collapsed: neither is a stable run to compare the other with -> INCONCLUSIVE"
 
 
 @dataclass
@@ -334,7 +335,7 @@ def claim_d(results: Mapping[str, ResultsFile]) -> Claim:
     cs = [collapse(ref), collapse(off)]
     lines.append(f"collapse: normalised {cs[0] or 'none'}; off {cs[1] or 'none'}")
     if cs[0] is not None and cs[1] is not None:
-        lines.append("both runs collapsed: neither is a stable run to compare the other with -> INCONCLUSIVE")
+        lines.append(BOTH_COLLAPSED)
         return Claim("d", title, "INCONCLUSIVE", lines)
     if (cs[0] is None) != (cs[1] is None):
         votes.append(cs[0] is None)
@@ -351,7 +352,8 @@ def claim_d(results: Mapping[str, ResultsFile]) -> Claim:
 
 def claim_e(results: Mapping[str, ResultsFile]) -> Claim:
     """grpo_token against gspo_b25 (same settings, token-level ratios): accuracy decides, budget tracking
-    and reward spread are shown alongside."""
+    and reward spread are shown alongside. Two collapsed runs (e.g. both silent) are INCONCLUSIVE: their
+    accuracies tie whatever the ratio level, a non-inferiority check that cannot fail."""
     title = "Sequence-level GSPO vs token-level (GRPO-style) ratios at the same settings"
     seq, tok = results.get(TRAINED[0]), results.get(TOKEN_LEVEL)
     if seq is None or tok is None or MAIN not in seq.eval or MAIN not in tok.eval:
@@ -369,6 +371,10 @@ def claim_e(results: Mapping[str, ResultsFile]) -> Claim:
     rs = [spread(series(r.history, "train/reward")) for r in (seq, tok)]
     lines.append(f"std of train/reward over steps: GSPO {fmt(rs[0])} vs token-level {fmt(rs[1])}")
     lines.append("PASS when GSPO's accuracy is within one standard error of (or above) token-level's")
+    cs = [collapse(seq), collapse(tok)]
+    if cs[0] is not None and cs[1] is not None:  # two degenerate policies tie on accuracy whatever the ratio
+        lines += [f"collapse: GSPO {cs[0]}; token-level {cs[1]}", BOTH_COLLAPSED]
+        return Claim("e", title, "INCONCLUSIVE", lines)
     status = gate("PASS" if d.within_one_se_or_above() else "FAIL",
                   [(TRAINED[0], moved(results, TRAINED[0])), (TOKEN_LEVEL, moved(results, TOKEN_LEVEL))], lines)
     return Claim("e", title, like_with_like(status, results, TRAINED[0], TOKEN_LEVEL, lines), lines)

@@ -310,3 +310,17 @@ def test_cap_bound_collapse_is_detected_and_two_collapsed_runs_decide_nothing(tm
         budget_target=100.0))
     d = next(c for c in build_report(results, tmp_path / "o.md").claims if c.key == "d")
     assert "off none" in " ".join(d.evidence) and d.status == "FAIL"
+
+
+def test_two_collapsed_runs_decide_nothing_about_sequence_vs_token_ratios(tmp_path):
+    """Claim (e) is a non-inferiority check on accuracy: two runs that both fell silent tie whatever their
+    ratio level, so that comparison cannot fail and must not PASS; one collapsed run leaves the rule to decide."""
+    silent = [h | {"train/silence_rate": 1.0} for h in history([3, 3, 3])]
+    folder = _write(tmp_path / "r", baselines(), trained("gspo_b25", 0.05, 5_000, silent, budget_target=100.0),
+                    trained("grpo_token", 0.05, 5_000, silent, budget_target=100.0))
+    e = next(c for c in build_report(folder, tmp_path / "o.md").claims if c.key == "e")
+    assert e.status == "INCONCLUSIVE" and "both runs collapsed" in " ".join(e.evidence), e
+    write_results(folder / "grpo_token.json", trained("grpo_token", 0.05, 5_000, history([3, 3, 3]),
+                                                      budget_target=100.0))
+    e = next(c for c in build_report(folder, tmp_path / "o.md").claims if c.key == "e")
+    assert e.status == "PASS" and "both runs collapsed" not in " ".join(e.evidence), e

@@ -39,15 +39,15 @@ EvalCell = EvalNumbers
 class BudgetInfo(_Strict):
     """How B was derived: ``target = fraction x baseline_mean`` (``figure`` says which number)."""
 
-    fraction: float
-    target: float
+    fraction: float = Field(gt=0.0)
+    target: float = Field(gt=0.0)
     measure: Literal["completion", "communicated", "total"]
     """reward.token_measure: the unit of the trainer's ``train/budget_tokens``"""
     figure: str
     """the baseline figure used, e.g. ``tokens_completion_mean`` of ``mas_untrained``"""
     system: str
     benchmarks: list[str]
-    baseline_mean: float
+    baseline_mean: float = Field(ge=0.0)
     source: str
     """results file the figure was read from (relative name, e.g. ``baselines.json``)"""
 
@@ -126,6 +126,23 @@ class ResultsFile(_Strict):
     silence: dict[str, SilenceCounts] | None = None
     """multi-agent system -> held-out silence per (agent, round); None in files written before it
     was recorded"""
+
+    @model_validator(mode="after")
+    def _items_match_their_cells(self) -> ResultsFile:
+        """Per-item outcomes and the evaluation cell they came from must agree (item count, correct
+        answers, token sums): paired statistics read the first, tables the second, and a file where
+        they differ (hand-edited, truncated) would make the two parts of the report disagree."""
+        for system, per_bench in (self.items or {}).items():
+            for bench, col in per_bench.items():
+                cell = self.eval.get(system, {}).get(bench)
+                if cell is None:
+                    raise ValueError(f"items.{system}.{bench}: no eval.{system}.{bench} cell for these items")
+                got = (len(col.correct), sum(col.correct), sum(col.tokens_total), sum(col.tokens_completion))
+                want = (cell.n, cell.correct, cell.tokens_total, cell.tokens_completion)
+                if got != want:
+                    raise ValueError(f"items.{system}.{bench} (n, correct, tokens_total, tokens_completion) = {got} "
+                                     f"disagrees with eval.{system}.{bench} = {want}")
+        return self
 
 
 def write_results(path: str | Path, results: BaseModel) -> Path:

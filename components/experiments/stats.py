@@ -21,7 +21,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, NonNegativeInt, model_validator
 
 KL_MOVED = 1e-3
 """KL(π_θ ‖ π_base) per token at which a run counts as moved (the unmoved runs of record: ~1e-4)"""
@@ -37,8 +37,18 @@ class ItemColumns(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     correct: list[bool]
-    tokens_total: list[int]
-    tokens_completion: list[int]
+    tokens_total: list[NonNegativeInt]
+    tokens_completion: list[NonNegativeInt]
+
+    @model_validator(mode="after")
+    def _one_row_per_item(self) -> ItemColumns:
+        lengths = {len(self.correct), len(self.tokens_total), len(self.tokens_completion)}
+        if len(lengths) != 1:
+            raise ValueError(f"correct, tokens_total and tokens_completion must have one entry per item (lengths "
+                             f"{len(self.correct)}, {len(self.tokens_total)}, {len(self.tokens_completion)})")
+        if any(c > t for c, t in zip(self.tokens_completion, self.tokens_total, strict=True)):
+            raise ValueError("an item's tokens_completion exceeds its tokens_total")
+        return self
 
 
 @dataclass(frozen=True)

@@ -45,9 +45,21 @@ def columns(correct: list[bool], completion: list[int] | None = None) -> dict:
     return {"correct": correct, "tokens_total": [3 * c for c in completion], "tokens_completion": completion}
 
 
+def cell_of(col: dict) -> dict:
+    """The EvalCell per-item ``columns`` add up to (a results file must keep the two in agreement)."""
+    n, correct = len(col["correct"]), sum(col["correct"])
+    c = cell(correct / n, sum(col["tokens_total"]), n=n, completion=sum(col["tokens_completion"]))
+    return c | {"tokens_communicated": c["tokens_completion"], "tokens_communicated_mean": c["tokens_completion"] / n}
+
+
 def make_results(name: str, eval_: dict[str, dict[str, dict]], *, kind: str = "gspo", hist: list | None = None,
                  budget_target: float | None = None, fraction: float = 0.25, item_ids: str = "a" * 64,
                  last_k: int = 3, **extra: Any) -> ResultsFile:
+    """A valid results file; the cells of systems with per-item ``items`` are the sums of those items."""
+    eval_ = {s: dict(cells) for s, cells in eval_.items()}
+    for system, per_bench in (extra.get("items") or {}).items():
+        for bench, col in per_bench.items():
+            eval_.setdefault(system, {})[bench] = cell_of(col)
     budget = None
     if budget_target is not None:
         budget = BudgetInfo(fraction=fraction, target=budget_target, measure="completion",

@@ -3,11 +3,13 @@ over >= 64 episodes. Each rule is shown returning PASS, FAIL and INCONCLUSIVE on
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 from helpers.experiments_fixtures import baselines, cell, columns, history, make_results, trained
 
+from components.experiments import ResultsFileError, load_results, write_results
 from components.experiments.claims import all_claims
 from components.experiments.stats import ItemColumns, last_episodes, movement, paired, paired_macro
 
@@ -109,3 +111,37 @@ def test_budget_rule_needs_64_episodes_and_is_two_sided():
 def test_fixture_cell_is_consistent():
     c = cell(0.3, 1000)
     assert math.isclose(c["accuracy"], 0.3) and c["tokens_total"] == 1000
+
+
+def _edit(raw: dict, path: str, value) -> dict:
+    *keys, last = path.split(".")
+    node = raw
+    for k in keys:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return raw
+
+
+@pytest.mark.parametrize("path, value, expected", [
+    ("items.agent_gspo.gsm8k.correct", [True] * (N - 1), "one entry per item (lengths 99, 100, 100)"),
+    ("items.agent_gspo.gsm8k.tokens_total.0", -5, "greater than or equal to 0"),
+    ("items.agent_gspo.gsm8k.tokens_completion.0", 10**6, "tokens_completion exceeds its tokens_total"),
+    ("items.agent_gspo.gsm8k.correct.0", True, "disagrees with eval.agent_gspo.gsm8k"),
+    ("items.agent_gspo.nope", columns([True] * 3), "no eval.agent_gspo.nope cell"),
+    ("budget.target", 0.0, "budget.target"),
+])
+def test_a_file_whose_items_and_cells_disagree_is_refused_naming_the_key(tmp_path, path, value, expected):
+    """Paired statistics read the per-item columns, the tables read the cells: a hand-edited or
+    truncated file where they disagree (or with B = 0, which the budget rule divides by) is refused."""
+    ok = _trained_with_items("gspo_b25", [False] + BASE_CORRECT[1:], [5] * N, hist=history([10, 10, 10]),
+                             budget_target=50.0)
+    path_ok = write_results(tmp_path / "gspo_b25.json", ok)
+    assert load_results(path_ok) == ok
+    raw = _edit(json.loads(path_ok.read_text()), path, value)
+    path_ok.write_text(json.dumps(raw))
+    with pytest.raises(ResultsFileError, match="gspo_b25.json") as err:
+        load_results(path_ok)
+    assert expected in str(err.value), err.value

@@ -52,9 +52,11 @@ def test_committed_definitions_validate_and_resolve_under_every_profile():
     assert experiment_config(base, exps["no_adv_norm"]).gspo.adv_norm == "none"
     choice = experiment_config(base, exps["gspo_b25_choice"])  # gspo_b25 + answerable questions + a λ ceiling
     assert choice.data.train_sources == ["mmlu/val", "aqua/dev"] and choice.budget.fraction == 0.25
-    assert choice.budget.lambda_max == 0.1 and choice.budget.mode == "cap"
+    assert choice.budget.lambda_max == 0.1 and choice.budget.mode == "cap" and choice.gspo.grad_accum == 2
     same = {"data": base.data, "gspo": base.gspo, "eval": base.eval, "budget": base.budget}
     assert choice.model_copy(update=same) == experiment_config(base, exps["gspo_b25"]).model_copy(update=same)
+    b25 = experiment_config(base, exps["gspo_b25"])
+    assert choice.gspo.model_copy(update={"grad_accum": 1, "out_dir": b25.gspo.out_dir}) == b25.gspo
     lam = experiment_config(base, exps["lambda0"])
     assert (lam.reward.lambda_tok, lam.budget.enabled, lam.reward.lambda_turn, lam.reward.lambda_rep) == (
         0, False, 0, 0)

@@ -17,6 +17,7 @@ trained on the union of the shards (so gradients really were averaged across ran
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -90,14 +91,24 @@ def _check(payload: dict, out: Path) -> None:
             torch.testing.assert_close(final[key], ref, rtol=1e-4, atol=1e-5, msg=f"{name}: {key}")
 
 
+def _no_shm_buffer_left(port: int) -> None:
+    """DeepSpeed's CPU comm layer leaves a 66 MB /dev/shm buffer per rank; our shutdown removes them."""
+    left = glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_{port}_*")
+    assert not left, f"tmpfs buffers left behind (RAM): {left}"
+
+
 def test_torchrun_two_ranks(tmp_path: Path) -> None:
+    port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), str(WORKER), "--engines", ENGINES, "--out", str(tmp_path)]
+           "--master_port", str(port), str(WORKER), "--engines", ENGINES, "--out", str(tmp_path)]
     _check(_launch(cmd, tmp_path), tmp_path)
+    _no_shm_buffer_left(port)
 
 
 def test_deepspeed_launcher_two_ranks(tmp_path: Path) -> None:
     pytest.importorskip("deepspeed")
+    port = free_port()
     cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), str(WORKER), "--engines", ENGINES, "--out", str(tmp_path)]
+           "--master_port", str(port), str(WORKER), "--engines", ENGINES, "--out", str(tmp_path)]
     _check(_launch(cmd, tmp_path), tmp_path)
+    _no_shm_buffer_left(port)

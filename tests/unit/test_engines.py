@@ -325,3 +325,23 @@ def test_training_job_enables_activation_checkpointing_without_deprecation_warni
             mp.setattr(PreTrainedModel, "activation_checkpointing_enable", spy)
             result = train(cfg, items=ITEMS, out_dir=tmp_path, track=False)
     assert seen == [True] and len(result.history) == 1
+
+
+def test_unlink_deepspeed_shm_buffer_removes_only_this_runs_rank(tmp_path, monkeypatch) -> None:
+    """The name is DeepSpeed's (uid, MASTER_ADDR, MASTER_PORT, rank): another run's or rank's buffer stays."""
+    import os
+
+    from components.gspo import distributed as d
+
+    monkeypatch.setattr(d, "SHM_DIR", str(tmp_path))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29611")
+    mine = tmp_path / f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_29611_1"
+    others = [tmp_path / f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_29611_0",
+              tmp_path / f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_29612_1"]
+    for f in (mine, *others):
+        f.write_bytes(b"x")
+    assert d.deepspeed_shm_buffer(1) == str(mine)
+    assert d.unlink_deepspeed_shm_buffer(1) is True and not mine.exists()
+    assert all(f.exists() for f in others)
+    assert d.unlink_deepspeed_shm_buffer(1) is False  # already gone: not an error

@@ -25,8 +25,11 @@ from pathlib import Path
 
 import requests
 
+# MLFLOW_SERVER_ENABLE_JOB_EXECUTION: MLflow 3.x's server otherwise starts a huey job consumer
+# (GenAI evaluation jobs, unused here) whose queue lives in a fresh ``/dev/shm/tmp*`` folder that
+# it never removes: one leaked folder per server start, and one more process per test server.
 OFFLINE_ENV = {"DO_NOT_TRACK": "1", "MLFLOW_DISABLE_TELEMETRY": "true", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-               "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+               "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 class ServerError(RuntimeError):

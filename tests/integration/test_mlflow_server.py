@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from helpers.servers import OFFLINE_ENV
 from mlflow import MlflowClient
 
 from components.tracking import GateResult, GateRule, Tracker, TrackingError, promote, resolve_model_uri, write_result
@@ -61,7 +62,7 @@ def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}",
            "--artifacts-destination", str(tmp_path / "artifacts"), "--serve-artifacts",
            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1"}
+    env = {**os.environ, **OFFLINE_ENV}
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
                             start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
@@ -141,3 +142,16 @@ def test_log_register_promote_resolve_then_dead_server(server, tmp_path: Path,
         with Tracker(uri, "agent-gspo", "never"):
             pass
     assert time.monotonic() - start < 10
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this machine")
+def test_test_servers_leave_nothing_in_dev_shm(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """MLflow 3.x's server puts its job queue in a ``/dev/shm/tmp*`` folder it never removes; the
+    test servers run without job execution, so a start / stop leaves no folder behind."""
+    from helpers.servers import mlflow_server
+
+    before = set(os.listdir("/dev/shm"))
+    with mlflow_server(tmp_path, Path(request.config.cache.mkdir("agent-gspo-mlflow"))) as srv:
+        assert requests.get(f"{srv.url}/health", timeout=5).status_code == 200
+    leaked = [name for name in set(os.listdir("/dev/shm")) - before if name.startswith("tmp")]
+    assert not leaked, f"mlflow server left {leaked} in /dev/shm"

@@ -198,10 +198,29 @@ def launch_training(cfg: Config, train_args: Sequence[str], *, on_line: Callable
     cmd = training_command(cfg, train_args)
     env = launch_env()
     print("launching: " + redact(" ".join(cmd)), file=sys.stderr)
-    if cfg.deepspeed.launcher != "deepspeed" or not cfg.deepspeed.hostfile:
-        return run_streaming(cmd, env=env, on_line=on_line)
-    with tempfile.TemporaryDirectory(prefix="agent-gspo-launch-") as tmp:
-        # from the user's environment, not launch_env(): its CPU-only defaults (DS_ACCELERATOR=cpu when
-        # this host has no GPU) describe the launching host, not the nodes of the hostfile
-        env["DS_ENV_FILE"] = str(write_deepspeed_env(Path(tmp) / DS_ENV_FILE_NAME, os.environ))
-        return run_streaming(cmd, env=env, on_line=on_line)
+    try:
+        if cfg.deepspeed.launcher != "deepspeed" or not cfg.deepspeed.hostfile:
+            return run_streaming(cmd, env=env, on_line=on_line)
+        with tempfile.TemporaryDirectory(prefix="agent-gspo-launch-") as tmp:
+            # from the user's environment, not launch_env(): its CPU-only defaults (DS_ACCELERATOR=cpu when
+            # this host has no GPU) describe the launching host, not the nodes of the hostfile
+            env["DS_ENV_FILE"] = str(write_deepspeed_env(Path(tmp) / DS_ENV_FILE_NAME, os.environ))
+            return run_streaming(cmd, env=env, on_line=on_line)
+    finally:
+        from components.gspo.distributed import remove_deepspeed_shm_buffers  # imports torch: not at module load
+
+        ranks = local_ranks(cfg)
+        if ranks:  # what a rank killed by a signal left in /dev/shm (the others removed their own)
+            for path in remove_deepspeed_shm_buffers(cfg.deepspeed.master_port, ranks):
+                print(f"removed {path} (left by a rank that did not shut down)", file=sys.stderr)
+
+
+def local_ranks(cfg: Config) -> range:
+    """Global ranks a launch from this machine runs here: all of them on one node, node k's slice of
+    a multi-node torchrun run; none known for the DeepSpeed launcher over a hostfile (it starts
+    every node itself, over ssh) or without a distributed launcher."""
+    ds = cfg.deepspeed
+    if ds.launcher == "none" or (ds.launcher == "deepspeed" and ds.hostfile):
+        return range(0)
+    node = _node_rank(ds.num_nodes) if ds.num_nodes > 1 else 0
+    return range(node * ds.nproc_per_node, (node + 1) * ds.nproc_per_node)

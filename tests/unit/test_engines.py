@@ -345,3 +345,4 @@ def test_unlink_deepspeed_shm_buffer_removes_only_this_runs_rank(tmp_path, monke
     assert d.unlink_deepspeed_shm_buffer(1) is True and not mine.exists()
     assert all(f.exists() for f in others)
     assert d.unlink_deepspeed_shm_buffer(1) is False  # already gone: not an error
+

@@ -117,3 +117,48 @@ def test_deepspeed_env_file_round_trips_through_the_runner(tmp_path: Path, monke
     assert exports["AGENT_GSPO_DATA_MIRROR"] == '"/data/bench marks"'  # quoted by the runner for the shell
     assert exports["NCCL_SOCKET_IFNAME"] == "eth1"
     assert exports["AGENT_GSPO_PROFILE"] == "mine"  # the user's own .deepspeed_env still wins
+
+
+@pytest.mark.parametrize("rc", [0, -9])
+def test_launcher_removes_buffers_its_killed_ranks_left(tmp_path, monkeypatch, capsys, rc) -> None:
+    """A rank killed by a signal never runs its shutdown: after the launch the parent removes that
+    run's buffers (this uid, its port, this node's ranks, any address) and nothing else."""
+    import os
+
+    from components.gspo import distributed as d
+    from components.gspo import launch
+
+    monkeypatch.setattr(d, "SHM_DIR", str(tmp_path))
+    uid = os.getuid()
+    ours = [tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29617_{r}" for r in (0, 1)]
+    kept = [tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29618_0",  # another run's port
+            tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_229617_0",  # a port that ends like ours
+            tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29617_12",  # a rank not on this node
+            tmp_path / f"deepspeed_allreduce_buffer_{uid + 1}_127.0.0.1_29617_0",  # another user's
+            tmp_path / "unrelated_29617_0"]
+    cfg = _cfg("deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=2", "deepspeed.master_port=29617")
+
+    def fake_ranks(cmd, **kw) -> int:  # the ranks created their buffers, then one was killed
+        for f in (*ours, *kept):
+            f.write_bytes(b"x")
+        return rc
+
+    monkeypatch.setattr(launch, "run_streaming", fake_ranks)
+    assert launch.launch_training(cfg, []) == rc
+    assert not any(f.exists() for f in ours) and all(f.exists() for f in kept)
+    assert capsys.readouterr().err.count("left by a rank that did not shut down") == 2
+
+
+def test_local_ranks_of_each_launch(monkeypatch) -> None:
+    from components.gspo.launch import local_ranks
+
+    def ranks(*sets: str) -> list[int]:
+        return list(local_ranks(_cfg(*sets)))
+
+    assert ranks("deepspeed.launcher=none") == []
+    assert ranks("deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=4") == [0, 1, 2, 3]
+    assert ranks("deepspeed.launcher=deepspeed", "deepspeed.nproc_per_node=2") == [0, 1]
+    monkeypatch.setenv("NODE_RANK", "1")
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    assert ranks("deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=2", "deepspeed.num_nodes=2") == [2, 3]
+    assert ranks("deepspeed.launcher=deepspeed", "deepspeed.num_nodes=2", "deepspeed.hostfile=hosts") == []

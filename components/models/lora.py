@@ -7,6 +7,7 @@ pi_ref without a second copy of the model in memory (what TRL does for PEFT mode
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,7 +42,9 @@ def apply_lora(model: torch.nn.Module, rank: int, alpha: int | float,
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules,
                         bias="none", task_type="CAUSAL_LM")
     try:
-        return get_peft_model(model, config)
+        with warnings.catch_warnings():  # peft reads transformers' deprecated alias: not the caller's to fix
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+            return get_peft_model(model, config)
     except ValueError as exc:
         raise LoraError(f"LoRA target_modules {target_modules!r} do not match the model: {exc}") from exc
 

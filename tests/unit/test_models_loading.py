@@ -12,6 +12,7 @@ import importlib.resources
 import json
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import pytest
@@ -233,7 +234,9 @@ def test_cached_folder_waits_for_a_conversion_in_progress_and_reuses_it(monkeypa
 # ---- LoRA -------------------------------------------------------------------------------------
 
 def test_lora_adapters_and_disabled_reference(fake_tiny):
-    model, _ = load_policy("tiny-random", lora_rank=4, lora_alpha=8, seed=1, silence_marker=None)
+    with warnings.catch_warnings():  # peft's read of transformers' deprecated alias stays quiet
+        warnings.simplefilter("error", FutureWarning)
+        model, _ = load_policy("tiny-random", lora_rank=4, lora_alpha=8, seed=1, silence_marker=None)
     again, _ = load_policy("tiny-random", lora_rank=4, lora_alpha=8, seed=1, silence_marker=None)
     assert has_adapters(model)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]

@@ -87,7 +87,18 @@ def _progress_line(step: int, total: int, m: dict[str, float]) -> str:
             f"tokens {m.get('train/budget_tokens', 0):.0f}/{m.get('train/budget', 0):.0f}  "
             f"λ {m.get('train/lambda_tok', 0):.3f}  silence {m.get('train/silence_rate', 0):.2f}  "
             f"clip {m.get('gspo/clip_frac_low', 0) + m.get('gspo/clip_frac_high', 0):.3f}  "
-            f"{m.get('perf/rollout_tokens_per_s', 0):.0f} tok/s  {m.get('perf/step_s', 0):.1f} s/step")
+            f"{m.get('perf/rollout_tokens_per_s', 0):.0f} tok/s  {m.get('perf/step_s', 0):.1f} s/step"
+            + _memory_part(m))
+
+
+def _memory_part(m: dict[str, float]) -> str:
+    """``  rss 1.2/3.4 GB`` (peak of the rollout / of the updates), plus the CUDA peaks when measured."""
+    out = ""
+    for kind, label in (("rss", "rss"), ("cuda", "cuda")):
+        roll, upd = m.get(f"perf/{kind}_rollout_gb"), m.get(f"perf/{kind}_update_gb")
+        if roll is not None and upd is not None:
+            out += f"  {label} {roll:.1f}/{upd:.1f} GB"
+    return out
 
 
 def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_steps: int | None = None,

@@ -39,6 +39,7 @@ from components.errors import UserError
 from components.gspo.batching import completion_logprobs, minibatch_indices
 from components.gspo.distributed import DistInfo
 from components.gspo.loss import LossOutput, get_policy_loss
+from components.gspo.memory import PhasePeaks
 from components.gspo.step_batch import StepBatch
 from components.mas.records import Episode
 from components.reward.budget import DualBudgetController
@@ -270,20 +271,23 @@ class GSPOTrainer:
         """Play → reward → batch (one gather) → μ updates → dual ascent → metrics."""
         cfg, g = self.cfg, self.cfg.gspo
         t0 = time.perf_counter()
+        peaks = PhasePeaks(self.device)  # this rank's peak memory in each phase
         self.engine.eval()
-        with torch.no_grad(), self.engine.gathered_parameters():
+        with peaks.phase("rollout"), torch.no_grad(), self.engine.gathered_parameters():
             episodes = self.env.play(self._my_questions(), g.group_size, seed=g.seed * 100_003 + self.step_idx)
         t_roll = time.perf_counter() - t0
         lam = self.controller.lambda_tok
         apply_rewards(episodes, cfg.reward, lam)
         batch = StepBatch.build(episodes, cfg, self.dist, lam, self.pad_id, self.device)
-        loss_metrics, grad_norms = self._update(batch)
+        with peaks.phase("update"):
+            loss_metrics, grad_norms = self._update(batch)
         if cfg.budget.enabled:
             self.controller.update(batch.mean_tokens)
         local = self._last_kl_base | {k: float(np.mean([m[k] for m in loss_metrics])) for k in loss_metrics[0]}
         metrics = dict(batch.metrics) | self._all_ranks(local, sum(m.completion_tokens for m in batch.messages), t_roll)
         metrics |= {"gspo/grad_norm": float(np.mean(grad_norms)), "train/lambda_tok": lam,
                     "train/budget": self.controller.target, "perf/step_s": time.perf_counter() - t0}
+        metrics |= peaks.metrics()
         self.step_idx += 1
         self.history.append({"step": float(self.step_idx)} | metrics)
         return StepResult(self.step_idx, metrics, episodes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from helpers.learning_env import ITEMS, make_run  # noqa: E402
@@ -56,6 +58,8 @@ def test_train_step_metrics_and_state_round_trip():
                 "train/lambda_tok", "train/budget", "gspo/clip_frac_low", "gspo/clip_frac_high",
                 "gspo/ratio_mean", "gspo/approx_kl", "gspo/grad_norm", "perf/rollout_tokens_per_s", "perf/step_s"):
         assert key in m and m[key] == m[key], key  # present and not NaN
+    if Path("/proc/self/status").is_file():  # peak memory of each phase (a process holds > 10 MB)
+        assert m["perf/rss_rollout_gb"] > 0.01 and m["perf/rss_update_gb"] > 0.01
     rows = [episode_row(ep, "completion") for ep in res.episodes]
     for name in rows[0]:  # every logged episode metric is the mean over the step's episodes
         assert m[f"train/{name}"] == pytest.approx(sum(r[name] for r in rows) / len(rows)), name

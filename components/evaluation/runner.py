@@ -226,7 +226,8 @@ def _with_prior(cfg: Config, weights: tuple[Any, Any], data_dir: Path | None) ->
     if cfg.model.silence_prior <= 0:
         raise EvalInputError("baseline mas_prior needs model.silence_prior > 0 (the prior it evaluates)")
     model = copy.deepcopy(weights[0])
-    apply_silence_prior(model, weights[1], cfg.mas, load_train_items(cfg, data_dir), cfg.model.silence_prior)
+    apply_silence_prior(model, weights[1], cfg.mas, load_train_items(cfg, data_dir), cfg.model.silence_prior,
+                        cfg.model.silence_calibration)
     return model, weights[1]
 
 

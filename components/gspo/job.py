@@ -130,7 +130,8 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_ste
         if cfg.model.silence_prior > 0:  # the step-0 policy explores silence (a resume overwrites the weights)
             from components.mas.prior import apply_silence_prior
 
-            reached = apply_silence_prior(model, tokenizer, cfg.mas, train_items, cfg.model.silence_prior)
+            reached = apply_silence_prior(model, tokenizer, cfg.mas, train_items, cfg.model.silence_prior,
+                                          cfg.model.silence_calibration)
             if info.is_main:
                 print(f"silence prior: P(silence first) = {reached:.3f} (model.silence_prior "
                       f"{cfg.model.silence_prior})", file=sys.stderr)

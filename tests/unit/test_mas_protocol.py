@@ -13,7 +13,13 @@ from components.gspo.batching import completion_logprobs, pack_messages
 from components.mas.decode import Generation
 from components.mas.engine import RolloutEngine, fact_holder
 from components.mas.environment import Environment
-from components.models.silence import ensure_silence_token, set_silence_prior, silence_probability
+from components.models.silence import (
+    SilenceTokenError,
+    ensure_silence_token,
+    first_token_states,
+    set_silence_prior,
+    silence_probability,
+)
 from components.models.tiny import build_tiny_model
 
 ITEM = Item(id="t/0", benchmark="gsm8k", question="What is 2 + 3?", answer="5", answer_type="numeric")
@@ -129,6 +135,47 @@ def test_silence_token_is_added_once_and_the_prior_is_reached(tiny):
     reached = set_silence_prior(model, prompts, tid, 0.05, temperature=0.8)
     assert 0.03 < reached < 0.08 and reached == pytest.approx(silence_probability(model, prompts, tid, 0.8))
     assert set_silence_prior(model, prompts, tid, 0.0) < 0.01
+
+
+
+def _per_prompt_probs(model, prompts, tid, temperature):
+    _, logits = first_token_states(model, prompts)
+    return torch.softmax(logits / temperature, dim=-1)[:, tid]
+
+
+def test_per_prompt_calibration_gives_every_prompt_the_prior():
+    """The per-prompt (ridge) fit puts each calibration prompt near the prior (on the real model, where
+    the mean-direction fit spreads them widely: tests/unit/test_models_smollm2.py)."""
+    model, tok = build_tiny_model(seed=5)
+    engine = RolloutEngine(model, tok, MasConfig(agents=3))
+    items = [Item(id=f"t/{k}", benchmark="gsm8k", question=q, answer="1", answer_type="numeric")
+             for k, q in enumerate(["What is 2 + 3?", "How many legs do 4 cats have?", "Add 10 and 15.",
+                                    "A train leaves at 3 pm and arrives at 5 pm. How long is the trip?",
+                                    "Name a prime above 10.", "What is half of 90?", "Is 7 odd?", "12 / 4 = ?"])]
+    prompts = engine.first_round_prompts(items)
+    assert len(prompts) == 24
+    tid = engine.silence_id
+    reached = set_silence_prior(model, prompts, tid, 0.1, temperature=0.5, method="per_prompt")
+    per_prompt = _per_prompt_probs(model, prompts, tid, 0.5)
+    assert reached == pytest.approx(float(per_prompt.mean()), rel=1e-4)
+    assert 0.08 < float(per_prompt.min()) and float(per_prompt.max()) < 0.12
+    mean_dir = set_silence_prior(model, prompts, tid, 0.1, temperature=0.5, method="mean_direction")
+    assert mean_dir == pytest.approx(float(_per_prompt_probs(model, prompts, tid, 0.5).mean()), rel=1e-4)
+    with pytest.raises(SilenceTokenError, match="silence_calibration"):
+        set_silence_prior(model, prompts, tid, 0.1, method="median")
+
+
+def test_calibration_items_sample_every_source_and_mean_direction_keeps_the_first():
+    from components.mas.prior import CALIBRATION_ITEMS, CALIBRATION_SAMPLE, calibration_items
+
+    items = [Item(id=f"{b}/{k}", benchmark=b, question=f"q{b}{k}", answer="1", answer_type="numeric")
+             for b in ("gsm8k", "svamp") for k in range(100)]
+    assert calibration_items(items, "mean_direction") == items[:CALIBRATION_ITEMS]
+    picked = calibration_items(items, "per_prompt")
+    assert len(picked) == CALIBRATION_SAMPLE and len(set(id(i) for i in picked)) == CALIBRATION_SAMPLE
+    assert {i.benchmark for i in picked} == {"gsm8k", "svamp"}  # the first 32 would all be gsm8k
+    assert calibration_items(items, "per_prompt") == picked  # seeded
+    assert len(calibration_items(items[:5], "per_prompt")) == 5  # fewer items than the sample: all of them
 
 
 def test_exploration_keeps_the_ratio_exact(tiny):

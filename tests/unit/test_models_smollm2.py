@@ -89,3 +89,45 @@ def test_lora_on_real_model_reference_is_base(converted):
             ref_logits = ref(ids).logits
         assert torch.allclose(ref_logits, base(ids).logits, atol=1e-5)
         assert not torch.allclose(lora(ids).logits, ref_logits, atol=1e-4)
+
+
+def test_silence_calibration_on_the_real_model(converted):
+    """SmolLM2's first-token states differ a lot between prompts: one direction scaled to the mean
+    target (``mean_direction``) leaves some prompts near 0 and others far above the prior, while the
+    ridge fit (``per_prompt``) gives every calibration prompt about the prior."""
+    import copy
+
+    from components.config import MasConfig
+    from components.data.item import Item
+    from components.mas.engine import RolloutEngine
+    from components.models.silence import ensure_silence_token, first_token_states, set_silence_prior
+
+    _, _, _, base, tok = converted[:5]
+    model = copy.deepcopy(base)
+    ensure_silence_token(model, tok, "<silent>")
+    engine = RolloutEngine(model, tok, MasConfig(agents=3, temperature=0.5))
+    questions = [("gsm8k", "numeric", "Tom has 3 boxes of 12 pens and gives away 7 pens. How many are left?"),
+                 ("gsm8k", "numeric", "A shop sells 45 apples a day. How many in a week?"),
+                 ("svamp", "numeric", "Dan had 9 marbles and lost 4. How many does he have now?"),
+                 ("mmlu", "choice", "Which gas do plants absorb?\nA. oxygen\nB. carbon dioxide\nC. helium\nD. neon"),
+                 ("mmlu", "choice", "The capital of France is\nA. Rome\nB. Madrid\nC. Paris\nD. Berlin"),
+                 ("aqua", "choice", "A car travels 60 km in 1.5 h. Its speed?\nA. 30\nB. 40\nC. 45\nD. 50\nE. 60"),
+                 ("math500", "math", "Find x if 2x + 3 = 11."),
+                 ("gsm8k", "numeric", "What is 15% of 80?")]
+    items = [Item(id=f"{b}/{k}", benchmark=b, question=q, answer="1", answer_type=t)
+             for k, (b, t, q) in enumerate(questions)]
+    prompts = engine.first_round_prompts(items)
+
+    def probs():
+        _, logits = first_token_states(model, prompts)
+        return torch.softmax(logits.float() / 0.5, dim=-1)[:, engine.silence_id]
+
+    set_silence_prior(model, prompts, engine.silence_id, 0.1, temperature=0.5, method="mean_direction")
+    one_direction = probs()
+    set_silence_prior(model, prompts, engine.silence_id, 0.1, temperature=0.5, method="per_prompt")
+    ridge = probs()
+    print(f"\nsilence prior 0.1 on {len(prompts)} prompts: mean_direction {one_direction.min():.3f}.."
+          f"{one_direction.max():.3f}, per_prompt {ridge.min():.3f}..{ridge.max():.3f}")
+    assert float(one_direction.max() - one_direction.min()) > 0.15
+    assert 0.06 < float(ridge.min()) and float(ridge.max()) < 0.16  # measured 0.082..0.139
+

@@ -12,7 +12,8 @@ sampling interval can be missed; a tensor of gigabytes lives far longer than 10 
 
 CUDA: ``torch.cuda.reset_peak_memory_stats`` / ``max_memory_allocated`` (what the caching
 allocator handed to tensors), which is exact and touches nothing else. Values are GiB. Where
-``/proc`` is missing (not Linux), host peaks are not reported.
+``/proc`` is missing (not Linux), host peaks are not reported. With several ranks the trainer logs
+the largest rank's peak (every rank logs the same figures).
 """
 
 from __future__ import annotations

@@ -256,22 +256,25 @@ class GSPOTrainer:
             grad_norms.append(self.engine.update([(int(m.numel()), lambda m=m: micro_loss(m)) for m in part]))
         return loss_metrics, grad_norms
 
-    def _all_ranks(self, local: dict[str, float], tokens: int, rollout_s: float) -> dict[str, float]:
-        """This rank's loss metrics as all-rank means, and the rollout throughput of all ranks (their
-        tokens over the slowest rank's rollout time): one all-gather; every rank returns the same."""
+    def _all_ranks(self, local: dict[str, float], tokens: int, rollout_s: float,
+                   peaks: dict[str, float]) -> dict[str, float]:
+        """This rank's loss metrics as all-rank means, the rollout throughput of all ranks (their
+        tokens over the slowest rank's rollout time) and the peak memory of the most loaded rank
+        (what decides whether a node runs out): one all-gather; every rank returns the same."""
         from components.gspo.distributed import all_gather_objects
 
-        payload = (local, tokens, rollout_s)
+        payload = (local, tokens, rollout_s, peaks)
         parts = all_gather_objects(payload) if self.dist.world_size > 1 else [payload]
         out = {k: float(np.mean([p[0][k] for p in parts])) for k in local}
         out["perf/rollout_tokens_per_s"] = sum(p[1] for p in parts) / max(max(p[2] for p in parts), 1e-9)
+        out |= {k: max(p[3].get(k, 0.0) for p in parts) for k in peaks}
         return out
 
     def train_step(self) -> StepResult:
         """Play → reward → batch (one gather) → μ updates → dual ascent → metrics."""
         cfg, g = self.cfg, self.cfg.gspo
         t0 = time.perf_counter()
-        peaks = PhasePeaks(self.device)  # this rank's peak memory in each phase
+        peaks = PhasePeaks(self.device)  # this rank's peak memory in each phase (logged: the largest rank's)
         self.engine.eval()
         with peaks.phase("rollout"), torch.no_grad(), self.engine.gathered_parameters():
             episodes = self.env.play(self._my_questions(), g.group_size, seed=g.seed * 100_003 + self.step_idx)
@@ -284,10 +287,10 @@ class GSPOTrainer:
         if cfg.budget.enabled:
             self.controller.update(batch.mean_tokens)
         local = self._last_kl_base | {k: float(np.mean([m[k] for m in loss_metrics])) for k in loss_metrics[0]}
-        metrics = dict(batch.metrics) | self._all_ranks(local, sum(m.completion_tokens for m in batch.messages), t_roll)
+        metrics = dict(batch.metrics) | self._all_ranks(local, sum(m.completion_tokens for m in batch.messages), t_roll,
+                                                        peaks.metrics())
         metrics |= {"gspo/grad_norm": float(np.mean(grad_norms)), "train/lambda_tok": lam,
                     "train/budget": self.controller.target, "perf/step_s": time.perf_counter() - t0}
-        metrics |= peaks.metrics()
         self.step_idx += 1
         self.history.append({"step": float(self.step_idx)} | metrics)
         return StepResult(self.step_idx, metrics, episodes)

@@ -64,10 +64,10 @@ class ModelConfig(_Section):
     gradient_checkpointing: bool = Field(False, description="trade compute for activation memory")
     silence_prior: float = Field(0.0, ge=0.0, lt=1.0,
                                  description="initial P(silence) as a reply's first token (0 = the untrained row)")
-    silence_calibration: Literal["per_prompt", "mean_direction"] = Field(
-        "per_prompt", description="how the silence row is fit: per_prompt = a ridge fit giving every calibration "
-                                  "prompt the prior; mean_direction = one direction, its mean logit on target (the "
-                                  "earlier method, kept by the results and proof profiles)")
+    silence_calibration: Literal["mean_direction", "per_prompt"] = Field(
+        "mean_direction", description="how the silence row is fit: mean_direction = one direction, its mean logit "
+                                      "on target (every committed run); per_prompt = a ridge fit giving every "
+                                      "calibration prompt the prior (evener, but the proof recipe collapsed with it)")
 
 
 class MasConfig(_Section):

@@ -36,7 +36,7 @@ def calibration_items(items: Sequence[Item], method: str) -> list[Item]:
 
 
 def apply_silence_prior(model: Any, tokenizer: Any, cfg: MasConfig, items: Sequence[Item], prior: float,
-                        method: str = "per_prompt") -> float:
+                        method: str = "mean_direction") -> float:
     """Set the silence row of ``model`` for P(silence first) ≈ ``prior`` (``model.silence_calibration``
     ``method``); returns the mean reached on the calibration prompts."""
     engine = RolloutEngine(model, tokenizer, cfg)

@@ -14,12 +14,13 @@ prompts (:func:`set_silence_prior`). For each prompt the wanted silence logit is
 ``t_i = T · (logsumexp_j≠s(z_ij / T) + log(p / (1 − p)))``, which gives it probability ``p`` at
 sampling temperature ``T``. Two fits of the row ``w`` (``model.silence_calibration``):
 
-* ``per_prompt`` (default): ridge regression ``min ‖H w − t‖² + α‖w‖²`` (:data:`RIDGE`, relative
+* ``per_prompt``: ridge regression ``min ‖H w − t‖² + α‖w‖²`` (:data:`RIDGE`, relative
   to the mean ``‖h‖²``), so every calibration prompt gets about ``p``.
-* ``mean_direction`` (the earlier method): ``w = s · d`` with ``d`` the mean direction and ``s``
-  putting the mean of ``h_i · w`` on the mean target. Silence probability is convex in the logit
-  and SmolLM2's prompts spread widely along ``d``, so the realised rate is uneven (0.000 to 0.94
-  over 24 first-round prompts at ``p`` = 0.1, ``tests/unit/test_models_smollm2.py``).
+* ``mean_direction`` (the default; every committed run): ``w = s · d`` with ``d`` the mean
+  direction and ``s`` putting the mean of ``h_i · w`` on the mean target. Silence probability is
+  convex in the logit and SmolLM2's prompts spread widely along ``d``, so the realised rate is
+  uneven (0.000 to 0.94 over 24 first-round prompts at ``p`` = 0.1,
+  ``tests/unit/test_models_smollm2.py``).
 
 Measured by ``bench/silence_prior.py`` on SmolLM2-135M (bf16, ``p`` = 0.1, T 0.5), on the
 first-round prompts of 32 training items that neither fit used (mean / median / 10th / 90th
@@ -29,6 +30,11 @@ percentile of P(silence first); share of prompts within [p/2, 2p]):
 |---|---|---|
 | GSM8K train | 0.136 / 0.063 / 0.004 / 0.387; 0.23 | 0.144 / 0.083 / 0.026 / 0.322; 0.50 |
 | MMLU val + AQuA dev | 0.022 / 0.005 / 0.000 / 0.049; 0.07 | 0.116 / 0.097 / 0.047 / 0.190; 0.78 |
+
+Why the uneven fit stays the default: it is the one with a training result. The proof recipe
+(``silence_proof``, README) learned strategic silence with it; re-run with ``per_prompt`` (one
+seed) it collapsed into silence (96–100 % of messages silent from step 11, all from step 19;
+held-out accuracy 0.000).
 
 With tied input/output embeddings (SmolLM2) the input row changes too; prompts never contain the
 token (role prompts describe silence in words), so that row is only read after a silent reply has
@@ -113,12 +119,12 @@ RIDGE = 1e-3
 enough that calibration prompts land within ~10 % of the prior, large enough to keep the row's norm
 (and so unseen prompts' rates) in check; chosen on held-out prompts (see the module docstring)."""
 
-CALIBRATIONS = ("per_prompt", "mean_direction")
+CALIBRATIONS = ("mean_direction", "per_prompt")
 
 
 @torch.no_grad()
 def set_silence_prior(model: torch.nn.Module, prompts: Sequence[Sequence[int]], token_id: int, prior: float,
-                      temperature: float = 1.0, method: str = "per_prompt") -> float:
+                      temperature: float = 1.0, method: str = "mean_direction") -> float:
     """Set the silence row so that P(silence first) ≈ ``prior`` on ``prompts`` when sampling at
     ``temperature`` (``method``: see the module docstring); returns the mean probability reached
     on ``prompts`` (measured after setting). ``prior = 0`` zeroes the row."""

@@ -9,7 +9,8 @@ experiment it needs has no results file. The rules (:mod:`components.experiments
   ``sqrt(se_a² + se_b²)`` and the evidence says so;
 * a claim never PASSes on a trained run that did not move away from its base policy, and a claim
   that compares two trained runs (b, d, e) is INCONCLUSIVE unless both moved;
-* budget tracking (c) is judged over the last >= 64 training episodes, two-sided;
+* budget tracking (c) is judged over the last >= 64 training episodes, two-sided, and a run inside
+  the band counts only if λ_tok had settled there (not clipped, not still sweeping), else INCONCLUSIVE;
 * two experiments run under different settings (:data:`.definitions.SETTINGS_KEYS`: model, agents,
   rounds, message cap, context, item sample) are not comparable: INCONCLUSIVE, whatever the numbers.
 
@@ -27,7 +28,15 @@ from typing import Literal
 
 from components.experiments.definitions import settings_diff
 from components.experiments.results import EvalCell, ResultsFile, pooled_tokens_mean
-from components.experiments.stats import WINDOW, Movement, Paired, last_episodes, movement, paired_macro
+from components.experiments.stats import (
+    WINDOW,
+    Movement,
+    Paired,
+    controller_settled,
+    last_episodes,
+    movement,
+    paired_macro,
+)
 
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN", "REPORTED"]
 """REPORTED: numbers shown with no verdict (the claim has no target)"""
@@ -293,10 +302,13 @@ def claim_c(results: Mapping[str, ResultsFile]) -> Claim:
             continue
         rel = mean / res.budget.target - 1.0
         ok = abs(rel) <= BUDGET_TOLERANCE
+        settled, settle_why = controller_settled(res.history) if ok else (True, "")
         if counted:
-            verdicts.append(ok)
+            verdicts.append(ok if settled else None)
         lines.append(f"{name}: last {n} episodes mean {mean:.1f} vs B {res.budget.target:.1f} ({res.budget.measure} "
                      f"tokens) = {rel:+.1%} -> {'within' if ok else 'outside'}" + ("" if counted else " (not counted)"))
+        if not settled:
+            lines.append(f"{name}: {settle_why}: inside the band, but not held by λ")
         lines.extend(_held_out_line(name, res))
     if not verdicts:
         return Claim("c", title, "NOT RUN", lines or [f"needs a trained, budgeted {' or '.join(TRAINED)}"])

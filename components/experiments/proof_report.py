@@ -8,7 +8,8 @@ Targets (fixed before the run, from the silence issue):
   difference's standard error from the per-item differences);
 * (P3) total tokens (prompt + completion) per episode <= 0.5 x the untrained MAS's;
 * (P4) the dual controller holds mean completion tokens per episode within ±10 % of B (two-sided)
-  over the last >= 64 training episodes;
+  over the last >= 64 training episodes; inside the band but with λ_tok clipped or still sweeping
+  over those steps is INCONCLUSIVE (:func:`components.experiments.stats.controller_settled`);
 * (P5) λ = 0 on the same task is reported, whatever it shows (REPORTED: no verdict).
 
 A PASS needs a run that moved away from its base policy (KL from the base >= 1e-3, or held-out
@@ -23,7 +24,15 @@ from pathlib import Path
 from components.experiments import plots
 from components.experiments.claims import Claim
 from components.experiments.proof import ProofResults
-from components.experiments.stats import WINDOW, ItemColumns, Movement, last_episodes, movement, paired
+from components.experiments.stats import (
+    WINDOW,
+    ItemColumns,
+    Movement,
+    controller_settled,
+    last_episodes,
+    movement,
+    paired,
+)
 
 SILENT_UNINFORMED, SPEAKING_INFORMED = 0.80, 0.10
 ACCURACY, MARGIN, TOKEN_SHARE, BAND = 0.90, 0.20, 0.50, 0.10
@@ -81,13 +90,17 @@ def proof_claims(res: ProofResults) -> list[Claim]:
     got = float("nan") if got_or_none is None else got_or_none
     err = (got - target) / target if target == target and target else float("nan")
     ok = n >= WINDOW and abs(err) <= BAND
+    settled, settle_why = controller_settled(run.history) if ok else (None, "")
+    status = _status(ok, moved) if not ok or settled else "INCONCLUSIVE"
     out.append(Claim("P4", f"mean completion tokens per episode within ±{BAND:.0%} of B over the last >= {WINDOW} "
-                     "training episodes (two-sided)", _status(ok, moved), [
+                     "training episodes (two-sided), held by the controller", status, [
                          f"B = {fraction:g} x {untrained_mean:.1f} "
                          f"(the untrained policy's sampled completion tokens per training episode, "
                          f"{int(float(cal.get('episodes', 0)))} episodes before step 1) = {target:.1f}",
                          f"last {n} training episodes: {got:.1f} tokens ({err:+.1%} from B)",
-                         *_why_off_budget(run.history, err, str(res.recipe.get("budget.mode") or "cap"))]))
+                         *_why_off_budget(run.history, err, str(res.recipe.get("budget.mode") or "cap")),
+                         *([settle_why + ("" if settled else ": inside the band, but not held by λ")]
+                           if ok else [])]))
     lam0 = cell["lambda0"]
     out.append(Claim("P5", "λ = 0 on the same task (reported, no verdict)", "REPORTED" if res.runs.get("lambda0") else
                      "NOT RUN", [

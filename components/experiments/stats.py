@@ -8,7 +8,10 @@
   (``gspo/kl_base``) reached :data:`KL_MOVED`, or when its held-out completion tokens per item
   differ from the untrained MAS's by more than :data:`Z` paired standard errors. A comparison
   between runs that did not move compares the base policy with itself: INCONCLUSIVE, never PASS.
-* Budget tracking is judged over the last :data:`WINDOW` or more training episodes, two-sided.
+* Budget tracking is judged over the last :data:`WINDOW` or more training episodes, two-sided,
+  and a met band counts as *held by the controller* only if λ_tok had settled over those steps
+  (:func:`controller_settled`): a band met while λ sat clipped at a bound, or while λ was still
+  sweeping, is where the policy happened to sit, not a set point the dual held (INCONCLUSIVE).
 
 Hand-written: these are a few lines of arithmetic over lists (mean, sample standard deviation);
 scipy would add a dependency for nothing a reader could not check by eye.
@@ -29,6 +32,9 @@ Z = 2.0
 """paired standard errors a held-out token difference must exceed to count as movement"""
 WINDOW = 64
 """training episodes (at least) over which budget tracking is judged"""
+DRIFT = 0.25
+"""largest net change of λ_tok across the judged window, as a share of the range λ covered over the run,
+for the controller to count as settled"""
 
 
 class ItemColumns(BaseModel):
@@ -131,3 +137,45 @@ def last_episodes(history: Sequence[Mapping[str, float]], key: str, window: int 
         if weight >= window:
             break
     return (total / weight if weight else None), int(weight)
+
+
+def _window_steps(history: Sequence[Mapping[str, float]], key: str, window: int) -> list[Mapping[str, float]]:
+    """The last steps holding ``key`` whose episodes add up to >= ``window`` (oldest first)."""
+    out: list[Mapping[str, float]] = []
+    weight = 0.0
+    for h in reversed(history):
+        if key not in h or "train/episodes" not in h:
+            continue
+        out.append(h)
+        weight += float(h["train/episodes"])
+        if weight >= window:
+            break
+    return out[::-1]
+
+
+def controller_settled(history: Sequence[Mapping[str, float]], window: int = WINDOW) -> tuple[bool | None, str]:
+    """Had the dual controller settled over the steps :func:`last_episodes` judges? (None: no λ logged.)
+
+    ``train/lambda_tok`` is the λ each step's batch was rewarded with. Not settled when
+    - λ is the same in every step of the window: dual ascent on a non-zero error always moves λ, so a
+      constant λ was clipped at a bound (or the dual was off) and could not act on token use; or
+    - λ's net change across the window exceeds :data:`DRIFT` of the range it covered over the run:
+      the controller was still integrating an error the policy did not answer.
+    Either way tokens inside the band sit where the policy settled, not where λ held them.
+    """
+    steps = _window_steps(history, "train/budget_tokens", window)
+    lam = [float(h["train/lambda_tok"]) for h in steps if "train/lambda_tok" in h]
+    run = [float(h["train/lambda_tok"]) for h in history if "train/lambda_tok" in h]
+    if len(lam) < 2:
+        return None, "λ_tok not logged for the judged steps"
+    first, last = lam[0], lam[-1]
+    if max(lam) - min(lam) <= 1e-9:
+        return False, (f"λ_tok was {last:.3f} in all {len(lam)} judged steps: clipped at a bound (or the dual was "
+                       "off), so it did not act on token use")
+    span = max(run) - min(run)
+    if abs(last - first) > DRIFT * span:
+        return False, (f"λ_tok still moving: {first:+.3f} -> {last:+.3f} over the {len(lam)} judged steps, "
+                       f"{abs(last - first) / span:.0%} of its range over the run [{min(run):+.3f}, {max(run):+.3f}] "
+                       f"(settled: <= {DRIFT:.0%})")
+    return True, (f"λ_tok settled: {first:+.3f} -> {last:+.3f} over the {len(lam)} judged steps "
+                  f"(<= {DRIFT:.0%} of its range over the run [{min(run):+.3f}, {max(run):+.3f}])")

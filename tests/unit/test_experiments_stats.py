@@ -11,7 +11,7 @@ from helpers.experiments_fixtures import baselines, cell, columns, history, make
 
 from components.experiments import ResultsFileError, load_results, write_results
 from components.experiments.claims import all_claims
-from components.experiments.stats import ItemColumns, last_episodes, movement, paired, paired_macro
+from components.experiments.stats import ItemColumns, controller_settled, last_episodes, movement, paired, paired_macro
 
 N = 100
 BASE_CORRECT = [i % 10 < 3 for i in range(N)]  # 30 % correct, the same items every time
@@ -106,6 +106,37 @@ def test_budget_rule_needs_64_episodes_and_is_two_sided():
     mean, n = last_episodes(history([50, 100, 200], episodes=40), "train/budget_tokens")
     assert (mean, n) == (150.0, 80)  # the last two steps: the first with 64+ episodes
     assert last_episodes([{"train/budget_tokens": 1.0}], "train/budget_tokens") == (None, 0)
+
+
+def test_budget_rule_inside_the_band_needs_a_settled_controller():
+    def status(hist):
+        return _status({"gspo_b25": trained("gspo_b25", 0.3, 1000, hist, budget_target=100.0)})["c"]
+
+    def with_lambda(lam):
+        return [h | {"train/lambda_tok": x} for h, x in zip(history([150, 120, 100, 101, 99]), lam, strict=True)]
+
+    assert status(with_lambda([0.1, 0.3, 0.25, 0.27, 0.26])) == "PASS"
+    assert status(with_lambda([0.1, 0.5, 0.5, 0.5, 0.5])) == "INCONCLUSIVE"  # clipped at λ_max in the window
+    claim = next(c for c in all_claims({"gspo_b25": trained("gspo_b25", 0.3, 1000, with_lambda(
+        [0.5, 0.4, 0.3, 0.2, 0.1]), budget_target=100.0)}) if c.key == "c")
+    assert claim.status == "INCONCLUSIVE"  # still sweeping down through the judged steps
+    assert any("λ_tok still moving: +0.300 -> +0.100" in line and "not held by λ" in line for line in claim.evidence)
+    assert status(with_lambda([0.1, 0.5, 0.5, 0.5, 0.5])[:3] + history([130, 130], episodes=22)) == "FAIL"
+
+
+def test_controller_settled_rule():
+    def hist(lam, episodes=8.0):
+        return [{"train/budget_tokens": 10.0, "train/episodes": episodes, "train/lambda_tok": x} for x in lam]
+
+    ok, why = controller_settled(hist([0.5, 0.0] + [0.1, 0.12] * 4))
+    assert ok and "settled: +0.100 -> +0.120" in why
+    assert controller_settled(hist([0.5] * 10))[0] is False          # clipped (or the dual off)
+    assert controller_settled(hist([0.0, 0.5] + [0.1] * 8))[0] is False  # a slack cap: λ at λ_min
+    ok, why = controller_settled(hist([0.4, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1, -0.2, -0.3, -0.4]))
+    assert ok is False and "+0.300 -> -0.400 over the 8 judged steps, 87% of its range" in why
+    assert controller_settled(hist([0.5, 0.1], episodes=40))[0] is False  # two steps, still moving
+    assert controller_settled([{"train/budget_tokens": 1.0, "train/episodes": 64.0}]) == (
+        None, "λ_tok not logged for the judged steps")
 
 
 def test_fixture_cell_is_consistent():

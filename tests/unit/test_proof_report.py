@@ -1,6 +1,7 @@
 """The silence proof's verdicts (P1-P5) from a results file, and the P4 budget verdict with its
-explanation: within the band -> PASS; outside because no group had reward spread -> FAIL naming it;
-a slack cap -> FAIL naming that. Built on the committed results file's shape, histories crafted."""
+explanation: within the band with λ settled -> PASS, with λ clipped or still sweeping -> INCONCLUSIVE;
+outside because no group had reward spread -> FAIL naming it; a slack cap -> FAIL naming that.
+Built on the committed results file's shape, histories crafted."""
 
 from __future__ import annotations
 
@@ -31,10 +32,33 @@ def _p4(res: ProofResults):
     return next(c for c in proof_claims(res) if c.key == "P4")
 
 
-def test_p4_passes_within_the_band_over_64_episodes():
-    p4 = _p4(_proof([30.0] * 4 + [13.0, 14.0, 12.5, 13.5, 13.0, 12.8, 13.9, 12.6], [0.4] * 12, flat=False))
+SETTLED = [0.4, 0.4, 0.3, 0.1, 0.02, -0.01, 0.01, 0.03, 0.0, -0.02, 0.01, 0.02]
+
+
+def test_p4_passes_within_the_band_over_64_episodes_with_lambda_settled():
+    p4 = _p4(_proof([30.0] * 4 + [13.0, 14.0, 12.5, 13.5, 13.0, 12.8, 13.9, 12.6], SETTLED, flat=False))
     assert p4.status == "PASS", p4.evidence
     assert "last 64 training episodes: 13.2 tokens (-0.3% from B)" in p4.evidence
+    assert any(line.startswith("λ_tok settled: +0.020 -> +0.020") for line in p4.evidence), p4.evidence
+
+
+def test_p4_inside_the_band_with_lambda_clipped_is_inconclusive():
+    """λ at its ceiling in every judged step: the controller asked for fewer tokens than it got, the
+    band was met by where the policy sat."""
+    p4 = _p4(_proof([30.0] * 4 + [13.0, 14.0, 12.5, 13.5, 13.0, 12.8, 13.9, 12.6], [0.4] * 12, flat=False))
+    assert p4.status == "INCONCLUSIVE", p4.evidence
+    assert any("λ_tok was 0.400 in all 8 judged steps: clipped at a bound" in line for line in p4.evidence)
+
+
+def test_p4_inside_the_band_while_lambda_sweeps_is_inconclusive():
+    """The measured run C (target mode, adv_std_floor 0.2): -9.3 % from B while λ_tok swept from -0.13
+    to -0.40 without raising token use."""
+    tokens = [44.0] * 4 + [11.875, 11.875, 11.0, 15.375, 10.875, 11.625, 11.5, 11.75]
+    lam = [0.4, 0.4, 0.4, 0.09, -0.127, -0.178, -0.229, -0.313, -0.231, -0.32, -0.38, -0.4]
+    p4 = _p4(_proof(tokens, lam, flat=False))
+    assert p4.status == "INCONCLUSIVE", p4.evidence
+    assert any("λ_tok still moving: -0.127 -> -0.400 over the 8 judged steps, 34% of its range" in line
+               for line in p4.evidence), p4.evidence
 
 
 def test_p4_fails_and_says_no_group_had_reward_spread():

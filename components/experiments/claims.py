@@ -276,7 +276,7 @@ def claim_c(results: Mapping[str, ResultsFile]) -> Claim:
     """Every Agent-GSPO run (B25, B50) within ±10 % of its B; the ablations that also carry a budget are
     listed but not counted (tracking is the method's claim, not the ablations')."""
     title = (f"Mean tokens tracked the budget B within ±{BUDGET_TOLERANCE:.0%} (two-sided) over the last "
-             f">= {WINDOW} training episodes")
+             f">= {WINDOW} training episodes, held by the controller")
     lines: list[str] = []
     verdicts: list[bool | None] = []
     for name, res in results.items():

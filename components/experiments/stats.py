@@ -168,6 +168,8 @@ def controller_settled(history: Sequence[Mapping[str, float]], window: int = WIN
     run = [float(h["train/lambda_tok"]) for h in history if "train/lambda_tok" in h]
     if len(lam) < 2:
         return None, "λ_tok not logged for the judged steps"
+    if not all(math.isfinite(x) for x in run):
+        return None, "λ_tok not finite in every step: cannot tell whether the controller settled"
     first, last = lam[0], lam[-1]
     if max(lam) - min(lam) <= 1e-9:
         return False, (f"λ_tok was {last:.3f} in all {len(lam)} judged steps: clipped at a bound (or the dual was "

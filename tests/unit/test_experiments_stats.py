@@ -137,6 +137,8 @@ def test_controller_settled_rule():
     assert controller_settled(hist([0.5, 0.1], episodes=40))[0] is False  # two steps, still moving
     assert controller_settled([{"train/budget_tokens": 1.0, "train/episodes": 64.0}]) == (
         None, "λ_tok not logged for the judged steps")
+    assert controller_settled(hist([0.5, 0.0] + [0.1, math.nan] * 4))[0] is None  # a crafted or broken log
+    assert controller_settled(hist([math.inf, 0.0] + [0.1, 0.12] * 4))[0] is None
 
 
 def test_fixture_cell_is_consistent():

@@ -158,7 +158,9 @@ def controller_settled(history: Sequence[Mapping[str, float]], window: int = WIN
 
     ``train/lambda_tok`` is the λ each step's batch was rewarded with. Not settled when
     - λ is the same in every step of the window: dual ascent on a non-zero error always moves λ, so a
-      constant λ was clipped at a bound (or the dual was off) and could not act on token use; or
+      constant λ was clipped at a bound (or the dual was off): a fixed price, not regulation;
+    - λ sits exactly at the edge of its range over the run in at least half (and >= 2) of the judged
+      steps (a value dual ascent repeats only when it is clipped); or
     - λ's net change across the window exceeds :data:`DRIFT` of the range it covered over the run:
       the controller was still integrating an error the policy did not answer.
     Either way tokens inside the band sit where the policy settled, not where λ held them.
@@ -173,7 +175,12 @@ def controller_settled(history: Sequence[Mapping[str, float]], window: int = WIN
     first, last = lam[0], lam[-1]
     if max(lam) - min(lam) <= 1e-9:
         return False, (f"λ_tok was {last:.3f} in all {len(lam)} judged steps: clipped at a bound (or the dual was "
-                       "off), so it did not act on token use")
+                       "off), a fixed price, not a controller regulating token use")
+    for edge in (max(run), min(run)):
+        k = sum(1 for x in lam if x == edge)
+        if k >= 2 and 2 * k >= len(lam):
+            return False, (f"λ_tok sat at {edge:.3f}, the edge of its range over the run (a clip), in {k} of "
+                           f"{len(lam)} judged steps: a fixed price, not a controller regulating token use")
     span = max(run) - min(run)
     if abs(last - first) > DRIFT * span:
         return False, (f"λ_tok still moving: {first:+.3f} -> {last:+.3f} over the {len(lam)} judged steps, "

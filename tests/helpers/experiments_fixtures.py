@@ -29,11 +29,11 @@ def cell(acc: float, tokens_total: int, n: int = 100, completion: int | None = N
 def history(budget_tokens: list[float], reward: list[float] | None = None, accuracy: float = 0.3,
             lam: float = 0.1, kl_base: float = 0.02, episodes: float = 22.0) -> list[dict[str, float]]:
     """One dict per step with the metrics the report reads (22 episodes a step: the last 3 steps
-    hold the 64 the budget rule needs; KL from the base 0.02: the run moved; λ_tok alternating by 0.01:
-    a controller that settled, so budget tracking inside the band counts as held)."""
+    hold the 64 the budget rule needs; KL from the base 0.02: the run moved; λ_tok alternating by ~0.01,
+    never the same value twice: a controller that settled, so budget tracking inside the band counts as held)."""
     reward = reward or [0.1] * len(budget_tokens)
     return [{"step": float(i + 1), "train/budget_tokens": t, "train/reward": r, "train/accuracy": accuracy,
-             "train/lambda_tok": lam + 0.01 * (i % 2), "train/budget": 100.0, "train/silence_rate": 0.2,
+             "train/lambda_tok": lam + 0.01 * (i % 2) + 1e-4 * i, "train/budget": 100.0, "train/silence_rate": 0.2,
              "train/tokens_completion": t, "gspo/grad_norm": 1.0, "silence/agent0_round0": 0.1,
              "silence/agent1_round1": 0.3, "gspo/kl_base": kl_base * (i + 1) / len(budget_tokens),
              "train/episodes": episodes}

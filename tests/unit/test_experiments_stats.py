@@ -137,6 +137,9 @@ def test_controller_settled_rule():
     assert controller_settled(hist([0.5, 0.1], episodes=40))[0] is False  # two steps, still moving
     assert controller_settled([{"train/budget_tokens": 1.0, "train/episodes": 64.0}]) == (
         None, "λ_tok not logged for the judged steps")
+    ok, why = controller_settled(hist([0.1, 0.3, 0.48, 0.49, 0.498, 0.5, 0.5, 0.5, 0.5, 0.5]))  # seed 1 of the proof
+    assert ok is False and "sat at 0.500, the edge of its range over the run (a clip), in 5 of 8" in why
+    assert controller_settled(hist([0.1, 0.3, 0.48, 0.5, 0.49, 0.5, 0.47, 0.46, 0.48, 0.49]))[0] is True  # 2 of 8
     assert controller_settled(hist([0.5, 0.0] + [0.1, math.nan] * 4))[0] is None  # a crafted or broken log
     assert controller_settled(hist([math.inf, 0.0] + [0.1, 0.12] * 4))[0] is None
 

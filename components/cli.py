@@ -14,7 +14,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from components.config import ALL_BENCHMARKS, Config, load_config
+from pydantic import ValidationError
+
+from components.config import ALL_BENCHMARKS, Config, ConfigError, format_errors, load_config
 from components.errors import UserError
 from components.jobs.base import ConfigSource
 
@@ -33,8 +35,16 @@ def _positive(text: str) -> int:
     return value
 
 
-def _benchmarks(text: str) -> list[str]:
+def _names(text: str) -> list[str]:
+    """A comma list that must name something: an empty one would silently mean "all"."""
     names = _csv(text)
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names nothing (give a comma list, or omit the flag for all)")
+    return names
+
+
+def _benchmarks(text: str) -> list[str]:
+    names = _names(text)
     unknown = [n for n in names if n not in ALL_BENCHMARKS]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown benchmark(s) {unknown} (allowed: {', '.join(ALL_BENCHMARKS)})")
@@ -77,8 +87,10 @@ def _cmd_validate(cfg: Config, args: argparse.Namespace) -> int:
 def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
     from components.data.prepare import load_split
     from components.scoring import score_predictions_file
+    from components.scoring.sandbox import hide_paths
 
     data_dir = Path(args.data or cfg.data.out_dir)
+    hide_paths(cfg.data.mirror, cfg.data.out_dir, data_dir)  # gold answers, wherever they were put
     records = load_split(data_dir, args.benchmark, args.split)
     summary = score_predictions_file(records, Path(args.predictions), Path(args.out) if args.out else None)
     print(json.dumps(summary, indent=2))
@@ -95,7 +107,10 @@ def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
 
     mas = cfg.mas.model_copy(update={k: v for k, v in (("agents", args.agents), ("rounds", args.rounds),
                                                         ("topology", args.topology)) if v is not None})
-    cfg = cfg.model_copy(update={"mas": type(cfg.mas).model_validate(mas.model_dump())})
+    try:
+        cfg = cfg.model_copy(update={"mas": type(cfg.mas).model_validate(mas.model_dump())})
+    except ValidationError as exc:
+        raise ConfigError(format_errors(exc, "--agents/--rounds/--topology")) from exc
     items = load_split(Path(args.data or cfg.data.out_dir), args.benchmark, args.split)[: args.limit]
     model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
                              silence_marker=cfg.mas.silence_marker)
@@ -300,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("experiments", help=helps["experiments"])
     exp_sub = p.add_subparsers(dest="experiments_command", required=True, metavar="ACTION")
     q = exp_sub.add_parser("run", parents=[common], help="train / evaluate the experiments of experiments.definitions")
-    q.add_argument("--only", type=_csv, default=None, help="comma list of experiment names (default: all)")
+    q.add_argument("--only", type=_names, default=None, help="comma list of experiment names (default: all)")
     q.add_argument("--limit", type=_positive, default=None, help="items per benchmark (overrides eval.limit)")
     q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
     q.add_argument("--no-track", action="store_true", help="do not log to MLflow")

@@ -15,13 +15,14 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from components.errors import UserError
 from components.redact import redact_value
+from components.yaml_strict import strict_load
 
 BENCHMARKS = ("mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval")
 """the seven benchmarks of the paper (the default evaluation)"""
@@ -35,27 +36,43 @@ class ConfigError(UserError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # inf is refused like NaN: no size, rate or limit of this schema means "unbounded" by infinity
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 BenchmarkName = Literal["mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval", "splitinfo"]
+Name = Annotated[str, Field(min_length=1, pattern=r"\S")]
+"""a name, path or URI: an empty or blank one would silently mean the current folder or nothing"""
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+"""what numpy, torch and Python's random all accept (and derived seeds stay in int64)"""
+TRAIN_SOURCE_RE = re.compile(r"^(?P<bench>[a-z0-9]+)/(?P<split>[A-Za-z0-9_.-]+)$")
 
 
 class DataConfig(_Section):
     benchmarks: list[BenchmarkName] = Field(
-        default_factory=lambda: list(ALL_BENCHMARKS), description="benchmarks to prepare and validate")
+        default_factory=lambda: list(ALL_BENCHMARKS), min_length=1, description="benchmarks to prepare and validate")
     mirror: str | None = Field("../shared/benchmarks", description="offline mirror folder (first source)")
     use_hub: bool = Field(True, description="fall back to the Hugging Face hub when the mirror lacks a file")
-    out_dir: str = Field("data", description="folder for prepared parquet files and manifest.json")
-    report_dir: str = Field("reports", description="folder for validation reports")
-    train_sources: list[str] = Field(default_factory=lambda: ["gsm8k/train"],
+    out_dir: Name = Field("data", description="folder for prepared parquet files and manifest.json")
+    report_dir: Name = Field("reports", description="folder for validation reports")
+    train_sources: list[str] = Field(default_factory=lambda: ["gsm8k/train"], min_length=1,
                                      description="benchmark/split pairs used as training questions")
+
+    @field_validator("train_sources")
+    @classmethod
+    def _sources_are_benchmark_splits(cls, value: list[str]) -> list[str]:
+        for source in value:
+            m = TRAIN_SOURCE_RE.match(source)
+            if m is None or m["bench"] not in ALL_BENCHMARKS:
+                raise ValueError(f"{source!r} must be 'benchmark/split' with benchmark one of "
+                                 f"{', '.join(ALL_BENCHMARKS)} (e.g. gsm8k/train)")
+        return value
 
 
 class ModelConfig(_Section):
-    name: str = Field("smollm2-135m-instruct",
+    name: Name = Field("smollm2-135m-instruct",
                       description="alias (smollm2-135m-instruct, tiny-random), HF hub id or local folder")
-    cache_dir: str = Field("~/.cache/agent-gspo/models", description="where converted models are cached")
+    cache_dir: Name = Field("~/.cache/agent-gspo/models", description="where converted models are cached")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="weights dtype; auto = bf16 on a bf16-capable GPU, else fp32; "
                             "float16 is for evaluation only (training refuses it: no loss scaling)")
@@ -84,7 +101,7 @@ class MasConfig(_Section):
         "simultaneous", description="cyclic topologies: one batched call per round, or agents one after another")
     max_message_tokens: int = Field(128, ge=1, description="hard cap on tokens per message")
     context_tokens: int = Field(1024, ge=64, description="budget of earlier messages kept in a prompt")
-    silence_marker: str = Field("<silent>",
+    silence_marker: Name = Field("<silent>",
                                 description="the silence token (added to the tokenizer as one special token)")
     temperature: float = Field(0.8, ge=0.0, le=2.0, description="sampling temperature")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
@@ -92,10 +109,16 @@ class MasConfig(_Section):
 
     @model_validator(mode="after")
     def _custom_needs_matrix(self) -> MasConfig:
+        n = self.agents
         if self.topology == "custom":
-            n = self.agents
             if self.adjacency is None or len(self.adjacency) != n or any(len(r) != n for r in self.adjacency):
                 raise ValueError(f"topology 'custom' needs mas.adjacency as a {n}x{n} matrix of 0/1")
+        elif self.adjacency is not None:
+            raise ValueError(f"mas.adjacency is read only with topology 'custom' (topology is {self.topology!r}): "
+                             "set mas.topology=custom or mas.adjacency=null")
+        bad = sorted({v for row in self.adjacency or [] for v in row} - {0, 1})
+        if bad:
+            raise ValueError(f"mas.adjacency must hold only 0 and 1 (found {bad})")
         return self
 
 
@@ -130,6 +153,8 @@ class BudgetConfig(_Section):
         if self.mode == "target" and self.lambda_min != 0.0:
             raise ValueError(f"budget.lambda_min={self.lambda_min!r} applies to mode 'cap' only; mode 'target' "
                              f"bounds lambda_tok by [-lambda_max, lambda_max] (remove budget.lambda_min)")
+        if self.lambda_min > self.lambda_max:
+            raise ValueError(f"budget.lambda_min={self.lambda_min!r} is above budget.lambda_max={self.lambda_max!r}")
         return self
 
 
@@ -157,8 +182,8 @@ class GspoConfig(_Section):
     engine: Literal["deepspeed", "torch"] = Field("deepspeed", description="training engine")
     checkpoint_every: int = Field(25, ge=1, description="checkpoint every N steps")
     keep_checkpoints: int = Field(3, ge=1, description="keep the last K checkpoints")
-    out_dir: str = Field("runs/train", description="checkpoints and final policy")
-    seed: int = Field(0, description="global seed")
+    out_dir: Name = Field("runs/train", description="checkpoints and final policy")
+    seed: Seed = Field(0, description="global seed")
 
 
 class DeepSpeedConfig(_Section):
@@ -176,35 +201,36 @@ class SearchConfig(_Section):
     budget_tokens: int = Field(0, ge=0, description="stop after this many rollout tokens (0 = no limit)")
     budget_seconds: float = Field(0.0, ge=0.0, description="stop after this wall-clock (0 = no limit)")
     max_tokens_per_episode: float = Field(400.0, gt=0.0, description="constraint on mean tokens per episode")
-    storage: str = Field("sqlite:///optuna.db", description="Optuna storage URL")
-    study_name: str = Field("agent-gspo", description="Optuna study name")
+    storage: Name = Field("sqlite:///optuna.db", description="Optuna storage URL")
+    study_name: Name = Field("agent-gspo", description="Optuna study name")
     trial_steps: int = Field(5, ge=1, description="training steps per trial")
     dev_items: int = Field(20, ge=1, description="held-out dev items per trial")
-    out_params: str = Field("search/best_params.yaml", description="best parameters file read by train")
+    out_params: Name = Field("search/best_params.yaml", description="best parameters file read by train")
 
 
 class EvalConfig(_Section):
     limit: int | None = Field(None, ge=1, description="items per benchmark (seeded sample); null = all")
-    benchmarks: list[str] = Field(default_factory=lambda: list(BENCHMARKS), description="benchmarks to evaluate")
+    benchmarks: list[BenchmarkName] = Field(default_factory=lambda: list(BENCHMARKS), min_length=1,
+                                            description="benchmarks to evaluate")
     baselines: list[Literal["single_cot", "self_consistency", "mas_untrained", "mas_prior"]] = Field(
         default_factory=lambda: ["single_cot", "self_consistency", "mas_untrained"], description="baselines")
     self_consistency_k: int = Field(5, ge=1, description="samples for self-consistency")
     batch_size: int = Field(16, ge=1, description="questions per rollout batch")
-    seed: int = Field(1234, description="seed of the item sample and sampling")
-    out_dir: str = Field("eval", description="evaluation outputs")
+    seed: Seed = Field(1234, description="seed of the item sample and sampling")
+    out_dir: Name = Field("eval", description="evaluation outputs")
     code_timeout_s: float = Field(10.0, gt=0.0, description="wall-clock limit per HumanEval program")
 
 
 class RegistryConfig(_Section):
-    model_name: str = Field("agent-gspo-policy", description="registered model name")
+    model_name: Name = Field("agent-gspo-policy", description="registered model name")
     accuracy_tolerance: float = Field(0.01, ge=0.0, le=1.0, description="allowed accuracy drop vs champion")
     max_token_ratio: float = Field(1.0, gt=0.0, description="candidate tokens may be at most this x champion's")
     min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="absolute bar for the first champion")
 
 
 class TrackingConfig(_Section):
-    uri: str = Field("sqlite:///mlflow.db", description="MLflow tracking URI")
-    experiment: str = Field("agent-gspo", description="MLflow experiment")
+    uri: Name = Field("sqlite:///mlflow.db", description="MLflow tracking URI")
+    experiment: Name = Field("agent-gspo", description="MLflow experiment")
     log_model: bool = Field(True, description="log and register the final policy")
     outage_wait_s: float = Field(900.0, ge=0.0, description="at the end of training, how long to wait for an "
                                  "unreachable tracking server (metrics are buffered meanwhile)")
@@ -262,9 +288,9 @@ class ExperimentDef(_Section):
 
 class ExperimentsConfig(_Section):
     profile: str = Field("results", description="profile `experiments run` uses when --profile is not given")
-    results_dir: str = Field("results", description="one <name>.json per experiment (committed)")
-    runs_dir: str = Field("runs/experiments", description="per-experiment training and evaluation folders")
-    report: str = Field("docs/results.md", description="generated report; PNGs go to <report dir>/<stem>/")
+    results_dir: Name = Field("results", description="one <name>.json per experiment (committed)")
+    runs_dir: Name = Field("runs/experiments", description="per-experiment training and evaluation folders")
+    report: Name = Field("docs/results.md", description="generated report; PNGs go to <report dir>/<stem>/")
     last_k: int = Field(5, ge=1, description="last training steps averaged when checking tokens against B")
     definitions: dict[str, ExperimentDef] = Field(default_factory=dict, description="name -> experiment")
 
@@ -385,11 +411,17 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"override {text!r}: expected section.key=value")
     key, raw = text.split("=", 1)
+    keys = key.strip().split(".")
+    if not all(k.strip() for k in keys):
+        raise ConfigError(f"override {text!r}: empty name in the key path {key.strip()!r} (expected section.key=value)")
+    if keys[0] in ("profile", "profiles"):
+        raise ConfigError(f"override {text!r}: {keys[0]} is not a setting; choose a profile with --profile NAME "
+                          "(or $AGENT_GSPO_PROFILE), and edit profiles in the params file")
     try:
-        value = yaml.safe_load(raw)
+        value = strict_load(raw)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: value is not valid YAML ({exc})") from exc
-    return key.strip().split("."), value
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({_one_line(exc)})") from exc
+    return keys, value
 
 
 def set_override(raw: dict[str, Any], text: str) -> None:
@@ -403,7 +435,8 @@ def set_override(raw: dict[str, Any], text: str) -> None:
     node[keys[-1]] = value
 
 
-def _format_errors(exc: ValidationError, source: str) -> str:
+def format_errors(exc: ValidationError, source: str) -> str:
+    """A pydantic error as ``source: invalid configuration`` plus one line per key path."""
     lines = [f"{source}: invalid configuration"]
     for err in exc.errors():
         path = ".".join(str(p) for p in err["loc"]) or "<root>"
@@ -415,36 +448,72 @@ def _format_errors(exc: ValidationError, source: str) -> str:
                 msg += f" (allowed: {', '.join(section.annotation.model_fields)})"
             elif len(err["loc"]) == 1:
                 msg += f" (allowed sections: {', '.join(k for k in Config.model_fields if k != 'profile')})"
-        got = f" (got {err.get('input')!r})" if err["loc"] else ""  # at the root the input is the whole config
+        shown = repr(err.get("input"))
+        # at the root, or under a model-level validator, the input is a whole section: the message names the keys
+        got = f" (got {shown if len(shown) <= 120 else shown[:117] + '...'})" if err["loc"] and not isinstance(
+            err.get("input"), dict) else ""
         lines.append(f"  {path}: {msg}{got}")
     return "\n".join(lines)
+
+
+def _one_line(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message (problem, context, a caret under the line) as one line."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
+def read_params_file(path: Path) -> dict[str, Any]:
+    """The mapping in a params file; :class:`ConfigError` naming the file for anything else
+    (unreadable, not UTF-8, not YAML, a repeated key, an alias, not a mapping)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte offset {exc.start})") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the params file: {exc.strerror or exc}") from exc
+    try:
+        loaded = strict_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {_one_line(exc)}") from exc
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections")
+    return loaded or {}
 
 
 def load_config(path: str | os.PathLike[str] | None = None, profile: str | None = None,
                 overrides: list[str] | None = None) -> Config:
     """Read ``params.yaml``, apply ``profiles[profile]``, ``$MLFLOW_TRACKING_URI``, then ``overrides``.
 
-    ``profile`` defaults to ``$AGENT_GSPO_PROFILE`` or ``default``. A missing file gives the
-    schema defaults. Raises :class:`ConfigError` naming the file, key path and allowed values.
+    ``profile`` defaults to ``$AGENT_GSPO_PROFILE`` or ``default``. Without ``path`` and
+    ``$AGENT_GSPO_PARAMS`` a missing ``params.yaml`` gives the schema defaults; a params file that
+    was named and is missing is an error. Raises :class:`ConfigError` naming the file, key path and
+    allowed values.
     """
-    path = Path(path) if path is not None else Path(os.environ.get("AGENT_GSPO_PARAMS", DEFAULT_PARAMS))
+    named = path is not None or bool(os.environ.get("AGENT_GSPO_PARAMS"))
+    path = Path(path) if path is not None else Path(os.environ.get("AGENT_GSPO_PARAMS") or DEFAULT_PARAMS)
+    if profile is not None and not profile.strip():
+        raise ConfigError("--profile: empty profile name (omit it for the default)")
     profile = profile or os.environ.get("AGENT_GSPO_PROFILE") or "default"
     raw: dict[str, Any] = {}
-    if path.exists():
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: top level must be a mapping of sections")
-        raw = loaded or {}
+    if path.exists() or path.is_symlink():
+        raw = read_params_file(path)
+    elif named:
+        raise ConfigError(f"{path}: params file not found")
+    if "profile" in raw:
+        raise ConfigError(f"{path}: 'profile' is not a section; choose a profile with --profile NAME "
+                          "(or $AGENT_GSPO_PROFILE)")
     profiles = raw.pop("profiles", {}) or {}
     if not isinstance(profiles, dict):
         raise ConfigError(f"{path}: profiles must be a mapping of name -> overrides")
     if profile != "default" or profile in profiles:
         if profile not in profiles and profile != "default":
-            raise ConfigError(f"{path}: unknown profile {profile!r} (allowed: default, {', '.join(profiles)})")
-        raw = deep_merge(raw, profiles.get(profile) or {})
+            names = ", ".join(dict.fromkeys(["default", *map(str, profiles)]))
+            raise ConfigError(f"{path}: unknown profile {profile!r} (allowed: {names})")
+        chosen = profiles.get(profile) or {}
+        if not isinstance(chosen, dict):
+            raise ConfigError(f"{path}: profiles.{profile} must be a mapping of sections (got {chosen!r})")
+        raw = deep_merge(raw, chosen)
     # environment the tools themselves honour: MLFLOW_TRACKING_URI beats the file, --set beats both
     if os.environ.get("MLFLOW_TRACKING_URI"):
         raw.setdefault("tracking", {})
@@ -456,4 +525,4 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, f"{path} (profile {profile})")) from exc
+        raise ConfigError(format_errors(exc, f"{path} (profile {profile})")) from exc

@@ -179,18 +179,22 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
     from components.tracking import git_commit
 
     commit = git_commit()  # the code that runs: HEAD may move during a run of hours
-    for exp in select(base, only):
-        if exp.kind == "proof":  # its own profile and task: see components/experiments/proof.py
-            from components.experiments.proof import proof_config, run_proof
+    from components.experiments.proof import proof_config, run_proof
 
-            cfg = proof_config(params, exp, str(exp.profile), user)
+    selected = select(base, only)
+    # every selected definition is validated before the first one runs: a bad override in the last
+    # experiment must not surface after hours of the others
+    configs = {exp.name: proof_config(params, exp, str(exp.profile), user) if exp.kind == "proof"
+               else experiment_config(base, exp, user_overrides=user) for exp in selected}
+    for exp in selected:
+        cfg = configs[exp.name]
+        if exp.kind == "proof":  # its own profile and task: see components/experiments/proof.py
             res: Any = run_proof(cfg, exp, overrides=list(exp.overrides) + [_recordable(t) for t in user],
                                  data_dir=Path(data_dir or cfg.data.out_dir), track=track, log=log, commit=commit)
         else:
             overrides = list(exp.overrides) + [_recordable(t) for t in user]
             if exp.budget_fraction is not None:
                 overrides.append(f"budget.fraction={exp.budget_fraction}")
-            cfg = experiment_config(base, exp, user_overrides=user)
             res = run_one(cfg, exp, overrides=overrides, data_dir=data, track=track, log=log, commit=commit)
         path = write_results(results / f"{exp.name}.json", res)
         log(f"[{exp.name}] wrote {path} ({res.wall_seconds:.0f} s)")

@@ -12,9 +12,10 @@ import abc
 import logging
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.config import Config, load_config
+from components.errors import UserError
 
 log = logging.getLogger("components.jobs")
 
@@ -53,6 +54,10 @@ class ConfigSource(BaseModel):
         return out
 
 
+class JobOptionError(UserError):
+    """A job built with an option outside its schema (e.g. a negative ``--budget-tokens``)."""
+
+
 class Job(BaseModel, abc.ABC):
     """One pipeline step: ``Job(cfg=..., <options>).run() -> <typed result>``."""
 
@@ -60,6 +65,17 @@ class Job(BaseModel, abc.ABC):
     KIND: ClassVar[str] = "job"
 
     cfg: Config = Field(description="the validated configuration (params.yaml + profile + overrides)")
+
+    def __init__(self, **data: Any) -> None:
+        """Options that fail the job's schema (a CLI flag, a flow parameter) are bad input: one
+        :class:`JobOptionError` naming each option, not a pydantic traceback."""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            bad = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<job>'}: {e['msg']}"
+                            + (f" (got {e['input']!r})" if isinstance(e.get("input"), str | int | float) else "")
+                            for e in exc.errors())
+            raise JobOptionError(f"{type(self).KIND}: invalid option(s): {bad}") from exc
 
     @abc.abstractmethod
     def run(self) -> Any:

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
+from components.errors import UserError
 from components.jobs.base import Job
 
 
@@ -43,6 +44,10 @@ class ReportJob(Job):
 
         results = self.results or self.cfg.experiments.results_dir
         out = self.out or self.cfg.experiments.report
+        if not Path(results).is_dir():  # a mistyped folder would overwrite the report with NOT RUN everywhere
+            what = "is not a folder" if Path(results).exists() else "results folder not found"
+            raise UserError(f"{results}: {what} (run `agent-gspo experiments run` first, or pass --results "
+                            "with the folder that holds the <experiment>.json files)")
         report = build_report(Path(results), Path(out),
                               command=f"agent-gspo experiments report --results {results} --out {out}")
         if self.metrics_file:

@@ -29,21 +29,28 @@ def _read_predictions(path: Path) -> list[tuple[int, Any, str]]:
     """(line number, id, prediction) per non-empty line; errors name the file and line."""
     if not path.is_file():
         raise ScoringError(f"predictions file {path} does not exist")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ScoringError(f"predictions file {path}: cannot read it: {exc.strerror or exc}") from exc
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ScoringError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from exc
-            if not isinstance(obj, dict) or "id" not in obj or "prediction" not in obj:
-                raise ScoringError(f"{path}:{lineno}: expected an object with keys 'id' and 'prediction'")
-            pred = obj["prediction"]
-            if pred is not None and not isinstance(pred, str):
-                raise ScoringError(f"{path}:{lineno}: 'prediction' must be a string or null")
-            rows.append((lineno, obj["id"], pred or ""))
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ScoringError(f"{path}:{lineno}: not UTF-8 text (byte {exc.start + 1} of the line)") from exc
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ScoringError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from exc
+        if not isinstance(obj, dict) or "id" not in obj or "prediction" not in obj:
+            raise ScoringError(f"{path}:{lineno}: expected an object with keys 'id' and 'prediction'")
+        pred = obj["prediction"]
+        if pred is not None and not isinstance(pred, str):
+            raise ScoringError(f"{path}:{lineno}: 'prediction' must be a string or null")
+        rows.append((lineno, obj["id"], pred or ""))
     return rows
 
 
@@ -60,6 +67,8 @@ def score_predictions_file(records: list[Item], predictions_path: Path, out_path
     records without a prediction.
     """
     predictions_path = Path(predictions_path)
+    if out_path is not None and Path(out_path).is_dir():
+        raise ScoringError(f"--out {out_path}: is a folder; give the path of a JSON-lines file to write")
     by_id = {item.id: item for item in records}
     rows = _read_predictions(predictions_path)
     unknown = [str(pid) for _, pid, _ in rows if str(pid) not in by_id]
@@ -73,10 +82,13 @@ def score_predictions_file(records: list[Item], predictions_path: Path, out_path
         seen[str(pid)] = lineno
     results = grade_many([(by_id[str(pid)], pred) for _, pid, pred in rows], workers=workers, timeout_s=timeout_s)
     if out_path is not None:
-        with atomic_path(out_path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-            for (_, pid, _), res in zip(rows, results, strict=True):
-                fh.write(json.dumps({"id": pid, "correct": res.correct, "extracted": res.extracted,
-                                     "error": res.error}) + "\n")
+        try:
+            with atomic_path(out_path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+                for (_, pid, _), res in zip(rows, results, strict=True):
+                    fh.write(json.dumps({"id": pid, "correct": res.correct, "extracted": res.extracted,
+                                         "error": res.error}) + "\n")
+        except OSError as exc:
+            raise ScoringError(f"--out {out_path}: cannot write it: {exc.strerror or exc}") from exc
     n, n_records = len(results), len(by_id)
     correct = sum(r.correct for r in results)
     return {

@@ -30,6 +30,7 @@ from components.config import parse_override
 from components.io import write_text_atomic
 from components.search.errors import SearchError
 from components.search.space import format_override
+from components.yaml_strict import strict_load
 
 
 def overrides_to_params(overrides: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -63,7 +64,9 @@ def load_best_params(path: str | os.PathLike[str]) -> list[str]:
         raise SearchError(f"{source}: best-params file not found (run `agent-gspo search` first, "
                           f"or point search.out_params at an existing file)")
     try:
-        doc = yaml.safe_load(source.read_text())
+        doc = strict_load(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SearchError(f"{source}: cannot read the best-params file: {exc}") from exc
     except yaml.YAMLError as exc:
         raise SearchError(f"{source}: not valid YAML: {exc}") from exc
     params = doc.get("params") if isinstance(doc, dict) else None

@@ -20,12 +20,14 @@ from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
 from components.tracking.backend import check_reachable, configure_http_retries, guarded
-from components.tracking.errors import ModelUriError
+from components.tracking.errors import ModelUriError, TrackingError
 
 REGISTERED_FILE = "registered_model.json"
 """Written into a trained policy folder once it is registered: evaluating the folder then records
 the results on that version (what the DVC pipeline does)."""
-MODELS_URI_RE = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[\w\-]+)|/(?P<version>\d+))?$")
+MODELS_URI_RE = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[\w\-]+)|/(?P<version>[0-9]+))?$")
+MAX_VERSION = 2**63 - 1
+"""the registry stores versions as 64-bit integers"""
 MISSING = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND")
 SHOWN = 8
 
@@ -44,10 +46,19 @@ class VersionRef:
 
 
 def registry_client(uri: str) -> MlflowClient:
-    """A client on ``uri`` (tracking and registry) that fails fast when the server is down."""
+    """A client on ``uri`` (tracking and registry) that fails fast when the server is down.
+
+    Every caller reads a registry that must already hold models, so a ``sqlite:///`` database that
+    does not exist is an error here, not an empty database created as a side effect of a lookup.
+    """
+    if uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
+        db = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+        if not db.is_file():
+            raise TrackingError(f"no MLflow database at {db} (tracking.uri {uri}): nothing is registered there; "
+                                "train first, or point tracking.uri / $MLFLOW_TRACKING_URI at your registry")
     configure_http_retries()
     check_reachable(uri)
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+    return guarded(uri, "open the registry", lambda: MlflowClient(tracking_uri=uri, registry_uri=uri))
 
 
 def parse_models_uri(text: str) -> tuple[str, str | None, str | None]:
@@ -56,6 +67,8 @@ def parse_models_uri(text: str) -> tuple[str, str | None, str | None]:
     if match is None:
         raise ModelUriError(f"model {text!r}: expected models:/<name>, models:/<name>/<version> or "
                             f"models:/<name>@<alias> (stages are not used; use aliases such as @champion)")
+    if match["version"] is not None and not 1 <= int(match["version"]) <= MAX_VERSION:
+        raise ModelUriError(f"model {text!r}: no version {match['version']} (registry versions count from 1)")
     return match["name"], match["version"], match["alias"]
 
 

@@ -1,0 +1,49 @@
+"""``yaml.safe_load`` without the two traps of a hand-edited params file.
+
+- A repeated key: YAML keeps the last one without a word, so a second ``mas:`` section silently
+  replaces the first and a setting the user can see in the file has no effect.
+- Aliases (``*name``): they expand by reference, so a few lines can build a structure of 10⁹
+  elements ("billion laughs") that hangs the loader and exhausts memory. A params file has no use
+  for them (``profiles:`` already merges), so they are refused outright rather than counted.
+
+PyYAML has no switch for either; the subclass below is the smallest hook into its loader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+
+
+class StrictSafeLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases and repeated mapping keys (errors carry line and column)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102 - PyYAML hook
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ComposerError(None, None, f"found alias *{event.anchor}: aliases are not allowed here "
+                                "(write the value out)", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: D102 - PyYAML hook
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                if first is not None:
+                    raise ConstructorError(None, None, f"duplicate key {key!r} (first on line {first + 1})",
+                                           key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def strict_load(text: str) -> Any:
+    """Parse YAML ``text`` like ``yaml.safe_load``; raises ``yaml.YAMLError`` on an alias or a repeated key."""
+    return yaml.load(text, Loader=StrictSafeLoader)  # noqa: S506 - a SafeLoader subclass

@@ -1,0 +1,129 @@
+"""Hostile and careless input to the params file, --set and CLI options: always one message naming
+what is wrong and where, exit 2, never a traceback, a hang, or a silently ignored setting."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from components.cli import main
+from components.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CUSTOM = ["mas.topology=custom", "mas.agents=2"]
+
+
+def _file(tmp_path: Path, name: str, content: bytes | str) -> Path:
+    path = tmp_path / name
+    path.write_bytes(content.encode() if isinstance(content, str) else content)
+    return path
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ("mas:\n  agents: 3\n  agents: 99\n", r"line 3, column 3: duplicate key 'agents' \(first on line 2\)"),
+    ("mas: {agents: 3}\nreward: {}\nmas: {rounds: 2}\n", r"duplicate key 'mas' \(first on line 1\)"),
+    ("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     "c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n", r"found alias \*a"),
+    (b"mas:\n  agents: \xff\n", r"not UTF-8 text \(byte offset 15\)"),
+    ("- mas\n- reward\n", "top level must be a mapping"),
+    ("profile: smoke\n", "'profile' is not a section"),
+    ("profiles:\n  smoke: 5\n", r"profiles.smoke must be a mapping of sections \(got 5\)"),
+])
+def test_params_file_traps_are_refused_by_name(tmp_path, content, expected):
+    path = _file(tmp_path, "p.yaml", content)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=expected) as err:
+        load_config(path, "smoke" if b"smoke" in path.read_bytes() else None)
+    assert str(err.value).startswith(str(path)) and time.monotonic() - start < 5  # aliases never expand
+
+
+def test_a_named_params_file_must_exist_but_the_implicit_default_may_not(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_config().gspo.steps == 200  # no params.yaml here: the schema defaults
+    for named in (tmp_path / "missing.yaml", tmp_path):
+        with pytest.raises(ConfigError, match=f"{named}: (params file not found|cannot read the params file)"):
+            load_config(named)
+    monkeypatch.setenv("AGENT_GSPO_PARAMS", str(tmp_path / "env.yaml"))
+    with pytest.raises(ConfigError, match="env.yaml: params file not found"):
+        load_config()
+
+
+def test_unknown_profile_lists_each_name_once(tmp_path):
+    path = _file(tmp_path, "p.yaml", "profiles:\n  default: {}\n  smoke: {}\n")
+    with pytest.raises(ConfigError, match=r"unknown profile 'nope' \(allowed: default, smoke\)$"):
+        load_config(path, "nope")
+    with pytest.raises(ConfigError, match="empty profile name"):
+        load_config(path, " ")
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("=3", "empty name in the key path"),
+    ("mas..agents=3", "empty name in the key path 'mas..agents'"),
+    ("profile=smoke", "profile is not a setting"),
+    ("profiles.smoke.mas={}", "profiles is not a setting"),
+    ("data.benchmarks=[&a x, *a]", r"found alias \*a"),
+    ("budget.target=.inf", "budget.target: Input should be a finite number"),
+    ("reward.token_norm=inf", "reward.token_norm: Input should be a finite number"),
+    ("gspo.seed=18446744073709551616", "gspo.seed: Input should be less than or equal to 4294967295"),
+    ("eval.seed=-1", "eval.seed: Input should be greater than or equal to 0"),
+    ("model.name=' '", "model.name: String should match pattern"),
+    ("gspo.out_dir=''", "gspo.out_dir: String should have at least 1 character"),
+    ("data.benchmarks=[]", "data.benchmarks: List should have at least 1 item"),
+    ("data.train_sources=[]", "data.train_sources: List should have at least 1 item"),
+    ("data.train_sources=[nope/x]", "'nope/x' must be 'benchmark/split'"),
+    ("data.train_sources=[gsm8k]", "'gsm8k' must be 'benchmark/split'"),
+    ("eval.benchmarks=[nope]", r"eval.benchmarks.0: Input should be 'mmlu'"),
+    ("mas.adjacency=[[1]]", "mas.adjacency is read only with topology 'custom'"),
+])
+def test_overrides_that_would_be_ignored_or_crash_later_are_refused(override, expected):
+    with pytest.raises(ConfigError, match=expected):
+        load_config(ROOT / "params.yaml", None, [override])
+
+
+def test_budget_bounds_and_custom_adjacency_values_are_checked():
+    with pytest.raises(ConfigError, match=r"budget.lambda_min=5.0 is above budget.lambda_max=1.0$"):
+        load_config(ROOT / "params.yaml", None, ["budget.lambda_min=5", "budget.lambda_max=1"])
+    with pytest.raises(ConfigError, match=r"mas.adjacency must hold only 0 and 1 \(found \[-1, 7\]\)"):
+        load_config(ROOT / "params.yaml", None, [*CUSTOM, "mas.adjacency=[[0,7],[-1,0]]"])
+    cfg = load_config(ROOT / "params.yaml", None, [*CUSTOM, "mas.adjacency=[[0,1],[1,0]]"])
+    assert cfg.mas.adjacency == [[0, 1], [1, 0]]
+
+
+@pytest.mark.parametrize("argv", [
+    ["search", "--budget-tokens", "-5"],
+    ["rollout", "--benchmark", "gsm8k", "--agents", "17"],
+    ["experiments", "run", "--only", ","],
+    ["prepare", "--benchmarks", ","],
+    ["experiments", "report", "--results", "/nonexistent/results"],
+])
+def test_cli_options_outside_the_schema_exit_2_with_one_message(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "report.md"
+    argv = [*argv, "--out", str(out)] if argv[:2] == ["experiments", "report"] else argv
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "error:" in err, err
+    assert not out.exists()  # a mistyped results folder must not overwrite the report
+
+
+def test_every_selected_experiment_is_validated_before_the_first_runs(tmp_path, capsys, monkeypatch):
+    """A bad override value in the last experiment fails at once, not after hours of the others."""
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["experiments"]["definitions"] = {
+        "baselines": {"kind": "baselines"},
+        "broken": {"overrides": ["gspo.steps=-5"]},
+    }
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    monkeypatch.chdir(tmp_path)
+    code = main(["experiments", "run", "--params", str(params), "--results", str(tmp_path / "res"), "--no-track"])
+    err = capsys.readouterr().err
+    assert code == 2 and "experiments.definitions.broken.overrides" in err and "gspo.steps" in err, err
+    assert not (tmp_path / "res").exists() and not (tmp_path / "runs").exists()

@@ -19,6 +19,7 @@ point leaves either no ``step-*`` folder or a complete one; :func:`latest_checkp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -26,6 +27,7 @@ import random
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,23 @@ class CheckpointMeta:
     created: float
     """unix time"""
     version: int = FORMAT_VERSION
+
+
+@contextlib.contextmanager
+def _reading(file: Path, checkpoint: Path) -> Iterator[None]:
+    """A checkpoint file that cannot be parsed (truncated, emptied, wrong contents) is bad input:
+    one :class:`CheckpointError` naming it and what to do, never a loader's traceback, and never
+    a silent fresh start. Whatever the loader raises (safetensors, torch's zip reader, pickle,
+    JSON) counts: its message becomes the reason."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every loader's own error type: see the docstring
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise CheckpointError(f"{file}: corrupt or unreadable checkpoint file ({type(exc).__name__}: {reason}); "
+                              f"resume from an earlier step (remove {checkpoint}) or start over with --overwrite"
+                              ) from exc
 
 
 def step_dir_name(step: int) -> str:
@@ -205,8 +224,9 @@ def read_meta(path: str | os.PathLike[str]) -> CheckpointMeta:
     if not meta_path.is_file():
         raise CheckpointError(f"{path}: not a complete checkpoint (no meta.json); "
                               f"use latest_checkpoint() or pass a step-NNNNNN folder")
-    raw = json.loads(meta_path.read_text())
-    return CheckpointMeta(**raw)
+    with _reading(meta_path, Path(path)):
+        raw = json.loads(meta_path.read_text())
+        return CheckpointMeta(**raw)
 
 
 def load_hf_weights(module: nn.Module, model_dir: Path) -> None:
@@ -222,20 +242,24 @@ def load_hf_weights(module: nn.Module, model_dir: Path) -> None:
     if adapter.is_file():
         from peft import set_peft_model_state_dict
 
-        result = set_peft_model_state_dict(module, load_file(str(adapter)))
+        with _reading(adapter, model_dir.parent):
+            weights = load_file(str(adapter))
+        result = set_peft_model_state_dict(module, weights)
         if getattr(result, "unexpected_keys", None):
             raise CheckpointError(f"{adapter}: unexpected adapter keys {result.unexpected_keys[:5]}")
         return
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        with _reading(index, model_dir.parent):
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
     elif (model_dir / "model.safetensors").is_file():
         files = ["model.safetensors"]
     else:
         raise CheckpointError(f"{model_dir}: no model.safetensors(.index.json) or adapter_model.safetensors")
     state: dict[str, torch.Tensor] = {}
     for name in files:
-        state.update(load_file(str(model_dir / name)))
+        with _reading(model_dir / name, model_dir.parent):
+            state.update(load_file(str(model_dir / name)))
     missing, unexpected = module.load_state_dict(state, strict=False)
     if unexpected:
         raise CheckpointError(f"{model_dir}: weights not in the model: {unexpected[:5]}")
@@ -262,18 +286,25 @@ def load_checkpoint(path: str | os.PathLike[str], engine: TrainEngine) -> dict[s
                               f"running with {engine.dist.world_size}")
     if not engine.restores_weights:
         load_hf_weights(engine.module, path / "model")
-    engine.load_checkpoint_state(path / "engine")
+    state_file = path / "engine" / "engine_state.pt"  # the torch engine's one file; DeepSpeed's is a folder
+    with _reading(state_file if state_file.is_file() else path / "engine", path):
+        engine.load_checkpoint_state(path / "engine")
     rng_file = path / "rng" / f"rank-{engine.dist.rank:05d}.pt"
     if not rng_file.is_file():
         rng_file = path / "rng" / "rank-00000.pt"
     if not rng_file.is_file():
         raise CheckpointError(f"{path}/rng: no RNG state file")
-    set_rng_state(torch.load(rng_file, weights_only=False))
-    if meta.extra_format == "pickle":
-        with open(path / "extra.pkl", "rb") as fh:
-            extra: dict[str, Any] = pickle.load(fh)
-    else:
-        extra = json.loads((path / "extra.json").read_text())
+    with _reading(rng_file, path):
+        set_rng_state(torch.load(rng_file, weights_only=False))
+    extra_file = path / ("extra.pkl" if meta.extra_format == "pickle" else "extra.json")
+    with _reading(extra_file, path):
+        if meta.extra_format == "pickle":
+            with open(extra_file, "rb") as fh:
+                extra: dict[str, Any] = pickle.load(fh)
+        else:
+            extra = json.loads(extra_file.read_text())
+        if not isinstance(extra, dict):
+            raise TypeError(f"expected a mapping, found {type(extra).__name__}")
     barrier()  # every rank finished reading before anyone may prune or overwrite
     return extra
 

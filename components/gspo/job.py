@@ -73,13 +73,28 @@ def _maybe_tracker(cfg: Config, enabled: bool, run_name: str, run_id: str | None
 
 
 def _check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
-    """Earlier checkpoints are deleted only when asked: a fresh run into a used folder is refused."""
-    from components.gspo.checkpoint import list_checkpoints
+    """Earlier checkpoints are deleted only when asked: a fresh run into a used folder is refused.
 
+    ``step-*`` folders without ``meta.json`` count too: the atomic rename never leaves one, so
+    they are damaged checkpoints, and starting over (with or without ``--resume``) would silently
+    replace them. Checked before the model loads, as is that ``out`` can be written at all."""
+    from components.gspo.checkpoint import CHECKPOINTS, list_checkpoints
+    from components.io import check_writable_dir
+
+    check_writable_dir(out, "training output folder (--out / gspo.out_dir)")
     found = list_checkpoints(out)
+    root = out / CHECKPOINTS
+    damaged = sorted(p.name for p in root.iterdir() if p.name.startswith("step-") and p not in found) \
+        if root.is_dir() else []
     if found and not resume and not overwrite:
         raise UserError(f"{out} holds checkpoints of an earlier run (newest {found[-1].name}): pass --resume to "
                         f"continue it, or --overwrite to delete them and start over (or choose another --out)")
+    if damaged and not found and not overwrite:
+        raise UserError(f"{root} holds {', '.join(damaged)} without meta.json (damaged checkpoints, none complete): "
+                        "nothing to resume from; pass --overwrite to delete them and start over, or choose "
+                        "another --out")
+    if resume and not found and not damaged:
+        print(f"--resume: no checkpoint in {root}: starting from step 1", file=sys.stderr)
 
 
 def _progress_line(step: int, total: int, m: dict[str, float]) -> str:

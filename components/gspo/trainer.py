@@ -81,6 +81,22 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _hashed_settings(cfg: Config) -> dict[str, Any]:
+    """The ``section.key`` settings the config hash covers (``tracking.*`` is not hashed)."""
+    return {k: v for k, v in cfg.flat().items() if not k.startswith("tracking.")}
+
+
+def _settings_diff(then: Any, now: dict[str, Any]) -> str:
+    """``: gspo.lr 2e-05 -> 1e-05, ...`` naming what changed since a checkpoint was written
+    (empty for checkpoints written before they recorded their settings)."""
+    if not isinstance(then, dict):
+        return ""
+    changed = [f"{k} {then.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r}"
+               for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
+    shown = ", ".join(changed[:8]) + (f", ... ({len(changed)} in all)" if len(changed) > 8 else "")
+    return f": {shown}" if changed else ""
+
+
 class GSPOTrainer:
     """Runs GSPO steps: an environment plays episodes, a training engine updates the policy.
 
@@ -154,12 +170,14 @@ class GSPOTrainer:
     def state(self) -> dict[str, Any]:
         """Everything besides weights/optimizer/RNG that a resumed run needs."""
         return {"step": self.step_idx, "cursor": self.sampler.cursor, "controller": self.controller.state_dict(),
-                "history": self.history, "config_hash": self.cfg.hash(), "budget_calibration": self.budget_calibration}
+                "history": self.history, "config_hash": self.cfg.hash(), "config_settings": _hashed_settings(self.cfg),
+                "budget_calibration": self.budget_calibration}
 
     def load_state(self, state: dict[str, Any]) -> None:
         if state.get("config_hash") not in (None, self.cfg.hash()):
-            raise UserError("checkpoint was written with a different config (config hash differs); "
-                            "resume with the same params/profile or start a fresh --out folder")
+            raise UserError("checkpoint was written with a different config (config hash differs"
+                            + _settings_diff(state.get("config_settings"), _hashed_settings(self.cfg))
+                            + "); resume with the same params/profile or start a fresh --out folder")
         self.step_idx = int(state["step"])
         self.sampler.cursor = int(state["cursor"])
         self.controller.load_state_dict(state["controller"])

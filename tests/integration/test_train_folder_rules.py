@@ -63,3 +63,46 @@ def test_used_folder_needs_resume_or_overwrite(prepared_data: Path, tmp_path: Pa
     assert [name for name, _ in after] == [f"step-00000{i}" for i in range(1, 5)]
     assert after[0][1] > before[0][1]  # started over: step 1 was written again
     assert len(json.loads((out / "history.json").read_text())) == 4
+
+
+def test_damaged_checkpoints_and_unusable_folders_fail_by_name(prepared_data: Path, tmp_path: Path) -> None:
+    """A corrupt checkpoint file, a changed setting, step folders without meta.json and an --out that
+    is a file: each one message naming it, exit 2, and no checkpoint replaced."""
+    import shutil
+
+    out = tmp_path / "run"
+    assert _run(prepared_data, out, "--max-steps", "2").returncode == 0
+    before = _snapshot(out)
+
+    changed = _run(prepared_data, out, "--resume", "--set", "gspo.lr=2e-3")
+    assert changed.returncode == 2 and "gspo.lr 0.001 -> 0.002" in changed.stderr, changed.stderr[-2000:]
+
+    for damaged in ("model/model.safetensors", "engine/engine_state.pt", "rng/rank-00000.pt", "extra.json",
+                    "meta.json"):
+        copy = tmp_path / f"copy-{damaged.replace('/', '-')}"
+        shutil.copytree(out, copy)
+        target = copy / "checkpoints" / "step-000002" / damaged
+        target.write_bytes(target.read_bytes()[: max(1, target.stat().st_size // 2)])
+        res = _run(prepared_data, copy, "--resume")
+        lines = [line for line in res.stderr.splitlines() if line.startswith("agent-gspo train: error:")]
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+        assert str(target) in lines[0] and "corrupt or unreadable checkpoint file" in lines[0], lines
+    assert _snapshot(out) == before
+
+    no_meta = tmp_path / "no-meta"
+    shutil.copytree(out, no_meta)
+    for meta in (no_meta / "checkpoints").glob("step-*/meta.json"):
+        meta.unlink()
+    for extra in ((), ("--resume",)):
+        res = _run(prepared_data, no_meta, *extra)
+        assert res.returncode == 2 and "without meta.json" in res.stderr and "--overwrite" in res.stderr, res.stderr
+    assert sorted(p.name for p in (no_meta / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    res = _run(prepared_data, a_file)
+    assert res.returncode == 2 and f"{a_file}: exists and is not a folder" in res.stderr, res.stderr[-2000:]
+    assert "Loading" not in res.stderr  # refused before the model loads
+
+    empty = _run(prepared_data, tmp_path / "new", "--resume", "--max-steps", "1")
+    assert empty.returncode == 0 and "no checkpoint in" in empty.stderr and "starting from step 1" in empty.stderr

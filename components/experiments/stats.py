@@ -127,20 +127,16 @@ def movement(history: Sequence[Mapping[str, float]], trained: Mapping[str, ItemC
 def last_episodes(history: Sequence[Mapping[str, float]], key: str, window: int = WINDOW) -> tuple[float | None, int]:
     """Episode-weighted mean of ``key`` over the last steps that hold >= ``window`` episodes, and
     how many episodes that was (the whole history when it holds fewer; None without episode counts)."""
-    total = weight = 0.0
-    for h in reversed(history):
-        if key not in h or "train/episodes" not in h:
-            continue
-        n = float(h["train/episodes"])
-        total += float(h[key]) * n
-        weight += n
-        if weight >= window:
-            break
+    steps = _window_steps(history, key, window)
+    weight = sum(float(h["train/episodes"]) for h in steps)
+    total = sum(float(h[key]) * float(h["train/episodes"]) for h in steps)
     return (total / weight if weight else None), int(weight)
 
 
 def _window_steps(history: Sequence[Mapping[str, float]], key: str, window: int) -> list[Mapping[str, float]]:
-    """The last steps holding ``key`` whose episodes add up to >= ``window`` (oldest first)."""
+    """The last steps holding ``key`` (and an episode count) whose episodes add up to >= ``window``,
+    oldest first; the whole history when it holds fewer. :func:`last_episodes` and
+    :func:`controller_settled` judge the same steps through this one walk."""
     out: list[Mapping[str, float]] = []
     weight = 0.0
     for h in reversed(history):
@@ -154,7 +150,10 @@ def _window_steps(history: Sequence[Mapping[str, float]], key: str, window: int)
 
 
 def controller_settled(history: Sequence[Mapping[str, float]], window: int = WINDOW) -> tuple[bool | None, str]:
-    """Had the dual controller settled over the steps :func:`last_episodes` judges? (None: no λ logged.)
+    """Had the dual controller settled over the steps :func:`last_episodes` judges?
+
+    None when it cannot be told: λ logged in fewer than two judged steps, or not finite somewhere in
+    the run.
 
     ``train/lambda_tok`` is the λ each step's batch was rewarded with. Not settled when
     - λ is the same in every step of the window: dual ascent on a non-zero error always moves λ, so a

@@ -60,7 +60,9 @@ def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh staging folder; on success swap it in for ``target`` (old one removed).
 
     The swap is two renames (old -> backup, staging -> target), so a crash between them leaves
-    the previous contents in ``<target>.old-*``, never a mix of old and new files.
+    the previous contents in ``<target>.old-*``, never a mix of old and new files. A ``target``
+    that is a symlink is replaced by the new folder; the link is removed, what it points to is
+    never touched.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +77,7 @@ def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
             os.replace(target, backup)
         os.replace(staging, target)
         if backup is not None:
-            shutil.rmtree(backup, ignore_errors=True)
+            _remove(backup)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -103,6 +105,37 @@ def file_lock(path: str | os.PathLike[str], timeout_s: float = 600.0) -> Iterato
         lock.release()
 
 
+def _remove(path: Path) -> None:
+    """Remove a file, folder or symlink; a symlink is unlinked, never followed (its target stays)."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
+    """Raise :class:`UserError` unless ``path`` is a folder we can write in, or can be created as one.
+
+    Run before a job writes anything, so an unusable output or report folder fails at once with one
+    message instead of a traceback after other outputs were already replaced. Nothing is created:
+    the probe is a temporary file in ``path`` (or a temporary folder in its nearest existing
+    ancestor), removed at once; unique names keep concurrent probes apart.
+    """
+    path = Path(path)
+    probe = next((p for p in (path, *path.parents) if os.path.lexists(p)), Path("."))
+    if not probe.is_dir():
+        where = "exists" if probe == path else f"{probe} exists"
+        raise UserError(f"{what} {path}: {where} and is not a folder")
+    try:
+        if probe == path:
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        else:
+            os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=probe))
+    except OSError as exc:
+        raise UserError(f"{what} {path}: cannot write there ({exc.strerror or exc})") from None
+
+
 def recover_leftovers(target: str | os.PathLike[str]) -> list[str]:
     """Clean what an interrupted :func:`atomic_dir` / :func:`atomic_path` of ``target`` left behind.
 
@@ -119,13 +152,21 @@ def recover_leftovers(target: str | os.PathLike[str]) -> list[str]:
         rest = entry.name[len(prefix):] if entry.name.startswith(prefix) else None
         if rest is None:
             continue
-        if rest.startswith("old-") and entry.is_dir() and not entry.is_symlink():
-            if not target.exists():
+        if entry.is_symlink() and (rest.startswith("old-") or rest.endswith((".staging", ".tmp"))):
+            # a swapped-out symlinked target (atomic_dir renames the link itself): put the link back
+            # when the swap was cut, else drop it; never follow it, its target is not ours
+            if rest.startswith("old-") and not os.path.lexists(target):
+                os.replace(entry, target)
+                done.append(f"restored {target} from {entry.name}")
+                continue
+            entry.unlink()
+        elif rest.startswith("old-") and entry.is_dir():
+            if not os.path.lexists(target):
                 os.replace(entry, target)
                 done.append(f"restored {target} from {entry.name}")
                 continue
             shutil.rmtree(entry)
-        elif rest.endswith(".staging") and entry.is_dir() and not entry.is_symlink():
+        elif rest.endswith(".staging") and entry.is_dir():
             shutil.rmtree(entry)
         elif rest.endswith(".tmp") and not entry.is_dir():
             entry.unlink()

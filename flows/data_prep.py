@@ -25,6 +25,7 @@ from prefect.cache_policies import NO_CACHE
 import components  # noqa: F401  (offline defaults before prefect is imported)
 from components.config import Config
 from components.data.sources import input_fingerprint
+from components.data.spec import DataValidationError
 from components.jobs import ConfigSource, PrepareJob, ValidateJob
 
 
@@ -107,7 +108,12 @@ def data_prep_flow(profile: str | None = None, params: str | None = None, mirror
         fresh = outputs_match_manifest(job.out, n)
         run = prepare_benchmark_task if fresh else prepare_benchmark_task.with_options(refresh_cache=True)
         futures.append(run.submit(job, n))
-    results = [f.result() for f in futures]
+    try:
+        results = [f.result() for f in futures]
+    except DataValidationError as exc:  # the task wrote reports/validation.md; post it as well
+        create_markdown_artifact(key="data-validation", markdown=exc.report,
+                                 description="great-expectations validation (FAILED)")
+        raise
     write_manifest_task(job, results)
     return validate_task(ValidateJob(cfg=cfg, data_dir=str(job.out), benchmarks=job.names))
 

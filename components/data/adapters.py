@@ -132,6 +132,8 @@ def gsm8k_row(row: Mapping[str, Any], split: str, index: int, where: str) -> Rec
 
 def multiarith_row(row: Mapping[str, Any], split: str, index: int, where: str) -> Record:
     """MultiArith mirror (sQuestion/lSolutions) or hub (question/final_ans) row."""
+    if not isinstance(row, Mapping):  # before ``in``: a null/number item would raise TypeError
+        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
     if "sQuestion" in row or "lSolutions" in row:
         question = _field(row, "sQuestion", str, where)
         sols = _field(row, "lSolutions", list, where)

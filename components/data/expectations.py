@@ -10,6 +10,8 @@ One suite per benchmark, parameterised per split (row count and split value are
 - answer format per answer_type: numeric ``^-?\\d+(?:\\.\\d+)?$``, choice a letter (A-D MMLU, A-E AQuA),
   math and code non-blank; question non-blank
 - choice benchmarks have exactly 4 (MMLU) / 5 (AQuA) choices; other benchmarks have none
+- code (HumanEval): the prompt defines ``def <entry_point>(`` and the test's ``check(candidate)``
+  holds an ``assert`` (else every completion "passes" or none can be called)
 
 Measured: ``import great_expectations`` ~3 s, ``get_context(mode="ephemeral")`` ~10 ms, one run
 ~0.1 s. The context, data source and validation definitions are still cached at module level
@@ -18,7 +20,10 @@ Measured: ``import great_expectations`` ~3 s, ``get_context(mode="ephemeral")`` 
 
 from __future__ import annotations
 
+import ast
+import json
 import os
+import re
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # before the import: GX may phone home
 
@@ -32,10 +37,13 @@ import pandas as pd  # noqa: E402
 from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: E402
 
 from components.data.spec import RECORD_COLUMNS, DataValidationError, get_spec  # noqa: E402
-from components.io import write_text_atomic  # noqa: E402
+from components.io import check_writable_dir, write_text_atomic  # noqa: E402
 
 DUPLICATE = "repeats_earlier_record"
 """Derived 0/1 column: the row's question, choices and answer equal an earlier row's."""
+ENTRY_POINT_DEFINED = "entry_point_defined_in_prompt"
+TEST_ASSERTS = "test_check_has_assert"
+"""Derived bool columns of code benchmarks: see :func:`_code_checks`."""
 NUMERIC_RE = r"^-?\d+(?:\.\d+)?$"  # brief: ^-?\d+(\.\d+)?$, non-capturing (pandas warns on groups)
 NONBLANK_RE = r"\S"
 MAX_EXAMPLES = 5
@@ -99,6 +107,8 @@ def build_suite(name: str) -> gx.ExpectationSuite:
     exps.append(E.ExpectColumnValuesToBeBetween(column="n_choices", min_value=n, max_value=n))
     exps.append(E.ExpectColumnSumToBeBetween(column=DUPLICATE, min_value=0,
                                              max_value={"$PARAMETER": "max_duplicates"}))
+    if spec.answer_type == "code":
+        exps += [E.ExpectColumnValuesToBeInSet(column=c, value_set=[True]) for c in (ENTRY_POINT_DEFINED, TEST_ASSERTS)]
     suite = gx.ExpectationSuite(name=f"agent_gspo.{name}")
     for e in exps:
         suite.add_expectation(e)
@@ -130,11 +140,32 @@ def _repeats(frame: pd.DataFrame) -> pd.Series:
     return key.duplicated(keep="first").astype(int)
 
 
+def _code_checks(meta: Any) -> tuple[bool, bool]:
+    """(prompt defines ``def <entry_point>(``, test's ``check`` function holds an ``assert``).
+
+    ``meta`` is the record's meta (JSON text as in parquet, or a dict). The test is parsed, not
+    grepped, so an ``assert`` in a comment or string does not count.
+    """
+    try:
+        m = json.loads(meta) if isinstance(meta, str) else dict(meta)
+        prompt, test, entry = str(m["prompt"]), str(m["test"]), str(m["entry_point"])
+    except (TypeError, ValueError, KeyError):
+        return False, False
+    defined = re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(entry)}[ \t]*\(", prompt, re.M) is not None
+    try:
+        tree = ast.parse(test)
+    except (SyntaxError, ValueError):
+        return defined, False
+    asserts = any(isinstance(node, ast.FunctionDef) and node.name == "check"
+                  and any(isinstance(n, ast.Assert) for n in ast.walk(node)) for node in ast.walk(tree))
+    return defined, asserts
+
+
 def validate_frame(name: str, split: str, df: pd.DataFrame) -> SuiteResult:
     """Run benchmark ``name``'s suite on the records of one split (parquet-shaped frame).
 
-    ``df`` has the record columns (``meta`` as JSON text). A derived ``n_choices`` column is
-    added for the choice-count expectation; the caller's frame is not modified.
+    ``df`` has the record columns (``meta`` as JSON text). Derived columns (``n_choices``, the
+    repeat flag, the code checks) are added for their expectations; the caller's frame is not modified.
     """
     spec = get_spec(name)
     expected = spec.expected.get(split)
@@ -158,6 +189,11 @@ def validate_frame(name: str, split: str, df: pd.DataFrame) -> SuiteResult:
     frame = df.reset_index(drop=True).copy()
     frame["n_choices"] = frame["choices"].map(_n_choices) if "choices" in frame else 0
     frame[DUPLICATE] = _repeats(frame)
+    if spec.answer_type == "code":
+        meta = frame["meta"] if "meta" in frame else pd.Series(None, index=frame.index, dtype=object)
+        checks = meta.map(_code_checks)
+        frame[ENTRY_POINT_DEFINED] = checks.map(lambda c: c[0]).astype(bool)
+        frame[TEST_ASSERTS] = checks.map(lambda c: c[1]).astype(bool)
     with _LOCK:
         result = _validation(name).run(
             batch_parameters={"dataframe": frame},
@@ -243,6 +279,7 @@ def validate(
     :class:`DataValidationError` is raised carrying the report text.
     """
     data_dir, report_path = Path(data_dir), Path(report_path)
+    check_writable_dir(report_path.parent, "report folder (data.report_dir)")
     results: list[SuiteResult] = []
     for name in benchmarks:
         spec = get_spec(name)

@@ -5,9 +5,12 @@ Layout written under ``out_dir``::
     <benchmark>/<split>.parquet   one normalised record per row (spec.RECORD_COLUMNS)
     manifest.json                 per benchmark: source, rows, expected rows, sha256 in/out; totals
 
-Validation runs *before* anything is written and the benchmark folder is swapped in whole
-(:func:`components.io.atomic_dir`), so a malformed input, a failed suite or a crash leaves
-the previously prepared files byte-identical. The manifest holds no timestamps, so preparing
+Every requested benchmark is read and validated *before* anything is written (two phases:
+:func:`check_benchmark` for all, then :func:`write_benchmark` for all), and each benchmark folder
+is swapped in whole (:func:`components.io.atomic_dir`), so a malformed input or a failed suite in
+any benchmark leaves the previously prepared files byte-identical. A failed suite writes the
+markdown report to ``report_path`` when one is given. Output and report folders are checked to
+be writable first, so an unusable one fails before any work. The manifest holds no timestamps, so preparing
 the same inputs twice gives the same bytes (DVC-friendly).
 
 Concurrent prepares into one folder are safe: each benchmark's swap holds ``.<name>.lock`` and the
@@ -19,9 +22,11 @@ leftover ever trips a later prepare.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,16 @@ from components.data.adapters import Record
 from components.data.item import Item
 from components.data.sources import load_benchmark, resolve_mirror
 from components.data.spec import BENCHMARK_NAMES, DataError, DataValidationError, get_spec
-from components.io import atomic_dir, file_lock, file_sha256, recover_leftovers, write_json_atomic
+from components.errors import UserError
+from components.io import (
+    atomic_dir,
+    check_writable_dir,
+    file_lock,
+    file_sha256,
+    recover_leftovers,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 MANIFEST = "manifest.json"
 
@@ -43,6 +57,8 @@ def manifest_sha256(data_dir: Path) -> str | None:
     data was never prepared there."""
     path = Path(data_dir) / MANIFEST
     return file_sha256(path) if path.is_file() else None
+
+
 PARQUET_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -90,15 +106,31 @@ def records_to_table(records: list[Record]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=PARQUET_SCHEMA)
 
 
-def prepare_benchmark(
-    name: str, *, mirror: str | os.PathLike[str] | None, out_dir: str | os.PathLike[str], use_hub: bool = True
-) -> BenchmarkResult:
-    """Load, normalise, validate and atomically write one benchmark to ``out_dir/<name>/``.
+@dataclass
+class CheckedBenchmark:
+    """One benchmark read, normalised and validated in memory; nothing written yet."""
 
-    ``mirror`` None falls back to ``$AGENT_GSPO_DATA_MIRROR`` (config resolution is the
-    caller's: use :func:`components.data.sources.resolve_mirror`). Raises ``DataSourceError``
-    (no source), ``DataError`` (malformed input) or ``DataValidationError`` (suite failed,
-    with the markdown report); in every case ``out_dir`` is untouched.
+    name: str
+    source: str
+    tables: dict[str, pa.Table]
+    """split -> records, in parquet shape."""
+    input_sha256: dict[str, str]
+    suites: list[Any]
+    """:class:`components.data.expectations.SuiteResult` per split."""
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(r.success for r in self.suites)
+
+
+def check_benchmark(
+    name: str, *, mirror: str | os.PathLike[str] | None, use_hub: bool = True
+) -> CheckedBenchmark:
+    """Load, normalise and run the suites of one benchmark; writes nothing.
+
+    Raises ``DataSourceError`` (no source) or ``DataError`` (malformed input); a failed suite is
+    returned (``ok`` False), not raised, so a caller can report every benchmark's failures at once.
     """
     t0 = time.perf_counter()
     spec = get_spec(name)
@@ -107,16 +139,18 @@ def prepare_benchmark(
     if unknown:
         raise DataError(f"{name}: source {loaded.source} produced unexpected split(s) {unknown}")
     tables = {split: records_to_table(loaded.splits.get(split, [])) for split in spec.expected}
-    from components.data.expectations import render_report, validate_frame  # GX import is slow: only here
+    from components.data.expectations import validate_frame  # GX import is slow: only here
 
-    results = [validate_frame(name, split, t.to_pandas()) for split, t in tables.items()]
-    if not all(r.success for r in results):
-        report = render_report(results)
-        raise DataValidationError(
-            f"{name}: great-expectations validation failed (source "
-            f"{loaded.source}); nothing was written\n{report}",
-            report,
-        )
+    suites = [validate_frame(name, split, t.to_pandas()) for split, t in tables.items()]
+    return CheckedBenchmark(name, loaded.source, tables, loaded.input_sha256, suites,
+                            time.perf_counter() - t0)
+
+
+def write_benchmark(checked: CheckedBenchmark, out_dir: str | os.PathLike[str]) -> BenchmarkResult:
+    """Atomically replace ``out_dir/<name>/`` with a benchmark that passed :func:`check_benchmark`."""
+    if not checked.ok:
+        raise ValueError(f"{checked.name}: refusing to write records that failed validation")
+    t0, name, tables = time.perf_counter(), checked.name, checked.tables
     out_dir = Path(out_dir)
     with file_lock(out_dir / f".{name}.lock"):
         recover_leftovers(out_dir / name)
@@ -127,13 +161,61 @@ def prepare_benchmark(
             out_sha = {f"{name}/{split}.parquet": file_sha256(staging / f"{split}.parquet") for split in tables}
     return BenchmarkResult(
         name,
-        loaded.source,
+        checked.source,
         {s: t.num_rows for s, t in tables.items()},
-        loaded.input_sha256,
+        checked.input_sha256,
         out_sha,
-        round(time.perf_counter() - t0, 3),
-        dict(spec.expected),
+        round(checked.seconds + time.perf_counter() - t0, 3),
+        dict(get_spec(name).expected),
     )
+
+
+def check_output_dirs(out_dir: str | os.PathLike[str], report_path: str | os.PathLike[str] | None) -> None:
+    """UserError unless the data folder (and the report's folder) can be written: checked first."""
+    check_writable_dir(out_dir, "output folder (--out / data.out_dir)")
+    if report_path is not None:
+        check_writable_dir(Path(report_path).parent, "report folder (data.report_dir)")
+
+
+def validation_failure(
+    checked: list[CheckedBenchmark], out_dir: str | os.PathLike[str], report_path: str | os.PathLike[str] | None
+) -> DataValidationError:
+    """The error for failed suites; writes the markdown report (every checked suite) to ``report_path``."""
+    from components.data.expectations import render_report
+
+    report = render_report([r for c in checked for r in c.suites])
+    failed = [c for c in checked if not c.ok]
+    where = ""
+    if report_path is not None:
+        write_text_atomic(report_path, report)
+        where = f"; report: {report_path}"
+    return DataValidationError(
+        f"{', '.join(c.name for c in failed)}: great-expectations validation failed (source "
+        f"{', '.join(sorted({c.source for c in failed}))}); nothing was written to {out_dir}{where}\n{report}",
+        report,
+    )
+
+
+def prepare_benchmark(
+    name: str,
+    *,
+    mirror: str | os.PathLike[str] | None,
+    out_dir: str | os.PathLike[str],
+    use_hub: bool = True,
+    report_path: str | os.PathLike[str] | None = None,
+) -> BenchmarkResult:
+    """Load, normalise, validate and atomically write one benchmark to ``out_dir/<name>/``.
+
+    ``mirror`` None falls back to ``$AGENT_GSPO_DATA_MIRROR`` (config resolution is the
+    caller's: use :func:`components.data.sources.resolve_mirror`). Raises ``DataSourceError``
+    (no source), ``DataError`` (malformed input) or ``DataValidationError`` (suite failed,
+    with the markdown report, also written to ``report_path``); in every case ``out_dir`` is untouched.
+    """
+    check_output_dirs(out_dir, report_path)
+    checked = check_benchmark(name, mirror=mirror, use_hub=use_hub)
+    if not checked.ok:
+        raise validation_failure([checked], out_dir, report_path)
+    return write_benchmark(checked, out_dir)
 
 
 def _entry(r: BenchmarkResult) -> dict[str, Any]:
@@ -180,6 +262,27 @@ def _write_manifest(results: list[BenchmarkResult], out_dir: Path) -> dict[str, 
     return manifest
 
 
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None]]:
+    """A rich progress bar over ``total`` steps; the yielded ``step(label)`` starts the next one."""
+    if not enabled:
+        yield lambda _label: None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    cols = (TextColumn("prepare {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn())
+    with Progress(*cols, transient=False) as bar:
+        task, started = bar.add_task("", total=total), [0]
+
+        def step(label: str) -> None:
+            bar.update(task, description=label, completed=started[0])
+            started[0] += 1
+
+        yield step
+        bar.update(task, completed=started[0])
+
+
 def prepare(
     benchmarks: list[str],
     *,
@@ -187,39 +290,40 @@ def prepare(
     out_dir: str | os.PathLike[str],
     use_hub: bool = True,
     progress: bool = True,
+    report_path: str | os.PathLike[str] | None = None,
 ) -> PrepareReport:
-    """Prepare each benchmark (rich progress bar), then write the manifest.
+    """Check every benchmark, then (only if all pass) write each one and the manifest.
 
-    Stops at the first failing benchmark; the manifest is still updated for those already
-    written (their folders were replaced), then the error propagates.
+    All-or-nothing against bad data: a malformed input or a failed suite in any benchmark raises
+    before anything is written (the suites of all benchmarks are run, and their report goes to
+    ``report_path``). Only an I/O error in the write phase can leave some benchmarks replaced; the
+    manifest is then still updated for those, and the error propagates.
     """
     for name in benchmarks:
         get_spec(name)  # unknown names fail before any work
+    check_output_dirs(out_dir, report_path)
     recover_interrupted(out_dir)
     t0 = time.perf_counter()
+    checked: list[CheckedBenchmark] = []
     results: list[BenchmarkResult] = []
-    try:
-        if progress:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            cols = (
-                TextColumn("prepare {task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total}"),
-                TimeElapsedColumn(),
-            )
-            with Progress(*cols, transient=False) as bar:
-                task = bar.add_task("", total=len(benchmarks))
-                for name in benchmarks:
-                    bar.update(task, description=name)
-                    results.append(prepare_benchmark(name, mirror=mirror, out_dir=out_dir, use_hub=use_hub))
-                    bar.advance(task)
-        else:
-            for name in benchmarks:
-                results.append(prepare_benchmark(name, mirror=mirror, out_dir=out_dir, use_hub=use_hub))
-    finally:
-        if results:
-            manifest = write_manifest(results, out_dir)
+    with _progress(progress, 2 * len(benchmarks)) as step:
+        for name in benchmarks:
+            step(f"check {name}")
+            try:
+                checked.append(check_benchmark(name, mirror=mirror, use_hub=use_hub))
+            except UserError:
+                if not all(c.ok for c in checked):  # earlier suites failed: still report them
+                    validation_failure(checked, out_dir, report_path)
+                raise
+        if not all(c.ok for c in checked):
+            raise validation_failure(checked, out_dir, report_path)
+        try:
+            for c in checked:
+                step(f"write {c.name}")
+                results.append(write_benchmark(c, out_dir))
+        finally:
+            if results:
+                manifest = write_manifest(results, out_dir)
     if not results:
         manifest = write_manifest([], out_dir)
     return PrepareReport(results, Path(out_dir) / MANIFEST, round(time.perf_counter() - t0, 3), manifest)

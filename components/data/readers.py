@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import zlib
 from collections.abc import Iterator
@@ -61,9 +62,19 @@ def read_json_array(path: Path, benchmark: str) -> list[Any]:
 
 
 def read_mmlu_csv(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(row_no, row)`` from a header-less MMLU CSV (csv module: fields hold newlines)."""
+    """Yield ``(row_no, row)`` from a header-less MMLU CSV (csv module: fields hold newlines).
+
+    The file (at most a few hundred kB) is decoded whole first, so a byte that is not UTF-8 is
+    reported with its exact line instead of a ``UnicodeDecodeError`` from inside the csv reader.
+    """
     subject = path.name.rsplit("_", 1)[0]
-    with open(path, encoding="utf-8", newline="") as fh:
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"mmlu: {path}:{line}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    with io.StringIO(text, newline="") as fh:
         reader = csv.reader(fh)
         try:
             for row_no, cells in enumerate(reader, start=1):

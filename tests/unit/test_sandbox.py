@@ -108,7 +108,8 @@ def test_killing_the_parent_fails() -> None:
 
 
 def test_canary_file_outside_tempdir_survives(tmp_path: Path) -> None:
-    """A file of the scorer's own user, readable and writable to it, in a folder it may write."""
+    """A file of the scorer's own user, readable and writable to it, in a folder it may write: the
+    checkout is not even visible; folders that are (Python's library, /etc) are read-only."""
     outside = Path(__file__).resolve().parents[2] / f".sandbox-canary-{os.getpid()}"
     outside.mkdir()
     try:
@@ -118,8 +119,13 @@ def test_canary_file_outside_tempdir_survives(tmp_path: Path) -> None:
                "    try:\n        act()\n    except OSError as e:\n        print(type(e).__name__)\n"
                "open(p + '.new', 'w').write('pwned')\n")
         res = run_program(src, timeout_s=5)
-        assert not res.passed and ("PermissionError" in res.reason or "Read-only" in res.reason), res
+        assert not res.passed and "FileNotFoundError" in res.reason, res
         assert canary.read_text() == "intact" and sorted(os.listdir(outside)) == ["canary.txt"]
+        for folder in (os.path.dirname(os.__file__), "/etc"):
+            target = os.path.join(folder, f".sandbox-canary-{os.getpid()}")
+            res = run_program(f"open({target!r}, 'w').write('pwned')\n", timeout_s=5)
+            assert not res.passed and ("PermissionError" in res.reason or "Read-only" in res.reason), res
+            assert not os.path.exists(target)
     finally:
         for p in outside.iterdir():
             p.unlink()

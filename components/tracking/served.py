@@ -11,8 +11,11 @@ it through :mod:`components.tracking.hf_pyfunc`.
 Request params (the model signature lists them with the trained values as defaults):
 ``agents``, ``rounds``, ``max_new_tokens`` (per message), ``temperature`` (0 = greedy, the
 default; > 0 samples with ``seed``) and ``seed``. A value the configuration schema refuses
-(``agents=0``, ``rounds=9``, ``temperature=3``) is a clear error (HTTP 400 when served). Note that
-MLflow itself drops params outside the signature, with a warning in the server log.
+(``agents=0``, ``rounds=9``, ``temperature=3``), a seed outside 0..2**32-1, a ``max_new_tokens``
+or a question that does not fit the model's context, a null question, too many rows or choices
+are refused before anything is generated, with a message naming the field
+(:mod:`components.tracking.served_inputs`; HTTP 400 when served). Note that MLflow itself drops
+params outside the signature, with a warning in the server log.
 """
 
 from __future__ import annotations
@@ -23,17 +26,24 @@ from pathlib import Path
 from typing import Any
 
 from components.config import MasConfig
+from components.tracking.served_inputs import (
+    ANSWER_TYPES,
+    DEFAULT_ANSWER_TYPE,
+    RequestError,
+    RequestLimits,
+    check_seed,
+    check_temperature,
+    model_window,
+    request_items,
+)
+
+__all__ = ["ANSWER_TYPES", "DEFAULT_ANSWER_TYPE", "SETTINGS_FILE", "RequestError", "ServedSystem", "read_settings",
+           "run_rollout", "system_settings"]
 
 SETTINGS_FILE = "agent_gspo_system.json"
 SETTINGS_FORMAT = 1
-ANSWER_TYPES = ("math", "numeric", "choice", "code")
-DEFAULT_ANSWER_TYPE = "math"
 PARAM_KEYS = {"agents": "agents", "rounds": "rounds", "max_new_tokens": "max_message_tokens"}
 """request param -> ``mas`` key it overrides (``temperature`` and ``seed`` are handled apart)"""
-
-
-class RequestError(ValueError):
-    """A request the served system cannot answer; the message names the field or param."""
 
 
 def system_settings(cfg: Any, *, git_commit: str | None = None) -> dict[str, Any]:
@@ -68,27 +78,6 @@ def run_rollout(model: Any, tokenizer: Any, mas: MasConfig, items: list[Any], *,
     return episodes
 
 
-def _items(records: list[dict[str, Any]]) -> list[Any]:
-    """Engine items from request rows: ``question`` (required), ``answer_type``, ``choices``."""
-    from components.data.item import Item
-
-    items = []
-    for k, row in enumerate(records):
-        question = row.get("question")
-        if not isinstance(question, str) or not question.strip():
-            raise RequestError(f"row {k}: 'question' must be a non-empty string, got {question!r:.80}")
-        kind = row.get("answer_type") or DEFAULT_ANSWER_TYPE
-        if kind not in ANSWER_TYPES:
-            raise RequestError(f"row {k}: answer_type {kind!r} is not one of {', '.join(ANSWER_TYPES)}")
-        choices = row.get("choices")
-        choices = None if choices is None else tuple(str(c) for c in choices)
-        if kind == "choice" and not choices:
-            raise RequestError(f"row {k}: answer_type 'choice' needs 'choices' (the option texts, A first)")
-        items.append(Item(id=f"request-{k}", benchmark="request", question=question, answer="", answer_type=kind,
-                          choices=choices))
-    return items
-
-
 def _response(ep: Any, answer: str | None) -> dict[str, Any]:
     transcript = [{"agent": m.agent_id, "role": m.role, "round": m.round, "silent": bool(m.silent),
                    "text": m.text, "prompt_tokens": m.prompt_tokens, "completion_tokens": m.completion_tokens,
@@ -120,8 +109,17 @@ class ServedSystem:
                                        silence_marker=settings["mas"]["silence_marker"])
         return cls(model.eval(), tokenizer, settings, device)
 
+    @property
+    def window(self) -> int | None:
+        """Tokens the model holds (prompt + reply), or None when it declares no context length."""
+        return model_window(self.model, self.tokenizer)
+
     def mas_for(self, params: dict[str, Any] | None) -> tuple[MasConfig, bool, int]:
         """The trained ``mas`` settings with the request's params applied and validated."""
+        mas, greedy, seed, _ = self._request(params)
+        return mas, greedy, seed
+
+    def _request(self, params: dict[str, Any] | None) -> tuple[MasConfig, bool, int, RequestLimits]:
         from pydantic import ValidationError
 
         params = dict(params or {})
@@ -129,22 +127,27 @@ class ServedSystem:
         for key, target in PARAM_KEYS.items():
             if params.get(key) is not None:
                 mas[target] = params[key]
-        temperature = float(params.get("temperature") or 0.0)
+        temperature = check_temperature(params.get("temperature"))
         if temperature:
             mas["temperature"] = temperature
+        seed = check_seed(params.get("seed"))
         try:
             cfg = MasConfig.model_validate(mas)
         except ValidationError as exc:
             names = {v: k for k, v in PARAM_KEYS.items()} | {"temperature": "temperature"}
             parts = [f"{names.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else 'params'}="
-                     f"{e.get('input')!r}: {e['msg']}" for e in exc.errors()]
+                     f"{str(repr(e.get('input')))[:60]}: {e['msg']}" for e in exc.errors()]
             raise RequestError("invalid params: " + "; ".join(parts)) from None
-        return cfg, temperature == 0.0, int(params.get("seed") or 0)
+        limits = RequestLimits(self.tokenizer, cfg, self.window)
+        limits.check_reply()
+        return cfg, temperature == 0.0, seed, limits
 
     def answer(self, records: list[dict[str, Any]], params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Answer each row (``{"question", "answer_type"?, "choices"?}``); see the module docstring."""
-        mas, greedy, seed = self.mas_for(params)
-        items = _items(records)
+        """Answer each row (``{"question", "answer_type"?, "choices"?}``); see the module docstring.
+
+        Every row and param is checked before anything is generated."""
+        mas, greedy, seed, limits = self._request(params)
+        items = request_items(records, limits)
         if not items:
             return []
         from components.scoring.grader import extract

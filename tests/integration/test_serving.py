@@ -82,5 +82,19 @@ def test_served_champion_answers_with_transcript_and_token_counts(tmp_path: Path
         res = requests.post(f"{url}/invocations", json={"inputs": [{"question": "q"}], "params": {"agents": 0}},
                             timeout=60)
         assert res.status_code == 400 and "agents=0" in res.text, res.text
+
+        # hostile requests: refused fast, naming the field, and the server stays up
+        for body, named in (({"inputs": [{"question": "What is 2+3? " * 800_000}]}, "'question' is too long"),
+                            ({"inputs": [{"question": None}]}, "'question' must be a non-empty string"),
+                            ({"inputs": [{"question": "q"}], "params": {"max_new_tokens": 10**9}},
+                             "invalid params: max_new_tokens=1000000000"),
+                            ({"inputs": [{"question": "q"}], "params": {"seed": 10**20}},
+                             "invalid params: seed=100000000000000000000")):
+            t0 = time.monotonic()
+            res = requests.post(f"{url}/invocations", json=body, timeout=60)
+            assert res.status_code == 400 and named in res.text, res.text[:500]
+            assert time.monotonic() - t0 < 20, f"{named}: {time.monotonic() - t0:.1f} s"
+        res = requests.post(f"{url}/invocations", json={"inputs": [{"question": "What is 2 + 3?"}]}, timeout=120)
+        assert res.status_code == 200, res.text
     finally:
         stop_group(proc)

@@ -9,6 +9,7 @@ honoured or rejected with a message naming them.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import mlflow
@@ -79,6 +80,31 @@ def test_registered_version_answers_as_the_trained_system(served) -> None:
         served.predict(pd.DataFrame([{"question": "q", "answer_type": "essay"}]))
     with pytest.raises(MlflowException, match="needs 'choices'"):
         served.predict(pd.DataFrame([{"question": "q", "answer_type": "choice"}]))
+
+
+@pytest.mark.slow
+def test_scoring_server_refuses_bad_requests_with_400_naming_the_field(served) -> None:
+    """Through MLflow's own request parsing (the app ``mlflow models serve`` runs), in-process."""
+    from fastapi.testclient import TestClient
+    from mlflow.pyfunc import scoring_server
+
+    client = TestClient(scoring_server.init(served))
+    q = [{"question": "What is 2 + 3?"}]
+    for body, named in (({"inputs": [{"question": None}]}, "row 0: 'question' must be a non-empty string, got "),
+                        ({"dataframe_records": [{"question": None}]}, "row 0: 'question' must be a non-empty string"),
+                        ({"inputs": [{"question": "What is 2+3? " * 200_000}]}, "row 0: 'question' is too long: "),
+                        ({"inputs": q, "params": {"max_new_tokens": 1_000_000_000}},
+                         "invalid params: max_new_tokens=1000000000: at most "),
+                        ({"inputs": q, "params": {"seed": 99999999999999999999}},
+                         "invalid params: seed=99999999999999999999: must be an integer in 0..4294967295"),
+                        ({"inputs": [{"question": "q", "answer_type": "choice", "choices": list("ABCDEFGHIJK")}]},
+                         "row 0: 'choices' has 11 options")):
+        t0 = time.perf_counter()
+        res = client.post("/invocations", json=body)
+        assert res.status_code == 400 and named in res.json()["message"], (body, res.text[:500])
+        assert "Traceback" not in res.text and time.perf_counter() - t0 < 10
+    res = client.post("/invocations", json={"inputs": q, "params": {"seed": 2**32 - 1, "temperature": 0.5}})
+    assert res.status_code == 200 and len(res.json()["predictions"][0]["transcript"]) == 4, res.text
 
 
 @pytest.mark.slow

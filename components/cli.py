@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from components.config import ALL_BENCHMARKS, Config, ConfigError, format_errors, load_config
-from components.errors import UserError
+from components.errors import UserError, run_command
 from components.jobs.base import ConfigSource
 
 
@@ -344,12 +344,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _log_progress(args.command)
-    try:
+
+    def command() -> int:
         cfg = load_config(args.params, args.profile, args.overrides)
         return COMMANDS[args.command][1](cfg, args)
-    except UserError as exc:
-        print(f"agent-gspo {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+
+    return run_command(f"agent-gspo {args.command}", command, resumable=args.command == "train")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ point leaves either no ``step-*`` folder or a complete one; :func:`latest_checkp
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import pickle
@@ -181,9 +182,11 @@ def save_checkpoint(out_dir: str | os.PathLike[str], step: int, engine: TrainEng
             _fsync_dir(root)
             if keep is not None:
                 prune_checkpoints(out_dir, keep)
-    except BaseException:
+    except BaseException as exc:
         if info.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(exc, OSError) and "os error 28" in str(exc):  # safetensors wraps ENOSPC in its own type
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from exc
         raise
     barrier()
     return final

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
 import shutil
 import sys
 import time
@@ -28,7 +29,7 @@ from typing import Any
 
 from components.config import Config
 from components.data.item import Item
-from components.errors import UserError
+from components.errors import UserError, run_command
 
 StepCallback = Callable[[int, dict[str, float]], None]
 
@@ -79,9 +80,7 @@ def _check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
     they are damaged checkpoints, and starting over (with or without ``--resume``) would silently
     replace them. Checked before the model loads, as is that ``out`` can be written at all."""
     from components.gspo.checkpoint import CHECKPOINTS, list_checkpoints
-    from components.io import check_writable_dir
 
-    check_writable_dir(out, "training output folder (--out / gspo.out_dir)")
     found = list_checkpoints(out)
     root = out / CHECKPOINTS
     damaged = sorted(p.name for p in root.iterdir() if p.name.startswith("step-") and p not in found) \
@@ -95,6 +94,31 @@ def _check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
                         "another --out")
     if resume and not found and not damaged:
         print(f"--resume: no checkpoint in {root}: starting from step 1", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """One training per output folder: rank 0 holds ``<out>/.train.lock`` for the whole run.
+
+    Two runs into one folder would interleave their checkpoints, and an ``--overwrite`` would
+    delete a running one's work while both report success. ``flock`` is released by the kernel
+    when the holder dies, so a crashed run never blocks the ``--resume`` that follows it."""
+    import filelock
+
+    if int(os.environ.get("RANK", "0")) != 0:  # the other ranks of one run: rank 0 holds it for them
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(out / ".train.lock"), thread_local=False)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        raise UserError(f"{out}: another training is running in this folder (it holds {out / '.train.lock'}); "
+                        "wait for it to finish, or choose another --out") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _progress_line(step: int, total: int, m: dict[str, float]) -> str:
@@ -121,6 +145,23 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_ste
           data_dir: Path | None = None, track: bool = True, on_step: StepCallback | None = None,
           items: list[Item] | None = None) -> TrainResult:
     """Run (or resume) GSPO training as configured; see the module docstring."""
+    from components.io import check_writable_dir
+
+    out = Path(out_dir or cfg.gspo.out_dir)
+    total = max_steps if max_steps is not None else cfg.gspo.steps
+    if total < 1:
+        raise UserError(f"--max-steps must be >= 1, got {total}")
+
+    check_writable_dir(out, "training output folder (--out / gspo.out_dir)")
+    with _exclusive(out):
+        _check_fresh_start(out, resume, overwrite)
+        return _train(cfg, out, total, resume=resume, overwrite=overwrite, data_dir=data_dir, track=track,
+                      on_step=on_step, items=items)
+
+
+def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool, data_dir: Path | None,
+           track: bool, on_step: StepCallback | None, items: list[Item] | None) -> TrainResult:
+    """:func:`train` once the folder is checked and held."""
     from components.gspo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from components.gspo.distributed import init_distributed, shutdown_distributed
     from components.gspo.engines import build_engine, planned_updates
@@ -129,11 +170,6 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_ste
     from components.mas.environment import Environment
     from components.models import default_device, load_policy
 
-    out = Path(out_dir or cfg.gspo.out_dir)
-    total = max_steps if max_steps is not None else cfg.gspo.steps
-    if total < 1:
-        raise UserError(f"--max-steps must be >= 1, got {total}")
-    _check_fresh_start(out, resume, overwrite)
     info = init_distributed(for_deepspeed=cfg.gspo.engine == "deepspeed")
     try:
         seed_everything(cfg.gspo.seed + info.rank)
@@ -314,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--no-track", action="store_true")
     args = p.parse_args(argv)
-    try:
+
+    def command() -> int:
         cfg = load_config(args.params, args.profile, args.overrides)
         t0 = time.perf_counter()
         if args.resume and args.overwrite:
@@ -325,6 +362,5 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"final_model": str(res.final_model), "steps": res.steps, "run_id": res.run_id,
                               "model_version": res.model_version, "seconds": round(time.perf_counter() - t0, 1)}))
         return 0
-    except UserError as exc:
-        print(f"agent-gspo train: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+
+    return run_command("agent-gspo train", command, resumable=True)

@@ -24,6 +24,9 @@ def _run(data_dir: Path, out: Path, *extra: str, env: dict[str, str] | None = No
             f"tracking.uri=sqlite:///{out.parent / 'first.db'}"]
     cmd = [sys.executable, "-m", "components.cli", "train", "--no-track", "--out", str(out),
            *[a for s in sets for a in ("--set", s)], *extra]
+    if env is not None and env.get("POPEN"):  # started in the background, stderr piped
+        return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE,
+                                text=True)
     return subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
                           capture_output=True, text=True, timeout=600)
 
@@ -106,3 +109,32 @@ def test_damaged_checkpoints_and_unusable_folders_fail_by_name(prepared_data: Pa
 
     empty = _run(prepared_data, tmp_path / "new", "--resume", "--max-steps", "1")
     assert empty.returncode == 0 and "no checkpoint in" in empty.stderr and "starting from step 1" in empty.stderr
+
+
+def test_one_training_per_folder_and_sigterm_ends_it_cleanly(prepared_data: Path, tmp_path: Path) -> None:
+    """A second run into a folder another run holds is refused before anything loads; SIGTERM ends a
+    run with one line and exit 143, and --resume then continues from its checkpoints."""
+    import signal
+    import time
+
+    import filelock
+
+    out = tmp_path / "run"
+    out.mkdir()
+    with filelock.FileLock(str(out / ".train.lock")):  # another training in progress
+        for extra in ((), ("--resume",), ("--overwrite",)):
+            res = _run(prepared_data, out, *extra)
+            assert res.returncode == 2 and "another training is running in this folder" in res.stderr, res.stderr
+    long = ("--set", "gspo.steps=400")
+    proc = _run(prepared_data, out, *long, env={"POPEN": "1"})
+    deadline = time.monotonic() + 300
+    while not list_checkpoints(out) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err and "agent-gspo train: interrupted (SIGTERM)" in err, err[-3000:]
+    assert not [p for p in (out / "checkpoints").iterdir() if p.name.startswith(".tmp-")]
+    newest = int(list_checkpoints(out)[-1].name.removeprefix("step-"))
+    resumed = _run(prepared_data, out, *long, "--resume", "--max-steps", str(newest + 1))
+    assert resumed.returncode == 0 and "resumed from" in resumed.stderr, resumed.stderr[-3000:]

@@ -1,6 +1,7 @@
 """Rendering and writing evaluation results: DVC metrics JSON, summary JSON and the markdown report.
 
-Layout under ``out_dir`` (every file written atomically, so DVC never reads a half-written metric):
+Layout under ``out_dir`` (every file written atomically, so DVC never reads a half-written metric; an
+evaluation publishes them as one set, see :mod:`components.evaluation.publish`):
 
     <benchmark>.json            {system: {accuracy, accuracy_se, n, tokens_*, ...}} (DVC metrics)
     summary.json                {"systems": per-system aggregates, "rows": [...], "meta": {...}}

@@ -48,6 +48,7 @@ from components.evaluation.metrics import (
     silence_grid,
     summarise,
 )
+from components.evaluation.publish import check_out_dir, publish
 from components.evaluation.report import render_markdown, write_reports
 from components.evaluation.sampling import derived_seed, sample_items
 from components.mas.environment import grade_episodes
@@ -254,7 +255,8 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     policy, fixed-length engines in benchmarks) instead of loading models; ``baselines`` is then ignored.
     ``tracker`` (a :class:`components.tracking.Tracker` inside its ``with``) gets the main system's
     ``eval/<benchmark>/*`` metrics, one nested run per other system with the same names, and the
-    outputs as artifacts. Writes to ``out_dir`` (default ``eval.out_dir``); see report.py for files.
+    outputs as artifacts. Writes to ``out_dir`` (default ``eval.out_dir``); see report.py for files,
+    published as one set (publish.py): a failed evaluation leaves the previous ones as they were.
     """
     from components.data.prepare import load_split
 
@@ -266,6 +268,7 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     _check_names(benchmarks, baselines if systems is None else [])
     data_dir = Path(data_dir if data_dir is not None else cfg.data.out_dir)
     out_dir = Path(out_dir if out_dir is not None else ev.out_dir)
+    check_out_dir(out_dir)  # before hours of rollouts; also cleans what a killed evaluation left there
 
     items = {b: sample_items(load_split(data_dir, b, split), limit, ev.seed, where=f"{data_dir}/{b}/{split}")
              for b in benchmarks}
@@ -325,11 +328,7 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     summary = summarise(rows)
     meta["main_system"] = main
     markdown = render_markdown(rows, summary, meta)
-    paths = write_reports(out_dir, rows, summary, meta, markdown)
-    from components.evaluation.plots import plot_accuracy_vs_tokens, plot_silence_heatmap
-
-    paths["accuracy_vs_tokens"] = plot_accuracy_vs_tokens(rows, out_dir / "accuracy_vs_tokens.png")
-    paths["silence_by_agent_round"] = plot_silence_heatmap(grid, out_dir / "silence_by_agent_round.png")
+    paths = publish(out_dir, lambda staging: write_outputs(staging, rows, summary, meta, markdown, grid))
     timings["total"] = time.perf_counter() - t_start
     per_item = {name: {b: [ItemOutcome(e.question_id, e.correct, e.total_tokens, e.completion_tokens)
                            for e in per_system[name][b]] for b in benchmarks} for name in names}
@@ -338,6 +337,17 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     if tracker is not None:
         log_to_tracker(tracker, report, main)
     return report
+
+
+def write_outputs(out_dir: Path, rows: Sequence[EvalRow], summary: dict[str, Any], meta: dict[str, Any],
+                  markdown: str, grid: SilenceGrid | None) -> dict[str, Path]:
+    """Every file of an evaluation into ``out_dir`` (report.py's layout); returns ``{name: path}``."""
+    from components.evaluation.plots import plot_accuracy_vs_tokens, plot_silence_heatmap
+
+    paths = write_reports(out_dir, rows, summary, meta, markdown)
+    paths["accuracy_vs_tokens"] = plot_accuracy_vs_tokens(rows, out_dir / "accuracy_vs_tokens.png")
+    paths["silence_by_agent_round"] = plot_silence_heatmap(grid, out_dir / "silence_by_agent_round.png")
+    return paths
 
 
 def eval_metrics(rows: Sequence[EvalRow], system: str) -> dict[str, float]:

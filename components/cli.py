@@ -51,6 +51,20 @@ def _benchmarks(text: str) -> list[str]:
     return names
 
 
+def _baselines(text: str) -> list[str]:
+    """``--baselines``: checked by name before any model loads (an empty string: none)."""
+    from typing import get_args
+
+    from components.config import EvalConfig
+
+    BASELINE_NAMES = get_args(get_args(EvalConfig.model_fields["baselines"].annotation)[0])  # noqa: N806
+    names = _csv(text)
+    unknown = [n for n in names if n not in BASELINE_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown baseline(s) {unknown} (allowed: {', '.join(BASELINE_NAMES)})")
+    return names
+
+
 def _source(args: argparse.Namespace) -> ConfigSource:
     return ConfigSource(params=args.params, profile=args.profile, overrides=tuple(args.overrides))
 
@@ -284,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", parents=[common], help=helps["evaluate"])
     p.add_argument("--model", default=None, help="local folder, HF id, alias, or models:/<name>[/<v>|@<alias>]")
     p.add_argument("--limit", type=_positive, default=None, help="items per benchmark (seeded sample)")
-    p.add_argument("--baselines", type=_csv, default=None, help="comma list of single_cot,self_consistency,"
+    p.add_argument("--baselines", type=_baselines, default=None, help="comma list of single_cot,self_consistency,"
                    "mas_untrained (empty string: none)")
     p.add_argument("--out", default=None, help="output folder (default eval.out_dir)")
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")

@@ -97,6 +97,7 @@ def test_budget_bounds_and_custom_adjacency_values_are_checked():
     ["experiments", "run", "--only", ","],
     ["prepare", "--benchmarks", ","],
     ["experiments", "report", "--results", "/nonexistent/results"],
+    ["evaluate", "--baselines", "oracle"],
 ])
 def test_cli_options_outside_the_schema_exit_2_with_one_message(argv, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)

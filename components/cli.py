@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from components.config import ALL_BENCHMARKS, Config, ConfigError, format_errors, load_config
+from components.config import ALL_BENCHMARKS, BASELINE_NAMES, Config, ConfigError, format_errors, load_config
 from components.errors import UserError, run_command
 from components.jobs.base import ConfigSource
 
@@ -53,11 +53,6 @@ def _benchmarks(text: str) -> list[str]:
 
 def _baselines(text: str) -> list[str]:
     """``--baselines``: checked by name before any model loads (an empty string: none)."""
-    from typing import get_args
-
-    from components.config import EvalConfig
-
-    BASELINE_NAMES = get_args(get_args(EvalConfig.model_fields["baselines"].annotation)[0])  # noqa: N806
     names = _csv(text)
     unknown = [n for n in names if n not in BASELINE_NAMES]
     if unknown:

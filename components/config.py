@@ -15,7 +15,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -41,6 +41,8 @@ class _Section(BaseModel):
 
 
 BenchmarkName = Literal["mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval", "splitinfo"]
+BaselineName = Literal["single_cot", "self_consistency", "mas_untrained", "mas_prior"]
+BASELINE_NAMES: tuple[str, ...] = get_args(BaselineName)
 Name = Annotated[str, Field(min_length=1, pattern=r"\S")]
 """a name, path or URI: an empty or blank one would silently mean the current folder or nothing"""
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
@@ -212,7 +214,7 @@ class EvalConfig(_Section):
     limit: int | None = Field(None, ge=1, description="items per benchmark (seeded sample); null = all")
     benchmarks: list[BenchmarkName] = Field(default_factory=lambda: list(BENCHMARKS), min_length=1,
                                             description="benchmarks to evaluate")
-    baselines: list[Literal["single_cot", "self_consistency", "mas_untrained", "mas_prior"]] = Field(
+    baselines: list[BaselineName] = Field(
         default_factory=lambda: ["single_cot", "self_consistency", "mas_untrained"], description="baselines")
     self_consistency_k: int = Field(5, ge=1, description="samples for self-consistency")
     batch_size: int = Field(16, ge=1, description="questions per rollout batch")

@@ -42,8 +42,9 @@ def run_command(prog: str, fn: Callable[[], int], *, resumable: bool = False) ->
     """Run ``fn`` and map what ends it to one line on stderr and an exit code: a :class:`UserError`
     (its code, 2), Ctrl-C (130) or SIGTERM (143), and a full disk / quota / read-only file system
     (2, naming the path). Anything else is a bug and keeps its traceback."""
+    previous = None
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return fn()
     except UserError as exc:
@@ -60,3 +61,6 @@ def run_command(prog: str, fn: Callable[[], int], *, resumable: bool = False) ->
         where = f": {exc.filename}" if exc.filename else ""
         print(f"{prog}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:  # a library caller (or pytest) gets its own handler back
+            signal.signal(signal.SIGTERM, previous)

@@ -32,6 +32,9 @@ class StrictSafeLoader(yaml.SafeLoader):
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise ConstructorError(None, None, "found a merge key (<<): not allowed here (write the keys "
+                                           "out; profiles: already merge onto the base)", key_node.start_mark)
                 key = self.construct_object(key_node, deep=True)
                 try:
                     first = seen.get(key)

@@ -189,9 +189,12 @@ def validation_failure(
     if report_path is not None:
         write_text_atomic(report_path, report)
         where = f"; report: {report_path}"
+    # prepare() writes nothing when any benchmark fails; a single benchmark (the Prefect flow's
+    # task per benchmark) leaves only itself unwritten: the others' tasks may have written theirs
+    unwritten = f"nothing was written to {out_dir}" if len(checked) > 1 else f"{checked[0].name} was not written"
     return DataValidationError(
         f"{', '.join(c.name for c in failed)}: great-expectations validation failed (source "
-        f"{', '.join(sorted({c.source for c in failed}))}); nothing was written to {out_dir}{where}\n{report}",
+        f"{', '.join(sorted({c.source for c in failed}))}); {unwritten}{where}\n{report}",
         report,
     )
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.config import ALL_BENCHMARKS, Config
+from components.config import ALL_BENCHMARKS, BASELINE_NAMES, Config
 from components.data.item import Item
 from components.data.prepare import manifest_sha256
 from components.errors import UserError
@@ -57,7 +57,6 @@ from components.mas.voting import vote
 log = logging.getLogger(__name__)
 
 MAIN_SYSTEM = "agent_gspo"
-BASELINE_NAMES = ("single_cot", "self_consistency", "mas_untrained", "mas_prior")
 BASE_WEIGHTS = ("mas_untrained", "mas_prior")
 """baselines that run the untrained base model, not the evaluated policy"""
 MAS_SYSTEMS = (MAIN_SYSTEM, *BASE_WEIGHTS)

@@ -68,6 +68,19 @@ class CheckpointMeta:
     version: int = FORMAT_VERSION
 
 
+def _unparseable(exc: BaseException) -> bool:
+    """Is ``exc`` a loader failing on the bytes it read (not on applying them)? The loaders have
+    no common error type: safetensors raises its own, torch's zip reader a RuntimeError naming
+    itself, pickle and JSON theirs, a truncated file an EOFError."""
+    if isinstance(exc, EOFError | pickle.UnpicklingError | json.JSONDecodeError | UnicodeDecodeError | OSError):
+        return True
+    if type(exc).__name__ == "SafetensorError":
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("PytorchStreamReader" in text or "zip archive" in text
+                                               or "unexpected EOF" in text or "invalid load key" in text)
+
+
 @contextlib.contextmanager
 def _reading(file: Path, checkpoint: Path) -> Iterator[None]:
     """A checkpoint file that cannot be parsed (truncated, emptied, wrong contents) is bad input:
@@ -76,13 +89,27 @@ def _reading(file: Path, checkpoint: Path) -> Iterator[None]:
     JSON) counts: its message becomes the reason."""
     try:
         yield
-    except CheckpointError:
+    except UserError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every loader's own error type: see the docstring
+    except Exception as exc:
+        if not _unparseable(exc):
+            raise  # the file read fine and applying it failed (a bug, or a setting that changed): not corruption
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
         raise CheckpointError(f"{file}: corrupt or unreadable checkpoint file ({type(exc).__name__}: {reason}); "
                               f"resume from an earlier step (remove {checkpoint}) or start over with --overwrite"
                               ) from exc
+
+
+FULL_BELOW_BYTES = 1 << 20
+"""free space under which a failed checkpoint write is taken for a full device"""
+
+
+def _device_full(path: Path) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < FULL_BELOW_BYTES
 
 
 def step_dir_name(step: int) -> str:
@@ -183,9 +210,12 @@ def save_checkpoint(out_dir: str | os.PathLike[str], step: int, engine: TrainEng
             if keep is not None:
                 prune_checkpoints(out_dir, keep)
     except BaseException as exc:
+        # safetensors and torch.save wrap ENOSPC in their own errors (torch's does not even say so):
+        # a write that failed on a full device is reported as what it is, before the cleanup frees space
+        full = isinstance(exc, Exception) and not isinstance(exc, OSError) and _device_full(root)
         if info.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
-        if not isinstance(exc, OSError) and "os error 28" in str(exc):  # safetensors wraps ENOSPC in its own type
+        if full:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from exc
         raise
     barrier()
@@ -229,7 +259,12 @@ def read_meta(path: str | os.PathLike[str]) -> CheckpointMeta:
                               f"use latest_checkpoint() or pass a step-NNNNNN folder")
     with _reading(meta_path, Path(path)):
         raw = json.loads(meta_path.read_text())
+    try:
         return CheckpointMeta(**raw)
+    except TypeError as exc:  # fields missing or unknown: written by something else, or edited
+        raise CheckpointError(f"{meta_path}: corrupt or unreadable checkpoint file (not checkpoint metadata: "
+                              f"{exc}); resume from an earlier step (remove {path}) or start over with "
+                              "--overwrite") from exc
 
 
 def load_hf_weights(module: nn.Module, model_dir: Path) -> None:
@@ -273,6 +308,25 @@ def load_hf_weights(module: nn.Module, model_dir: Path) -> None:
         raise CheckpointError(f"{model_dir}: checkpoint lacks weights {untied[:5]}")
 
 
+def read_extra(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The caller state of a checkpoint (``extra.json`` / ``extra.pkl``), without loading anything
+    else: a resume checks its config hash before the engine state is applied."""
+    path = Path(path)
+    meta = read_meta(path)
+    extra_file = path / ("extra.pkl" if meta.extra_format == "pickle" else "extra.json")
+    with _reading(extra_file, path):
+        if meta.extra_format == "pickle":
+            with open(extra_file, "rb") as fh:
+                extra = pickle.load(fh)
+        else:
+            extra = json.loads(extra_file.read_text())
+    if not isinstance(extra, dict):
+        raise CheckpointError(f"{extra_file}: corrupt or unreadable checkpoint file (a {type(extra).__name__}, "
+                              f"not a mapping); resume from an earlier step (remove {path}) or start over with "
+                              "--overwrite")
+    return extra
+
+
 def load_checkpoint(path: str | os.PathLike[str], engine: TrainEngine) -> dict[str, Any]:
     """Restore weights, optimizer, scheduler, counters and this rank's RNG; return ``extra``.
 
@@ -299,21 +353,13 @@ def load_checkpoint(path: str | os.PathLike[str], engine: TrainEngine) -> dict[s
         raise CheckpointError(f"{path}/rng: no RNG state file")
     with _reading(rng_file, path):
         set_rng_state(torch.load(rng_file, weights_only=False))
-    extra_file = path / ("extra.pkl" if meta.extra_format == "pickle" else "extra.json")
-    with _reading(extra_file, path):
-        if meta.extra_format == "pickle":
-            with open(extra_file, "rb") as fh:
-                extra: dict[str, Any] = pickle.load(fh)
-        else:
-            extra = json.loads(extra_file.read_text())
-        if not isinstance(extra, dict):
-            raise TypeError(f"expected a mapping, found {type(extra).__name__}")
+    extra = read_extra(path)
     barrier()  # every rank finished reading before anyone may prune or overwrite
     return extra
 
 
 __all__ = [
     "CheckpointError", "CheckpointMeta", "latest_checkpoint", "list_checkpoints", "load_checkpoint",
-    "load_hf_weights", "prune_checkpoints", "read_meta", "rng_state", "save_checkpoint", "set_rng_state",
+    "load_hf_weights", "prune_checkpoints", "read_extra", "read_meta", "rng_state", "save_checkpoint", "set_rng_state",
     "step_dir_name",
 ]

@@ -88,12 +88,23 @@ def _check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
     if found and not resume and not overwrite:
         raise UserError(f"{out} holds checkpoints of an earlier run (newest {found[-1].name}): pass --resume to "
                         f"continue it, or --overwrite to delete them and start over (or choose another --out)")
-    if damaged and not found and not overwrite:
-        raise UserError(f"{root} holds {', '.join(damaged)} without meta.json (damaged checkpoints, none complete): "
-                        "nothing to resume from; pass --overwrite to delete them and start over, or choose "
-                        "another --out")
-    if resume and not found and not damaged:
+    newest = found[-1].name if found else ""
+    newer = [d for d in damaged if d > newest]  # step-NNNNNN names sort as their steps
+    if newer and not overwrite:
+        what = f"newer than the last complete one ({newest})" if found else "and none is complete"
+        raise UserError(f"{root} holds {', '.join(newer)} without meta.json (damaged checkpoints {what}): resuming "
+                        "would replace them silently; move them away to resume from an earlier step, or pass "
+                        "--overwrite to delete every checkpoint and start over (or choose another --out)")
+    if resume and not found and not damaged and _launch_rank() == 0:
         print(f"--resume: no checkpoint in {root}: starting from step 1", file=sys.stderr)
+
+
+def _launch_rank() -> int:
+    """This process's global rank as the launcher set it (0 without one); before
+    :func:`init_distributed`, which checks the variables against each other."""
+    from components.gspo.distributed import _env_int
+
+    return _env_int("RANK") if os.environ.get("RANK") else 0
 
 
 @contextlib.contextmanager
@@ -105,7 +116,7 @@ def _exclusive(out: Path) -> Iterator[None]:
     when the holder dies, so a crashed run never blocks the ``--resume`` that follows it."""
     import filelock
 
-    if int(os.environ.get("RANK", "0")) != 0:  # the other ranks of one run: rank 0 holds it for them
+    if _launch_rank() != 0:  # the other ranks of one run: rank 0 holds it for them
         yield
         return
     out.mkdir(parents=True, exist_ok=True)
@@ -162,7 +173,7 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_ste
 def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool, data_dir: Path | None,
            track: bool, on_step: StepCallback | None, items: list[Item] | None) -> TrainResult:
     """:func:`train` once the folder is checked and held."""
-    from components.gspo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from components.gspo.checkpoint import latest_checkpoint, load_checkpoint, read_extra, save_checkpoint
     from components.gspo.distributed import init_distributed, shutdown_distributed
     from components.gspo.engines import build_engine, planned_updates
     from components.gspo.trainer import GSPOTrainer, seed_everything
@@ -196,6 +207,7 @@ def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool,
         run_id = None
         ckpt = latest_checkpoint(out) if resume else None
         if ckpt is not None:
+            trainer.check_config(read_extra(ckpt))  # a changed setting is named before any state is applied
             extra = load_checkpoint(ckpt, engine)
             trainer.load_state(extra)
             run_id = extra.get("mlflow_run_id")

@@ -22,14 +22,17 @@ Multi-node, the two launchers differ in who starts the other nodes:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from components.config import Config
 from components.env import OFFLINE_DEFAULTS
@@ -170,15 +173,48 @@ def launch_env() -> dict[str, str]:
 
 def run_streaming(cmd: Sequence[str], *, env: dict[str, str] | None = None,
                   on_line: Callable[[str], None] | None = None) -> int:
-    """Run ``cmd``, echo each output line (and hand it to ``on_line``), return the exit code."""
+    """Run ``cmd``, echo each output line (and hand it to ``on_line``), return the exit code.
+
+    Interrupted here (Ctrl-C, or SIGTERM unwound by :func:`components.errors.run_command`), the
+    child gets SIGTERM too and is waited for (killed after :data:`STOP_WAIT_S`) before this
+    unwinds: a training left running would keep its folder's lock (so the ``--resume`` that
+    follows is refused), and its MLflow run would end FAILED instead of KILLED."""
     proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, bufsize=1)
     assert proc.stdout is not None
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        if on_line is not None:
-            on_line(line.rstrip("\n"))
-    return proc.wait()
+    try:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
+        return proc.wait()
+    except BaseException:
+        stop_child(proc)
+        raise
+
+
+def _drain(stream: Any) -> None:
+    with contextlib.suppress(OSError, ValueError):  # closed under us: nothing left to show
+        for line in stream:
+            sys.stdout.write(line)
+
+
+STOP_WAIT_S = 60.0
+"""how long an interrupted child may take to unwind (write nothing half, end its MLflow run)"""
+
+
+def stop_child(proc: subprocess.Popen, wait_s: float = STOP_WAIT_S) -> int | None:
+    """SIGTERM ``proc`` (a launcher forwards it to its ranks), wait up to ``wait_s``, then SIGKILL."""
+    if proc.poll() is not None:
+        return proc.returncode
+    proc.terminate()
+    if proc.stdout is not None:  # keep reading, or a child writing its last lines blocks on a full pipe
+        threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
+    try:
+        return proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 def training_command(cfg: Config, train_args: Sequence[str]) -> list[str]:

@@ -173,11 +173,15 @@ class GSPOTrainer:
                 "history": self.history, "config_hash": self.cfg.hash(), "config_settings": _hashed_settings(self.cfg),
                 "budget_calibration": self.budget_calibration}
 
-    def load_state(self, state: dict[str, Any]) -> None:
+    def check_config(self, state: dict[str, Any]) -> None:
+        """Refuse a checkpoint written under other settings, naming them (before any state is loaded)."""
         if state.get("config_hash") not in (None, self.cfg.hash()):
             raise UserError("checkpoint was written with a different config (config hash differs"
                             + _settings_diff(state.get("config_settings"), _hashed_settings(self.cfg))
                             + "); resume with the same params/profile or start a fresh --out folder")
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.check_config(state)
         self.step_idx = int(state["step"])
         self.sampler.cursor = int(state["cursor"])
         self.controller.load_state_dict(state["controller"])

@@ -68,10 +68,13 @@ class Job(BaseModel, abc.ABC):
 
     def __init__(self, **data: Any) -> None:
         """Options that fail the job's schema (a CLI flag, a flow parameter) are bad input: one
-        :class:`JobOptionError` naming each option, not a pydantic traceback."""
+        :class:`JobOptionError` naming each option, not a pydantic traceback. A missing or unvalidated
+        ``cfg`` (or an option no job has) stays a ValidationError: that is a caller's bug."""
         try:
             super().__init__(**data)
         except ValidationError as exc:
+            if any(not e["loc"] or e["loc"][0] == "cfg" or e["type"] == "extra_forbidden" for e in exc.errors()):
+                raise  # a job built without a validated config is a caller's bug, not bad input
             bad = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<job>'}: {e['msg']}"
                             + (f" (got {e['input']!r})" if isinstance(e.get("input"), str | int | float) else "")
                             for e in exc.errors())

@@ -18,13 +18,12 @@ import argparse
 import dataclasses
 import importlib
 import json
-import sys
 from collections.abc import Sequence
 
 import optuna
 
 from components.config import load_config
-from components.errors import UserError
+from components.errors import run_command
 from components.search.errors import SearchError
 from components.search.study import TrialFn, run_search
 from components.search.synthetic import SyntheticTrial
@@ -66,22 +65,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        cfg = load_config(args.params, args.profile, args.override)
-        trial_fn: TrialFn = SyntheticTrial(args.sleep) if args.synthetic else _import_trial_fn(args.trial_fn)
-        factory = None
-        if args.mlflow:
-            from components.search.tracking import mlflow_tracker_factory
+    return run_command("agent-gspo search worker", lambda: _work(args))
 
-            factory = mlflow_tracker_factory(cfg)
-        result = run_search(cfg, trial_fn, trials=args.trials, budget_tokens=args.budget_tokens,
-                            budget_seconds=args.budget_seconds, storage=args.storage,
-                            study_name=args.study_name, tracker_factory=factory,
-                            sampler=optuna.samplers.TPESampler(seed=args.seed, constant_liar=True),
-                            reserve_tokens=args.reserve_tokens, out_params=args.out_params)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+
+def _work(args: argparse.Namespace) -> int:
+    """The worker's search, once its flags are parsed (:func:`main` maps how it ends)."""
+    cfg = load_config(args.params, args.profile, args.override)
+    trial_fn: TrialFn = SyntheticTrial(args.sleep) if args.synthetic else _import_trial_fn(args.trial_fn)
+    factory = None
+    if args.mlflow:
+        from components.search.tracking import mlflow_tracker_factory
+
+        factory = mlflow_tracker_factory(cfg)
+    result = run_search(cfg, trial_fn, trials=args.trials, budget_tokens=args.budget_tokens,
+                        budget_seconds=args.budget_seconds, storage=args.storage,
+                        study_name=args.study_name, tracker_factory=factory,
+                        sampler=optuna.samplers.TPESampler(seed=args.seed, constant_liar=True),
+                        reserve_tokens=args.reserve_tokens, out_params=args.out_params)
     print(json.dumps(dataclasses.asdict(result), sort_keys=True))
     return 0
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from helpers.params import defaults_params
 from optuna.trial import TrialState
 
 from components.config import Config
@@ -26,20 +27,12 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-
-def _defaults_only(folder: Path) -> Path:
-    """An empty params file: the schema defaults (a params file that is named must exist)."""
-    path = folder / "defaults.yaml"
-    path.write_text("")
-    return path
-
-
 def _run_workers(tmp_path: Path, *extra: str, n: int = 2) -> tuple[list[dict], list[optuna.trial.FrozenTrial]]:
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     procs = [subprocess.Popen(
         [sys.executable, "-m", "components.search.worker", "--synthetic", "--storage", url,
-         "--study-name", "shared", "--params", str(_defaults_only(tmp_path)),
+         "--study-name", "shared", "--params", str(defaults_params(tmp_path)),
          "--out-params", str(tmp_path / f"best-{i}.yaml"), *extra],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
     deadline = time.monotonic() + 50

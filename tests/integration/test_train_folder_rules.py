@@ -101,6 +101,12 @@ def test_damaged_checkpoints_and_unusable_folders_fail_by_name(prepared_data: Pa
         assert res.returncode == 2 and "without meta.json" in res.stderr and "--overwrite" in res.stderr, res.stderr
     assert sorted(p.name for p in (no_meta / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
 
+    newer_damaged = tmp_path / "newer-damaged"  # step 2 damaged, step 1 complete: --resume must not redo step 2
+    shutil.copytree(out, newer_damaged)
+    (newer_damaged / "checkpoints" / "step-000002" / "meta.json").unlink()
+    res = _run(prepared_data, newer_damaged, "--resume")
+    assert res.returncode == 2 and "newer than the last complete one (step-000001)" in res.stderr, res.stderr[-2000:]
+
     a_file = tmp_path / "a-file"
     a_file.write_text("")
     res = _run(prepared_data, a_file)

@@ -246,3 +246,47 @@ def test_deepspeed_update_equals_torch_update_for_uneven_micro_batches(deepspeed
     got, want = weights(ds), weights(ref)
     for key, value in want.items():
         torch.testing.assert_close(got[key], value, rtol=1e-3, atol=1e-4, msg=key)
+
+
+def test_only_unparseable_files_are_called_corrupt(tmp_path):
+    """A loader failing on the bytes is a corrupt file (one message naming it); a failure applying a
+    state that read fine (an optimizer group that no longer fits, a bug) keeps its own error."""
+    import pickle
+
+    from components.gspo.checkpoint import CheckpointError, _reading
+
+    f = tmp_path / "step-000001" / "engine" / "engine_state.pt"
+    for exc in (EOFError("Ran out of input"), pickle.UnpicklingError("truncated"),
+                RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central directory")):
+        with pytest.raises(CheckpointError, match=f"{f}: corrupt or unreadable checkpoint file"):
+            with _reading(f, f.parent.parent):
+                raise exc
+    for exc in (ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                           "optimizer's group"), RuntimeError("CUDA out of memory")):
+        with pytest.raises(type(exc), match=str(exc)[:20]):
+            with _reading(f, f.parent.parent):
+                raise exc
+
+
+def test_a_wrapped_write_error_on_a_full_device_is_reported_as_enospc(tmp_path: Path, monkeypatch) -> None:
+    """torch.save / safetensors wrap ENOSPC in their own errors: with the device full the save
+    raises OSError(ENOSPC) naming the checkpoint folder (the CLI's one line, exit 2); otherwise the
+    writer's own error stays (a bug is not dressed up as a full disk)."""
+    import errno
+
+    import components.gspo.checkpoint as ck
+
+    eng = torch_engine()
+
+    def wrapped(folder: Path) -> None:
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file")
+
+    monkeypatch.setattr(eng, "save_checkpoint_state", wrapped)
+    monkeypatch.setattr(ck, "_device_full", lambda path: True)
+    with pytest.raises(OSError) as err:
+        save_checkpoint(tmp_path, 1, eng, extra={})
+    assert err.value.errno == errno.ENOSPC and err.value.filename.endswith(".tmp-step-000001")
+    monkeypatch.setattr(ck, "_device_full", lambda path: False)
+    with pytest.raises(RuntimeError, match="PytorchStreamWriter"):
+        save_checkpoint(tmp_path, 1, eng, extra={})
+    assert not list((tmp_path / "checkpoints").iterdir())

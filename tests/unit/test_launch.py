@@ -162,3 +162,28 @@ def test_local_ranks_of_each_launch(monkeypatch) -> None:
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
     assert ranks("deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=2", "deepspeed.num_nodes=2") == [2, 3]
     assert ranks("deepspeed.launcher=deepspeed", "deepspeed.num_nodes=2", "deepspeed.hostfile=hosts") == []
+
+
+def test_an_interrupted_launch_stops_its_child_first(tmp_path):
+    """Ctrl-C / SIGTERM in the launching process reaches the training child: it is terminated and
+    waited for (its last lines still shown) before the interrupt propagates, never left running."""
+    import subprocess
+    import sys
+
+    from components.gspo.launch import run_streaming
+
+    marker = tmp_path / "child-ended"
+    child = ("import signal, sys, time\n"
+             f"def bye(*a):\n    print('child: stopping', flush=True)\n    open({str(marker)!r}, 'w').close()\n"
+             "    sys.exit(143)\n"
+             "signal.signal(signal.SIGTERM, bye)\nprint('child: started', flush=True)\ntime.sleep(120)\n")
+    seen = []
+
+    def on_line(line: str) -> None:
+        seen.append(line)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_streaming([sys.executable, "-c", child], on_line=on_line)
+    assert seen == ["child: started"] and marker.exists()
+    assert subprocess.run(["pgrep", "-f", str(marker)], capture_output=True).stdout == b""

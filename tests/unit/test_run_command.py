@@ -50,8 +50,6 @@ def test_a_real_sigterm_unwinds_like_ctrl_c(capsys):
             cleaned.append(True)
 
     previous = signal.getsignal(signal.SIGTERM)
-    try:
-        assert run_command("prog", fn) == 143 and cleaned == [True]
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    assert run_command("prog", fn) == 143 and cleaned == [True]
+    assert signal.getsignal(signal.SIGTERM) is previous  # the caller's handler is back
     assert capsys.readouterr().err.strip() == "prog: interrupted (SIGTERM)"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from helpers.params import defaults_params
 from optuna.trial import TrialState, create_trial
 
 from components.config import Config, load_config
@@ -20,14 +21,6 @@ from components.search import budget as B
 from components.search.synthetic import SyntheticTrial, synthetic_outcome
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-
-def _defaults_only(folder: Path) -> Path:
-    """An empty params file: the schema defaults (a params file that is named must exist)."""
-    path = folder / "defaults.yaml"
-    path.write_text("")
-    return path
 
 
 def _cfg(tmp_path: Path, **search: object) -> Config:
@@ -97,8 +90,8 @@ def test_params_file_round_trips_through_load_config(tmp_path: Path) -> None:
     result = run_search(_cfg(tmp_path), SyntheticTrial(), trials=6, storage=optuna.storages.InMemoryStorage())
     overrides = load_best_params(result.params_path)
     assert sorted(overrides) == sorted(result.best_overrides)
-    cfg = load_config(_defaults_only(tmp_path), overrides=overrides)
-    trial_cfg = load_config(_defaults_only(tmp_path), overrides=result.best_overrides)
+    cfg = load_config(defaults_params(tmp_path), overrides=overrides)
+    trial_cfg = load_config(defaults_params(tmp_path), overrides=result.best_overrides)
     assert cfg == trial_cfg
     assert synthetic_outcome(cfg).dev_accuracy == pytest.approx(result.best_dev_accuracy)
 
@@ -167,7 +160,7 @@ def test_worker_entry_runs_synthetic_search_and_exits_2_on_bad_input(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from components.search import worker
 
-    args = ["--synthetic", "--params", str(_defaults_only(tmp_path)), "--storage", "memory", "--trials", "3",
+    args = ["--synthetic", "--params", str(defaults_params(tmp_path)), "--storage", "memory", "--trials", "3",
             "--out-params", str(tmp_path / "best.yaml"), "--seed", "1"]
     assert worker.main(args) == 0
     out = capsys.readouterr().out.strip().splitlines()[-1]

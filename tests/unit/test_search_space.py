@@ -7,6 +7,7 @@ import math
 import optuna
 import pytest
 import yaml
+from helpers.params import defaults_params
 
 from components.config import Config, ConfigError, load_config
 from components.search.space import (
@@ -34,12 +35,12 @@ def test_default_space_covers_the_briefed_parameters() -> None:
         "complete", "chain", "star", "layered", "debate"}
 
 
-def test_suggest_returns_overrides_with_tied_eps_high_that_load_config_accepts() -> None:
+def test_suggest_returns_overrides_with_tied_eps_high_that_load_config_accepts(tmp_path) -> None:
     overrides = suggest(optuna.trial.FixedTrial(FIXED))
     as_dict = dict(o.split("=", 1) for o in overrides)
     assert as_dict["mas.topology"] == "star" and as_dict["mas.agents"] == "4"
     assert math.isclose(float(as_dict["gspo.eps_high"]), 4e-4)
-    cfg = load_config("does-not-exist.yaml", overrides=overrides)
+    cfg = load_config(defaults_params(tmp_path), overrides=overrides)
     assert cfg.reward.lambda_tok == 0.05 and cfg.gspo.lr == 2e-6 and cfg.gspo.group_size == 8
     assert math.isclose(cfg.gspo.eps_high / cfg.gspo.eps_low, 4 / 3)
     assert cfg == apply_overrides(Config(), overrides).model_copy(update={"profile": cfg.profile})

@@ -43,21 +43,20 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def _benchmarks(text: str) -> list[str]:
-    names = _names(text)
-    unknown = [n for n in names if n not in ALL_BENCHMARKS]
+def _known(names: list[str], allowed: Sequence[str], what: str) -> list[str]:
+    unknown = [n for n in names if n not in allowed]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown benchmark(s) {unknown} (allowed: {', '.join(ALL_BENCHMARKS)})")
+        raise argparse.ArgumentTypeError(f"unknown {what}(s) {unknown} (allowed: {', '.join(allowed)})")
     return names
+
+
+def _benchmarks(text: str) -> list[str]:
+    return _known(_names(text), ALL_BENCHMARKS, "benchmark")
 
 
 def _baselines(text: str) -> list[str]:
     """``--baselines``: checked by name before any model loads (an empty string: none)."""
-    names = _csv(text)
-    unknown = [n for n in names if n not in BASELINE_NAMES]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown baseline(s) {unknown} (allowed: {', '.join(BASELINE_NAMES)})")
-    return names
+    return _known(_csv(text), BASELINE_NAMES, "baseline")
 
 
 def _source(args: argparse.Namespace) -> ConfigSource:

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_evaluation_runner import FakeEngine, _cfg, _write
+from test_evaluation_runner import FakeEngine, _cfg, make_eval_data
 
 import components.io
 import components.plotting
@@ -24,16 +24,7 @@ NAMES = ["gsm8k.json", "aqua.json", "summary.json", "report.md", "accuracy_vs_to
 
 @pytest.fixture
 def data(tmp_path):
-    """test_evaluation_runner's synthetic prepared data: 9 gsm8k and 5 aqua test items."""
-    d = tmp_path / "data"
-    _write(d, "gsm8k", [{"id": f"gsm8k/test/{i}", "benchmark": "gsm8k", "split": "test", "question": f"{i}+1?",
-                         "choices": None, "answer": str(i + 1), "answer_type": "numeric", "meta": "{}"}
-                        for i in range(9)])
-    _write(d, "aqua", [{"id": f"aqua/test/{i}", "benchmark": "aqua", "split": "test", "question": "pick",
-                        "choices": ["A)1", "B)2", "C)3", "D)4", "E)5"], "answer": "B", "answer_type": "choice",
-                        "meta": "{}"} for i in range(5)])
-    (d / "manifest.json").write_text('{"x": 1}')
-    return d
+    return make_eval_data(tmp_path)
 
 
 def _run(data, out, limit, benchmarks=("gsm8k", "aqua")):

@@ -19,6 +19,11 @@ def _write(data, bench, rows):
 
 @pytest.fixture
 def data(tmp_path):
+    return make_eval_data(tmp_path)
+
+
+def make_eval_data(tmp_path):
+    """Synthetic prepared data: 9 gsm8k and 5 aqua test items (also test_evaluation_publish's)."""
     d = tmp_path / "data"
     _write(d, "gsm8k", [{"id": f"gsm8k/test/{i}", "benchmark": "gsm8k", "split": "test", "question": f"{i}+1?",
                          "choices": None, "answer": str(i + 1), "answer_type": "numeric", "meta": "{}"}

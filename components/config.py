@@ -36,8 +36,10 @@ class ConfigError(UserError):
 
 
 class _Section(BaseModel):
-    # inf is refused like NaN: no size, rate or limit of this schema means "unbounded" by infinity
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    # inf is refused like NaN: no size, rate or limit of this schema means "unbounded" by infinity.
+    # strict: no coercion between types. Lax mode read `agents: true` as 1, `steps: '3'` and
+    # `steps: 30.5`-like slips as numbers; an int is still accepted where a float is expected.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
 
 BenchmarkName = Literal["mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval", "splitinfo"]

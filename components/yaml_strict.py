@@ -7,10 +7,16 @@
   for them (``profiles:`` already merges), so they are refused outright rather than counted.
 
 PyYAML has no switch for either; the subclass below is the smallest hook into its loader.
+
+It also reads ``1e-5`` as a float. PyYAML follows YAML 1.1, whose float needs a dot (``1.0e-5``),
+so the exponent form people write for learning rates became the *string* ``"1e-5"``; the typed
+schema refuses strings for numbers (a quoted ``'3'`` is a mistake to report, not to coerce), so
+the YAML 1.2 spelling must arrive as a number.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -45,6 +51,12 @@ class StrictSafeLoader(yaml.SafeLoader):
                                            key_node.start_mark)
                 seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2 exponent floats that 1.1 misses: no dot (1e-5, -2E+3) or an unsigned exponent (2.5e5, .5e3)
+StrictSafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
 
 
 def strict_load(text: str) -> Any:

@@ -65,7 +65,9 @@ def test_unknown_profile_lists_each_name_once(tmp_path):
     ("profiles.smoke.mas={}", "profiles is not a setting"),
     ("data.benchmarks=[&a x, *a]", r"found alias \*a"),
     ("budget.target=.inf", "budget.target: Input should be a finite number"),
-    ("reward.token_norm=inf", "reward.token_norm: Input should be a finite number"),
+    ("reward.token_norm=.inf", "reward.token_norm: Input should be a finite number"),
+    # `inf` without the dot is a YAML string: refused as a string, not coerced to a float
+    ("reward.token_norm=inf", r"reward.token_norm: Input should be a valid number \(got 'inf'\)"),
     ("gspo.seed=18446744073709551616", "gspo.seed: Input should be less than or equal to 4294967295"),
     ("eval.seed=-1", "eval.seed: Input should be greater than or equal to 0"),
     ("model.name=' '", "model.name: String should match pattern"),
@@ -128,3 +130,32 @@ def test_every_selected_experiment_is_validated_before_the_first_runs(tmp_path, 
     err = capsys.readouterr().err
     assert code == 2 and "experiments.definitions.broken.overrides" in err and "gspo.steps" in err, err
     assert not (tmp_path / "res").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("mas.agents=true", r"mas.agents: Input should be a valid integer \(got True\)"),
+    ("gspo.steps='30'", r"gspo.steps: Input should be a valid integer \(got '30'\)"),
+    ("gspo.steps=30.5", r"gspo.steps: Input should be a valid integer \(got 30.5\)"),
+    ("gspo.steps=30.0", r"gspo.steps: Input should be a valid integer \(got 30.0\)"),
+    ("gspo.lr='2e-5'", r"gspo.lr: Input should be a valid number \(got '2e-5'\)"),
+    ("data.use_hub=1", r"data.use_hub: Input should be a valid boolean \(got 1\)"),
+    ("data.use_hub=yes_please", r"data.use_hub: Input should be a valid boolean \(got 'yes_please'\)"),
+    ("mas.topology=1", r"mas.topology: Input should be 'complete'"),
+])
+def test_values_of_the_wrong_type_are_refused_not_coerced(override, expected):
+    """Lax pydantic read `agents: true` as 1 agent and a quoted '30' as 30 steps without a word."""
+    with pytest.raises(ConfigError, match=expected):
+        load_config(ROOT / "params.yaml", overrides=[override])
+
+
+def test_exponent_floats_without_a_dot_are_numbers_in_the_file_and_in_set(tmp_path):
+    """YAML 1.1 (PyYAML) reads `1e-5` as a string; the strict schema would then refuse the most
+    common way to write a learning rate. The loader reads the YAML 1.2 form as a float."""
+    path = _file(tmp_path, "p.yaml", "gspo:\n  lr: 3e-5\n  eps_low: 2E-2\n  steps: 4\nbudget:\n  lr: +1e-1\n  target: 1.5e2\n")
+    cfg = load_config(path)
+    assert (cfg.gspo.lr, cfg.gspo.eps_low, cfg.budget.lr, cfg.budget.target, cfg.gspo.steps) == (3e-5, 0.02, 0.1, 150.0, 4)
+    cfg = load_config(path, overrides=["gspo.lr=1e-3", "reward.lambda_tok=0"])
+    assert isinstance(cfg.reward.lambda_tok, float) and cfg.reward.lambda_tok == 0.0
+    with pytest.raises(ConfigError, match=r"gspo.lr: Input should be greater than 0"):
+        load_config(path, overrides=["gspo.lr=-1e-3"])
+    assert load_config(path, overrides=["data.mirror=1e5x"]).data.mirror == "1e5x"  # not a number: a string

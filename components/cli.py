@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", parents=[common], help=helps["train"])
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     p.add_argument("--overwrite", action="store_true",
-                   help="delete the checkpoints in --out and start over (a fresh run refuses a used folder)")
+                   help="delete the checkpoints and outputs in --out, start over (a fresh run refuses a used folder)")
     p.add_argument("--max-steps", type=_positive, default=None, help="stop after N steps (default gspo.steps)")
     p.add_argument("--out", default=None, help="run folder (default gspo.out_dir)")
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")

@@ -5,7 +5,8 @@ Runs identically as one CPU process, under ``torchrun`` / the ``deepspeed`` laun
 metrics, plots and talks to MLflow. With ``resume=True`` the newest complete checkpoint under
 ``out_dir`` is restored (weights, optimizer, scheduler, RNG, dual state, data cursor, history)
 and, because rollouts are seeded per step, the run continues exactly as if never interrupted.
-A fresh run refuses a folder that holds checkpoints unless ``overwrite=True`` (``--overwrite``).
+A fresh run refuses a folder that holds checkpoints or an earlier run's outputs (``final/``,
+``metrics.json``, ...) unless ``overwrite=True`` (``--overwrite``), which deletes them all first.
 
 Tracking never stops training: each step's checkpoint is written first, then its metrics are
 queued for a background sender (:class:`components.tracking.outbox.MetricOutbox`) that retries
@@ -95,8 +96,31 @@ def _check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
         raise UserError(f"{root} holds {', '.join(newer)} without meta.json (damaged checkpoints {what}): resuming "
                         "would replace them silently; move them away to resume from an earlier step, or pass "
                         "--overwrite to delete every checkpoint and start over (or choose another --out)")
+    leftovers = [name for name in RUN_OUTPUTS if (out / name).exists()]
+    if leftovers and not found and not damaged and not overwrite:
+        raise UserError(f"{out} holds the outputs of an earlier run ({', '.join(leftovers)}) but no checkpoint to "
+                        "resume: a new run would leave them in place until it finishes (a crash would leave another "
+                        "run's final policy looking like this one's); pass --overwrite to delete them and start "
+                        "over (or choose another --out)")
     if resume and not found and not damaged and _launch_rank() == 0:
         print(f"--resume: no checkpoint in {root}: starting from step 1", file=sys.stderr)
+
+
+RUN_OUTPUTS = ("final", "metrics.json", "history.json", "plots")
+"""what a finished run leaves in ``--out`` besides its checkpoints (``--overwrite`` deletes them too)"""
+
+
+def _delete_earlier_run(out: Path) -> None:
+    """``--overwrite``: the earlier run's checkpoints *and* outputs go before the new run starts, so a
+    crash part-way can never leave the old ``final/`` next to the new run's checkpoints."""
+    from components.gspo.checkpoint import CHECKPOINTS
+
+    for name in (CHECKPOINTS, *RUN_OUTPUTS):
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
 
 
 def _launch_rank() -> int:
@@ -213,8 +237,8 @@ def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool,
             run_id = extra.get("mlflow_run_id")
             if info.is_main:
                 print(f"resumed from {ckpt} at step {trainer.step_idx}", file=sys.stderr)
-        elif overwrite and info.is_main and (out / "checkpoints").exists():
-            shutil.rmtree(out / "checkpoints")
+        elif overwrite and info.is_main:
+            _delete_earlier_run(out)
         if ckpt is None and cfg.budget.enabled and cfg.budget.fraction is not None:  # a resumed run restores B
             mean = trainer.calibrate_budget(cfg.budget.fraction, cfg.budget.calibration_questions)
             if info.is_main:
@@ -357,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default=None)
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--resume", action="store_true")
-    p.add_argument("--overwrite", action="store_true", help="delete the checkpoints in --out and start over")
+    p.add_argument("--overwrite", action="store_true", help="delete the checkpoints and outputs in --out, start over")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--out", default=None)
     p.add_argument("--no-track", action="store_true")

@@ -17,11 +17,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(data_dir: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    sets = [f"data.out_dir={data_dir}", "model.name=tiny-random", "gspo.engine=torch", "gspo.steps=4",
+def _sets(data_dir: Path, out: Path) -> list[str]:
+    return [f"data.out_dir={data_dir}", "model.name=tiny-random", "gspo.engine=torch", "gspo.steps=4",
             "gspo.checkpoint_every=1", "gspo.keep_checkpoints=4", "gspo.questions_per_step=2", "gspo.group_size=2",
             "gspo.minibatches=2", "gspo.lr=1e-3", "mas.agents=2", "mas.rounds=1", "mas.max_message_tokens=8",
             f"tracking.uri=sqlite:///{out.parent / 'first.db'}"]
+
+
+def _run(data_dir: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    sets = _sets(data_dir, out)
     cmd = [sys.executable, "-m", "components.cli", "train", "--no-track", "--out", str(out),
            *[a for s in sets for a in ("--set", s)], *extra]
     if env is not None and env.get("POPEN"):  # started in the background, stderr piped
@@ -66,6 +70,27 @@ def test_used_folder_needs_resume_or_overwrite(prepared_data: Path, tmp_path: Pa
     assert [name for name, _ in after] == [f"step-00000{i}" for i in range(1, 5)]
     assert after[0][1] > before[0][1]  # started over: step 1 was written again
     assert len(json.loads((out / "history.json").read_text())) == 4
+
+    # an earlier run's outputs without its checkpoints: refused, then --overwrite deletes them before
+    # step 1, so a run that dies part-way cannot leave the old final policy next to its checkpoints
+    import shutil
+
+    shutil.rmtree(out / "checkpoints")
+    left = _run(prepared_data, out, "--max-steps", "1")
+    assert left.returncode == 2 and "outputs of an earlier run (final, metrics.json, history.json, plots)" \
+        in left.stderr and "--overwrite" in left.stderr, left.stderr[-2000:]
+    assert (out / "final").is_dir() and not (out / "checkpoints").exists()
+    from components.config import load_config
+    from components.gspo.job import train
+
+    def dies_after_step(step: int, metrics: dict) -> None:
+        raise RuntimeError("injected: the run dies after step 1")
+
+    cfg = load_config(ROOT / "params.yaml", overrides=_sets(prepared_data, out))
+    with pytest.raises(RuntimeError, match="injected"):
+        train(cfg, overwrite=True, out_dir=out, track=False, on_step=dies_after_step)
+    assert not any((out / name).exists() for name in ("final", "metrics.json", "history.json", "plots"))
+    assert list_checkpoints(out) == []  # it died in step 1, before its first checkpoint
 
 
 def test_damaged_checkpoints_and_unusable_folders_fail_by_name(prepared_data: Path, tmp_path: Path) -> None:

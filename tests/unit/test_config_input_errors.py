@@ -151,9 +151,11 @@ def test_values_of_the_wrong_type_are_refused_not_coerced(override, expected):
 def test_exponent_floats_without_a_dot_are_numbers_in_the_file_and_in_set(tmp_path):
     """YAML 1.1 (PyYAML) reads `1e-5` as a string; the strict schema would then refuse the most
     common way to write a learning rate. The loader reads the YAML 1.2 form as a float."""
-    path = _file(tmp_path, "p.yaml", "gspo:\n  lr: 3e-5\n  eps_low: 2E-2\n  steps: 4\nbudget:\n  lr: +1e-1\n  target: 1.5e2\n")
+    path = _file(tmp_path, "p.yaml",
+                 "gspo:\n  lr: 3e-5\n  eps_low: 2E-2\n  steps: 4\nbudget:\n  lr: +1e-1\n  target: 1.5e2\n")
     cfg = load_config(path)
-    assert (cfg.gspo.lr, cfg.gspo.eps_low, cfg.budget.lr, cfg.budget.target, cfg.gspo.steps) == (3e-5, 0.02, 0.1, 150.0, 4)
+    got = (cfg.gspo.lr, cfg.gspo.eps_low, cfg.budget.lr, cfg.budget.target, cfg.gspo.steps)
+    assert got == (3e-5, 0.02, 0.1, 150.0, 4)
     cfg = load_config(path, overrides=["gspo.lr=1e-3", "reward.lambda_tok=0"])
     assert isinstance(cfg.reward.lambda_tok, float) and cfg.reward.lambda_tok == 0.0
     with pytest.raises(ConfigError, match=r"gspo.lr: Input should be greater than 0"):

@@ -1,4 +1,9 @@
-"""Prefect flow: prepare every benchmark (one task each), write the manifest, validate.
+"""Prefect flow: check every benchmark, then prepare them (one task each), write the manifest, validate.
+
+All or nothing, like ``agent-gspo prepare``: a check task per benchmark reads and validates it
+(~1 s each, not cached), and nothing is written unless all pass; a failure writes one
+``validation.md`` covering every suite. Only inputs that change between the two phases, or an
+I/O error while writing, can leave some benchmarks replaced.
 
 Orchestration only: the work is :class:`components.jobs.PrepareJob` (one task per
 :meth:`~components.jobs.PrepareJob.prepare_one`, then its manifest) and
@@ -24,6 +29,7 @@ from prefect.cache_policies import NO_CACHE
 
 import components  # noqa: F401  (offline defaults before prefect is imported)
 from components.config import Config
+from components.data.prepare import check_output_dirs
 from components.data.sources import input_fingerprint
 from components.data.spec import DataValidationError
 from components.jobs import ConfigSource, PrepareJob, ValidateJob
@@ -72,6 +78,11 @@ def prepare_benchmark_task(job: PrepareJob, name: str) -> Any:
     return job.prepare_one(name)
 
 
+@task(name="check-benchmark", cache_policy=NO_CACHE)
+def check_benchmark_task(job: PrepareJob, name: str) -> Any:
+    return job.check_one(name)
+
+
 @task(name="write-manifest", cache_policy=NO_CACHE)
 def write_manifest_task(job: PrepareJob, results: list[Any]) -> Any:
     return job.write_manifest(results)
@@ -103,6 +114,16 @@ def data_prep_flow(profile: str | None = None, params: str | None = None, mirror
     """
     cfg = cfg or ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())).load()
     job = PrepareJob(cfg=cfg, benchmarks=benchmarks, mirror=mirror, out_dir=out_dir)
+    check_output_dirs(job.out, job.report_path)
+    # all or nothing, as `agent-gspo prepare`: every benchmark is checked before any is written, and a
+    # failure writes one report of all suites (tasks writing their own would overwrite each other's)
+    checked = [f.result() for f in [check_benchmark_task.submit(job, n) for n in job.names]]
+    try:
+        job.refuse_failed(checked)
+    except DataValidationError as exc:
+        create_markdown_artifact(key="data-validation", markdown=exc.report,
+                                 description="great-expectations validation (FAILED)")
+        raise
     futures = []
     for n in job.names:
         fresh = outputs_match_manifest(job.out, n)

@@ -1,6 +1,7 @@
 """The data jobs: prepare the benchmarks (mirror > hub > package) and validate them.
 
-The Prefect data flow runs :meth:`PrepareJob.prepare_one` as one task per benchmark (cached per
+The Prefect data flow runs :meth:`PrepareJob.check_one` per benchmark (nothing is written unless
+every benchmark passes), then :meth:`PrepareJob.prepare_one` as one task per benchmark (cached per
 input) and :meth:`PrepareJob.write_manifest` after them; :meth:`PrepareJob.run` does the same
 in one process for the CLI and the DVC stage.
 """
@@ -73,6 +74,24 @@ class PrepareJob(Job):
         from components.data.sources import resolve_mirror
 
         return resolve_mirror(self.mirror, self.cfg.data.mirror)
+
+    def check_one(self, name: str) -> Any:
+        """Read and validate one benchmark, write nothing: the suites' outcome
+        (:class:`components.data.prepare.CheckedBenchmark` without its records, small enough to pass
+        between Prefect tasks). The flow checks every benchmark before any is written."""
+        import dataclasses
+
+        from components.data.prepare import check_benchmark
+
+        checked = check_benchmark(name, mirror=self.mirror_dir(), use_hub=self.cfg.data.use_hub)
+        return dataclasses.replace(checked, tables={})
+
+    def refuse_failed(self, checked: list[Any]) -> None:
+        """Raise (with one report of every suite, written to :attr:`report_path`) if any check failed."""
+        from components.data.prepare import validation_failure
+
+        if not all(c.ok for c in checked):
+            raise validation_failure(checked, self.out, self.report_path)
 
     def prepare_one(self, name: str) -> Any:
         """One benchmark (:class:`components.data.prepare.BenchmarkResult`)."""

@@ -254,6 +254,56 @@ def test_data_prep_cache_is_per_output_folder(prefect: PrefectServer, tmp_path: 
     assert (first / "aqua" / "test.parquet").is_file()
 
 
+DATA_PREP_FAILS = """
+import json, sys
+from flows.data_prep import data_prep_flow
+from components.data.spec import DataValidationError
+for mirror in sys.argv[3:]:
+    try:
+        data_prep_flow(params=sys.argv[1], benchmarks=["humaneval", "multiarith"], mirror=mirror,
+                       overrides=json.loads(sys.argv[2]))
+    except DataValidationError as exc:
+        print("REFUSED", str(exc).splitlines()[0], flush=True)
+"""
+
+
+def _synthetic_mirror(root: Path, multiarith_rows: int, humaneval_rows: int) -> Path:
+    import gzip
+
+    (root / "multiarith").mkdir(parents=True)
+    (root / "multiarith/MultiArith.json").write_text(json.dumps(
+        [{"iIndex": i, "sQuestion": f"Tom has {i} apples. How many?", "lEquations": [f"X={i}"],
+          "lSolutions": [float(i)], "lAlignments": []} for i in range(multiarith_rows)]))
+    (root / "humaneval").mkdir()
+    with gzip.open(root / "humaneval/HumanEval.jsonl.gz", "wt") as fh:
+        fh.writelines(json.dumps({"task_id": f"HumanEval/{i}", "prompt": f"def f{i}(x):\n    \"\"\"Return x.\"\"\"\n",
+                                  "canonical_solution": "    return x\n", "entry_point": f"f{i}",
+                                  "test": "def check(candidate):\n    assert candidate(1) == 1\n"}) + "\n"
+                      for i in range(humaneval_rows))
+    return root
+
+
+def test_data_prep_flow_writes_nothing_unless_every_benchmark_passes(prefect: PrefectServer, tmp_path: Path) -> None:
+    """As `agent-gspo prepare`: a valid HumanEval is not written next to a failing MultiArith, and two
+    failing benchmarks give one report with both (tasks writing their own overwrote each other's)."""
+    out, reports = tmp_path / "data", tmp_path / "reports"
+    one_bad = _synthetic_mirror(tmp_path / "one-bad", 599, 164)
+    both_bad = _synthetic_mirror(tmp_path / "both-bad", 599, 163)
+    overrides = json.dumps([f"data.out_dir={out}", f"data.report_dir={reports}", "data.use_hub=false"])
+    res = _run_python(DATA_PREP_FAILS, [PARAMS, overrides, str(one_bad)], _env(prefect.client_env()), timeout=300)
+    refused = [line for line in res.stdout.splitlines() if line.startswith("REFUSED")]
+    assert refused and "multiarith: great-expectations validation failed" in refused[0], res.stderr[-4000:]
+    assert "nothing was written" in refused[0]
+    assert not (out / "humaneval").exists() and not (out / "manifest.json").exists()
+    assert "| humaneval | test | 164 | 164 | ok |" in (reports / "validation.md").read_text()
+
+    res = _run_python(DATA_PREP_FAILS, [PARAMS, overrides, str(both_bad)], _env(prefect.client_env()), timeout=300)
+    assert "REFUSED humaneval, multiarith: great-expectations" in res.stdout, res.stderr[-4000:]
+    report = (reports / "validation.md").read_text()
+    assert "## multiarith / test" in report and "## humaneval / test" in report
+    assert not out.exists() or not any(p.suffix == ".parquet" for p in out.rglob("*"))
+
+
 def test_scheduled_deployment_run_by_worker(prefect: PrefectServer, prepared: Path, tmp_path: Path,
                                             request: pytest.FixtureRequest) -> None:
     from prefect.states import Scheduled

@@ -221,9 +221,20 @@ def prepare_benchmark(
     return write_benchmark(checked, out_dir)
 
 
+def manifest_source(source: str) -> str:
+    """The source as the manifest records it: ``mirror:<path>`` becomes ``mirror``.
+
+    The folder is where this machine keeps the files, not what they are (``input_sha256`` pins
+    them). With the path, the same inputs typed as ``../shared/benchmarks`` or as an absolute path
+    gave two manifests, so two data versions (``data.manifest_sha256``), DVC re-runs downstream, and
+    evaluations the promotion gate would not compare. ``hub:<id>`` and ``package:...`` name what
+    the data is, so they stay."""
+    return "mirror" if source.startswith("mirror:") else source
+
+
 def _entry(r: BenchmarkResult) -> dict[str, Any]:
     return {
-        "source": r.source,
+        "source": manifest_source(r.source),
         "rows": r.splits,
         "expected_rows": r.expected or dict(get_spec(r.name).expected),
         "input_sha256": r.input_sha256,

@@ -59,7 +59,7 @@ def test_manifest_and_roundtrip(baseline):
     assert set(man["benchmarks"]) == set(SMALL)
     g = man["benchmarks"]["gsm8k"]
     assert g["rows"] == g["expected_rows"] == {"test": 1319, "train": 7473}
-    assert g["source"].startswith("mirror:") and set(g["input_sha256"]) == {
+    assert g["source"] == "mirror" and set(g["input_sha256"]) == {
         "gsm8k/test.jsonl",
         "gsm8k/train.jsonl",
     }
@@ -215,3 +215,16 @@ def test_full_prepare_and_validate_all_benchmarks(tmp_path):
     assert {r.name: r.splits for r in rep.results}["mmlu"] == {"test": 14042, "val": 1531, "dev": 285}
     assert all(r.source == ("generated:splitinfo-v1" if r.name == "splitinfo" else f"mirror:{MIRROR}")
                for r in rep.results)
+
+
+def test_the_same_inputs_typed_two_ways_give_one_manifest(tmp_path, monkeypatch):
+    """The mirror's path is where the files are, not what they are: `../shared/benchmarks` and its
+    absolute path must give the same manifest (the data version runs and the promotion gate compare)."""
+    from components.data.prepare import manifest_sha256
+
+    monkeypatch.chdir(MIRROR.parent)
+    relative, absolute = tmp_path / "relative", tmp_path / "absolute"
+    prepare(["aqua"], mirror=Path(MIRROR.name), out_dir=relative, progress=False, use_hub=False)
+    prepare(["aqua"], mirror=MIRROR.resolve(), out_dir=absolute, progress=False, use_hub=False)
+    assert manifest_sha256(relative) == manifest_sha256(absolute) is not None
+    assert load_manifest(relative)["benchmarks"]["aqua"]["source"] == "mirror"

@@ -10,7 +10,9 @@ it through :mod:`components.tracking.hf_pyfunc`.
 
 Request params (the model signature lists them with the trained values as defaults):
 ``agents``, ``rounds``, ``max_new_tokens`` (per message), ``temperature`` (0 = greedy, the
-default; > 0 samples with ``seed``) and ``seed``. A value the configuration schema refuses
+default; > 0 samples with ``seed``) and ``seed``. A sampled row's answer depends only on that
+row, the params and the seed, not on the other rows of the request (sampled rows run one at a time:
+in one batch they would share a random stream; greedy rows are batched). A value the configuration schema refuses
 (``agents=0``, ``rounds=9``, ``temperature=3``), a seed outside 0..2**32-1, a ``max_new_tokens``
 or a question that does not fit the model's context, a null question, too many rows or choices
 are refused before anything is generated, with a message naming the field
@@ -152,6 +154,10 @@ class ServedSystem:
             return []
         from components.scoring.grader import extract
 
-        episodes = run_rollout(self.model, self.tokenizer, mas, items, seed=seed, greedy=greedy, device=self.device)
+        if greedy:  # one batched rollout: a greedy row's answer does not depend on the other rows
+            episodes = run_rollout(self.model, self.tokenizer, mas, items, seed=seed, greedy=True, device=self.device)
+        else:  # sampled rows share one random stream in a batch: one rollout per row, each from `seed`
+            episodes = [ep for item in items for ep in run_rollout(self.model, self.tokenizer, mas, [item], seed=seed,
+                                                                    greedy=False, device=self.device)]
         return [_response(ep, extract(item, ep.final_answer) if ep.final_answer else None)
                 for item, ep in zip(items, episodes, strict=True)]

@@ -71,6 +71,9 @@ def test_registered_version_answers_as_the_trained_system(served) -> None:
     assert all(m["completion_tokens"] <= 2 for m in wider[0]["transcript"])
     sampled = [served.predict(QUESTION, params={"temperature": 1.5, "seed": 3}) for _ in range(2)]
     assert sampled[0] == sampled[1]  # sampled, but reproducible with the same seed
+    others = pd.DataFrame([{"question": "Name a colour."}, {"question": "What is 2 + 3?"}, {"question": "Hi?"}])
+    batched = served.predict(others, params={"temperature": 1.5, "seed": 3})
+    assert batched[1] == sampled[0][0]  # a sampled row's answer does not depend on the other rows
 
     for params, named in (({"agents": 0}, "agents=0"), ({"rounds": 9}, "rounds=9"),
                           ({"temperature": 5.0}, "temperature=5.0"), ({"max_new_tokens": 0}, "max_new_tokens=0")):

@@ -29,7 +29,7 @@ import yaml
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.models.signature import ModelSignature
-from mlflow.types.schema import Array, ColSpec, Object, ParamSchema, ParamSpec, Property, Schema
+from mlflow.types.schema import AnyType, Array, ColSpec, Object, ParamSchema, ParamSpec, Property, Schema
 
 from components.io import atomic_dir
 from components.tracking.backend import check_reachable, configure_http_retries, git_commit, guarded
@@ -74,7 +74,10 @@ def system_signature(settings: Mapping[str, Any]) -> ModelSignature:
                       Property("silent", "boolean"), Property("text", "string"), Property("prompt_tokens", "long"),
                       Property("completion_tokens", "long"), Property("recipients", Array("long"))])
     inputs = Schema([ColSpec("string", "question"), ColSpec("string", "answer_type", required=False),
-                     ColSpec(Array("string"), "choices", required=False)])
+                     # Array(Any), not Array(string): MLflow's string enforcement turns ["a", null] into
+                     # ["a", "n"] (null -> NaN -> 'nan', cut to the first option's width) before predict sees it;
+                     # passed through, every option is checked by served_inputs and a null is refused by name
+                     ColSpec(Array(AnyType()), "choices", required=False)])
     outputs = Schema([ColSpec("string", "answer", required=False), ColSpec("string", "final_text"),
                       ColSpec(Array(message), "transcript"),
                       *[ColSpec("long", key) for key in ("prompt_tokens", "completion_tokens", "communicated_tokens",

@@ -101,7 +101,12 @@ def test_scoring_server_refuses_bad_requests_with_400_naming_the_field(served) -
                         ({"inputs": q, "params": {"seed": 99999999999999999999}},
                          "invalid params: seed=99999999999999999999: must be an integer in 0..4294967295"),
                         ({"inputs": [{"question": "q", "answer_type": "choice", "choices": list("ABCDEFGHIJK")}]},
-                         "row 0: 'choices' has 11 options")):
+                         "row 0: 'choices' has 11 options"),
+                        # MLflow's Array(string) enforcement made this ["a", "n"] before predict saw it
+                        ({"inputs": [{"question": "q", "answer_type": "choice", "choices": ["a", None]}]},
+                         "row 0: 'choices'[1] must be a non-empty string, got None"),
+                        ({"dataframe_records": [{"question": "q", "answer_type": "choice", "choices": ["a", None]}]},
+                         "row 0: 'choices'[1] must be a non-empty string, got None")):
         t0 = time.perf_counter()
         res = client.post("/invocations", json=body)
         assert res.status_code == 400 and named in res.json()["message"], (body, res.text[:500])

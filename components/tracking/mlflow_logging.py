@@ -23,7 +23,9 @@ Design choices:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -70,6 +72,19 @@ T = TypeVar("T")
 
 def _str_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
     return {str(k): redact(str(v))[:MAX_TAG_VAL_LENGTH] for k, v in (tags or {}).items()}
+
+
+@contextlib.contextmanager
+def _without_store_tracebacks() -> Iterator[None]:
+    """Mute MLflow's database layer while a run ends: on a locked sqlite file it logs the whole
+    SQLAlchemy traceback (~60 lines) before raising; the caller reports the failure in one line."""
+    store_log = logging.getLogger("mlflow.store.db.utils")
+    level = store_log.level
+    store_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        store_log.setLevel(level)
 
 
 class Tracker:
@@ -129,11 +144,19 @@ class Tracker:
         else:
             status = "FAILED"
         active = mlflow.active_run()
-        with contextlib.suppress(MlflowException, requests.RequestException, OSError):
-            if active is not None and active.info.run_id == self.run_id:
-                mlflow.end_run(status=status)
-            elif self.client is not None and self.run_id is not None:  # left in another thread
-                self.client.set_terminated(self.run_id, status=status)
+        try:
+            with _without_store_tracebacks():
+                if active is not None and active.info.run_id == self.run_id:
+                    mlflow.end_run(status=status)  # pops the run first: MLflow's exit hook won't retry it
+                elif self.client is not None and self.run_id is not None:  # left in another thread
+                    self.client.set_terminated(self.run_id, status=status)
+        except (MlflowException, requests.RequestException, OSError) as err:
+            # the run's work is done (and an exception of the block, if any, is on its way): one line,
+            # not MLflow's traceback, and no masking of that exception
+            first = redact(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
+            print(f"warning: MLflow run {self.run_id} could not be marked {status} on {redact(self.uri)} "
+                  f"({first[:200]}); it shows RUNNING there until someone ends it "
+                  f"(MlflowClient().set_terminated(run_id, {status!r}))", file=sys.stderr)
 
     def _experiment_id(self) -> str:
         assert self.client is not None

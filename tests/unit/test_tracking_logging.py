@@ -159,3 +159,23 @@ def test_git_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert sha is None or len(sha) == 40
     monkeypatch.setenv("AGENT_GSPO_GIT_COMMIT", "deadbeef")
     assert git_commit(tmp_path) == "deadbeef"
+
+
+@pytest.mark.slow
+def test_a_locked_database_at_the_end_of_a_run_is_one_warning_not_a_traceback(tmp_path: Path, capfd) -> None:
+    """Another process holds the sqlite file when the run ends (~20 s: MLflow's busy timeout). Was:
+    MLflow's ~60-line SQLAlchemy traceback, then silence (the run left RUNNING without a word)."""
+    import sqlite3
+
+    db = tmp_path / "m.db"
+    with pytest.raises(ZeroDivisionError):  # the block's own error still propagates, unmasked
+        with Tracker(f"sqlite:///{db}", "exp", "locked") as tracker:
+            holder = sqlite3.connect(db, timeout=0)
+            holder.execute("BEGIN EXCLUSIVE")
+            1 / 0  # noqa: B018
+    err = capfd.readouterr().err
+    holder.rollback()
+    holder.close()
+    assert "Traceback" not in err and "SQLAlchemy database error" not in err, err[-3000:]
+    assert f"warning: MLflow run {tracker.run_id} could not be marked FAILED" in err and "database is locked" in err
+    assert MlflowClient(f"sqlite:///{db}").get_run(tracker.run_id).info.status == "RUNNING"  # as the warning says

@@ -324,3 +324,14 @@ def test_two_collapsed_runs_decide_nothing_about_sequence_vs_token_ratios(tmp_pa
                                                       budget_target=100.0))
     e = next(c for c in build_report(folder, tmp_path / "o.md").claims if c.key == "e")
     assert e.status == "PASS" and "both runs collapsed" not in " ".join(e.evidence), e
+
+
+def test_committed_report_is_regenerated_byte_for_byte_from_the_committed_results(tmp_path, monkeypatch):
+    """docs/results.md is generated, never edited: the committed results/*.json rebuild it exactly."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "results", tmp_path / "results")
+    monkeypatch.chdir(tmp_path)  # the header names the paths as given: the committed ones are relative
+    build_report(Path("results"), Path("docs/results.md"))
+    assert (tmp_path / "docs" / "results.md").read_bytes() == (root / "docs" / "results.md").read_bytes()

@@ -11,6 +11,7 @@ the offending key. Bump :data:`SCHEMA_VERSION` when a field changes meaning.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +30,9 @@ class ResultsFileError(UserError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN / inf are refused: a NaN token count would otherwise become a FAIL verdict ("nan vs B"),
+    # an infinite B a "-100 %" miss. strict: no true -> 1 or "3" -> 3 in a hand-edited file.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 EvalCell = EvalNumbers
@@ -50,6 +53,14 @@ class BudgetInfo(_Strict):
     baseline_mean: float = Field(ge=0.0)
     source: str
     """results file the figure was read from (relative name, e.g. ``baselines.json``)"""
+
+    @model_validator(mode="after")
+    def _target_is_fraction_of_baseline(self) -> BudgetInfo:
+        want = self.fraction * self.baseline_mean
+        if abs(self.target - want) > 1e-9 * max(1.0, abs(want)):
+            raise ValueError(f"target {self.target} is not fraction x baseline_mean = {self.fraction} x "
+                             f"{self.baseline_mean} = {want}")
+        return self
 
 
 def pooled_tokens_mean(cells: dict[str, EvalCell], benchmarks: list[str], measure: str) -> float | None:
@@ -128,6 +139,23 @@ class ResultsFile(_Strict):
     was recorded"""
 
     @model_validator(mode="after")
+    def _complete(self) -> ResultsFile:
+        """A file the runner wrote has evaluation cells, and a trained one its training history: an
+        emptied section would otherwise read as NOT RUN and hide a truncated or edited file."""
+        if not self.eval or not any(self.eval.values()):
+            raise ValueError("eval: no evaluated system (a finished experiment has at least one cell)")
+        if self.kind == "gspo" and not self.history:
+            raise ValueError("history: empty (a trained experiment records one entry per training step)")
+        for system, agg in self.summary.items():
+            for key, value in agg.items():
+                if value is None:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                        or value < 0:
+                    raise ValueError(f"summary.{system}.{key}: must be a finite number >= 0 or null, got {value!r}")
+        return self
+
+    @model_validator(mode="after")
     def _items_match_their_cells(self) -> ResultsFile:
         """Per-item outcomes and the evaluation cell they came from must agree (item count, correct
         answers, token sums): paired statistics read the first, tables the second, and a file where
@@ -160,15 +188,29 @@ def _format(exc: ValidationError, path: Path) -> str:
     return "\n".join(lines)
 
 
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``; :class:`ResultsFileError` naming it for anything else (missing, a
+    folder, a symlink loop, unreadable, not UTF-8, not JSON, nested too deep to parse)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsFileError(f"{path}: results file not found") from None
+    except IsADirectoryError:
+        raise ResultsFileError(f"{path}: is a folder, not a results file") from None
+    except OSError as exc:
+        raise ResultsFileError(f"{path}: cannot read the results file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ResultsFileError(f"{path}: not UTF-8 text (byte offset {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsFileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise ResultsFileError(f"{path}: JSON nested too deeply to be a results file") from None
+
+
 def load_results(path: str | Path) -> ResultsFile:
     """Read and validate one results file; :class:`ResultsFileError` names the file and the key."""
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ResultsFileError(f"{path}: results file not found") from None
-    except json.JSONDecodeError as exc:
-        raise ResultsFileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    raw = read_json(path)
     if not isinstance(raw, dict):
         raise ResultsFileError(f"{path}: top level must be an object")
     version = raw.get("schema_version")
@@ -187,8 +229,8 @@ def load_results(path: str | Path) -> ResultsFile:
 
 def _kind(path: Path) -> str | None:
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        raw = read_json(path)
+    except ResultsFileError:
         return None  # load_results reports it
     return raw.get("kind") if isinstance(raw, dict) else None
 
@@ -216,7 +258,10 @@ def load_proofs(folder: str | Path) -> dict[str, Any]:
         if _kind(path) != "proof":
             continue
         try:
-            out[path.stem] = ProofResults.model_validate_json(path.read_text())
+            proof = ProofResults.model_validate(read_json(path))
         except ValidationError as exc:
             raise ResultsFileError(_format(exc, path)) from exc
+        if proof.name != path.stem:
+            raise ResultsFileError(f"{path}: name {proof.name!r} does not match the file name {path.stem!r}")
+        out[path.stem] = proof
     return out

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config
+from components.errors import UserError
 from components.evaluation.setting import item_ids_sha256
 from components.experiments.definitions import (
     Experiment,
@@ -182,8 +183,15 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
     from components.experiments.proof import proof_config, run_proof
 
     selected = select(base, only)
-    # every selected definition is validated before the first one runs: a bad override in the last
-    # experiment must not surface after hours of the others
+    # the results folder, and every selected definition, are checked before the first one runs: a
+    # bad override in the last experiment, or a --results that cannot be written, must not surface
+    # after hours of compute
+    from components.io import check_writable_dir
+
+    check_writable_dir(results, "results folder (--results / experiments.results_dir)")
+    for exp in selected:
+        if (results / f"{exp.name}.json").is_dir():
+            raise UserError(f"{results / f'{exp.name}.json'}: is a folder; it cannot be replaced by the results file")
     configs = {exp.name: proof_config(params, exp, str(exp.profile), user) if exp.kind == "proof"
                else experiment_config(base, exp, user_overrides=user) for exp in selected}
     for exp in selected:

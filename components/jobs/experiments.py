@@ -41,21 +41,49 @@ class ReportJob(Job):
     def run(self) -> Any:
         """:class:`components.experiments.report.ReportOutput` (claims, written paths)."""
         from components.experiments import build_report
+        from components.experiments.results import load_results_dir
+        from components.jobs.metrics import write_metrics
 
-        results = self.results or self.cfg.experiments.results_dir
-        out = self.out or self.cfg.experiments.report
-        if not Path(results).is_dir():  # a mistyped folder would overwrite the report with NOT RUN everywhere
+        # normalised (./results and results are one folder, and give one report, byte for byte)
+        results = str(Path(_given(self.results, "--results") or self.cfg.experiments.results_dir))
+        out = str(Path(_given(self.out, "--out") or self.cfg.experiments.report))
+        # a mistyped folder would overwrite the report with NOT RUN everywhere
+        if not Path(results).is_dir():
             what = "is not a folder" if Path(results).exists() else "results folder not found"
             raise UserError(f"{results}: {what} (run `agent-gspo experiments run` first, or pass --results "
                             "with the folder that holds the <experiment>.json files)")
+        if not any(Path(results).glob("*.json")):
+            raise UserError(f"{results}: no <experiment>.json results files in this folder (run `agent-gspo "
+                            "experiments run` first, or pass --results with the folder that holds them)")
+        # everything that can be refused is refused before the first PNG is written
+        for path, what in ((out, "report (--out / experiments.report)"),
+                           (self.metrics_file, "metrics file (--metrics)")):
+            if path is not None:
+                _check_output_file(Path(path), what)
+        metrics = experiments_metrics(load_results_dir(results)) if self.metrics_file else None  # loads = checks
         report = build_report(Path(results), Path(out),
                               command=f"agent-gspo experiments report --results {results} --out {out}")
-        if self.metrics_file:
-            from components.experiments.results import load_results_dir
-            from components.jobs.metrics import write_metrics
-
-            write_metrics(self.metrics_file, experiments_metrics(load_results_dir(results)))
+        if self.metrics_file and metrics is not None:
+            write_metrics(self.metrics_file, metrics)
         return report
+
+
+def _given(value: str | None, option: str) -> str | None:
+    """An option's value; an empty one is an error, not "use the default" (it would silently
+    rewrite the committed report)."""
+    if value is not None and not value.strip():
+        raise UserError(f"{option}: empty path (omit the option for the default)")
+    return value
+
+
+def _check_output_file(path: Path, what: str) -> None:
+    from components.io import check_writable_dir
+
+    if path.is_dir():
+        raise UserError(f"{what} {path}: is a folder, not a file")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{what} {path}: exists and is not a regular file")
+    check_writable_dir(path.parent, f"{what} folder")
 
 
 def experiments_metrics(results: dict[str, Any]) -> dict[str, Any]:

@@ -76,7 +76,7 @@ def make_results(name: str, eval_: dict[str, dict[str, dict]], *, kind: str = "g
            "budget": budget, "last_k": last_k, "git_commit": "f" * 40, "wall_seconds": 10.0,
            "train_seconds": None if kind == "baselines" else 5.0, "eval_seconds": 5.0,
            "mlflow": {"train_run_id": None, "eval_run_id": "r1", "model_version": None}, "eval": eval_,
-           "summary": summary, "history": hist or []}
+           "summary": summary, "history": hist or ([] if kind == "baselines" else history([100.0]))}
     raw.update(extra)
     return ResultsFile.model_validate(raw)
 

@@ -35,6 +35,23 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seed(text: str) -> int:
+    """``--seed``: what numpy, torch and Python's random all accept (as ``gspo.seed``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= 2**32 - 1:
+        raise argparse.ArgumentTypeError(f"{value} must be in 0..{2**32 - 1}")
+    return value
+
+
+ROLLOUT_MAX_EPISODES = 256
+"""``rollout`` decodes all its episodes (``--limit`` x ``--group-size``) as one batch; a typo such as
+``--group-size 100000`` took all 24 GB of the machine. It is a command to look at episodes:
+``evaluate`` runs larger numbers in batches of ``eval.batch_size`` questions."""
+
+
 def _names(text: str) -> list[str]:
     """A comma list that must name something: an empty one would silently mean "all"."""
     names = _csv(text)
@@ -119,6 +136,13 @@ def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
         cfg = cfg.model_copy(update={"mas": type(cfg.mas).model_validate(mas.model_dump())})
     except ValidationError as exc:
         raise ConfigError(format_errors(exc, "--agents/--rounds/--topology")) from exc
+    if args.limit * args.group_size > ROLLOUT_MAX_EPISODES:
+        raise UserError(f"--limit {args.limit} x --group-size {args.group_size} = {args.limit * args.group_size} "
+                        f"episodes in one batch; at most {ROLLOUT_MAX_EPISODES} (use `agent-gspo evaluate` for more)")
+    if args.json:
+        from components.io import check_output_file
+
+        check_output_file(args.json, "episode records (--json)")
     items = load_split(Path(args.data or cfg.data.out_dir), args.benchmark, args.split)[: args.limit]
     model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
                              silence_marker=cfg.mas.silence_marker)
@@ -156,6 +180,11 @@ def _cmd_train(cfg: Config, args: argparse.Namespace) -> int:
 
 def _cmd_evaluate(cfg: Config, args: argparse.Namespace) -> int:
     from components.jobs import EvaluateJob
+
+    out = Path(args.out or cfg.eval.out_dir).resolve()
+    if args.metrics and out in Path(args.metrics).resolve().parents:
+        raise UserError(f"--metrics {args.metrics}: inside the evaluation folder {out}, whose files are published "
+                        "as one set (a metrics file there could replace one of them); write it elsewhere")
 
     result = EvaluateJob(cfg=cfg, model=args.model, limit=args.limit, baselines=args.baselines, out_dir=args.out,
                          track=not args.no_track, metrics_file=args.metrics).run()
@@ -273,8 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agents", type=_positive, default=None)
     p.add_argument("--rounds", type=_positive, default=None)
     p.add_argument("--topology", default=None, choices=["complete", "chain", "star", "layered", "debate"])
-    p.add_argument("--group-size", type=_positive, default=1, help="episodes per question")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--group-size", type=_positive, default=1,
+                   help=f"episodes per question (--limit x --group-size <= {ROLLOUT_MAX_EPISODES})")
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--greedy", action="store_true")
     p.add_argument("--data", default=None)
     p.add_argument("--json", default=None, help="write episode records (JSON lines) here")
@@ -292,8 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", parents=[common], help=helps["evaluate"])
     p.add_argument("--model", default=None, help="local folder, HF id, alias, or models:/<name>[/<v>|@<alias>]")
     p.add_argument("--limit", type=_positive, default=None, help="items per benchmark (seeded sample)")
-    p.add_argument("--baselines", type=_baselines, default=None, help="comma list of single_cot,self_consistency,"
-                   "mas_untrained (empty string: none)")
+    p.add_argument("--baselines", type=_baselines, default=None,
+                   help=f"comma list of {','.join(BASELINE_NAMES)} (empty string: none)")
     p.add_argument("--out", default=None, help="output folder (default eval.out_dir)")
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
     p.add_argument("--metrics", default=None, help=METRICS_HELP)
@@ -355,6 +385,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def command() -> int:
         cfg = load_config(args.params, args.profile, args.overrides)
+        if getattr(args, "metrics", None):  # checked before the work, not after it (exit 2, no traceback)
+            from components.io import check_output_file
+
+            check_output_file(args.metrics, "metrics file (--metrics)")
         return COMMANDS[args.command][1](cfg, args)
 
     return run_command(f"agent-gspo {args.command}", command, resumable=args.command == "train")

@@ -136,6 +136,18 @@ def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
         raise UserError(f"{what} {path}: cannot write there ({exc.strerror or exc})") from None
 
 
+def check_output_file(path: str | os.PathLike[str], what: str) -> None:
+    """Raise :class:`UserError` unless ``path`` can be written as a file: not a folder, not a device
+    or other special file, in a folder that can be written (or created). Run before the work whose
+    result goes there, so a typo fails at once instead of after hours, with a traceback."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{what} {path}: is a folder, not a file")
+    if os.path.lexists(path) and path.exists() and not path.is_file():
+        raise UserError(f"{what} {path}: exists and is not a regular file")
+    check_writable_dir(path.parent, f"{what} folder")
+
+
 def recover_leftovers(target: str | os.PathLike[str]) -> list[str]:
     """Clean what an interrupted :func:`atomic_dir` / :func:`atomic_path` of ``target`` left behind.
 

@@ -42,6 +42,7 @@ class ReportJob(Job):
         """:class:`components.experiments.report.ReportOutput` (claims, written paths)."""
         from components.experiments import build_report
         from components.experiments.results import load_results_dir
+        from components.io import check_output_file
         from components.jobs.metrics import write_metrics
 
         # normalised (./results and results are one folder, and give one report, byte for byte)
@@ -59,7 +60,7 @@ class ReportJob(Job):
         for path, what in ((out, "report (--out / experiments.report)"),
                            (self.metrics_file, "metrics file (--metrics)")):
             if path is not None:
-                _check_output_file(Path(path), what)
+                check_output_file(Path(path), what)
         metrics = experiments_metrics(load_results_dir(results)) if self.metrics_file else None  # loads = checks
         report = build_report(Path(results), Path(out),
                               command=f"agent-gspo experiments report --results {results} --out {out}")
@@ -74,16 +75,6 @@ def _given(value: str | None, option: str) -> str | None:
     if value is not None and not value.strip():
         raise UserError(f"{option}: empty path (omit the option for the default)")
     return value
-
-
-def _check_output_file(path: Path, what: str) -> None:
-    from components.io import check_writable_dir
-
-    if path.is_dir():
-        raise UserError(f"{what} {path}: is a folder, not a file")
-    if path.exists() and not path.is_file():
-        raise UserError(f"{what} {path}: exists and is not a regular file")
-    check_writable_dir(path.parent, f"{what} folder")
 
 
 def experiments_metrics(results: dict[str, Any]) -> dict[str, Any]:

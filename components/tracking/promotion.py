@@ -127,7 +127,7 @@ def promote(client: MlflowClient, name: str, candidate_version: str | int, *, se
             raise CandidateNotEvaluated(
                 f"models:/{name}/{version} has no evaluation under the gate's setting {setting_key} "
                 f"({setting_text or 'see eval.* tags'}; it has: {have}); run `agent-gspo evaluate --model "
-                f"models:/{name}/{version}` with the same --profile/--set first")
+                f"models:/{name}/{version}` with the same --profile/--set/--limit first")
         with promotion_lock(client, name, kind=lock, timeout_s=lock_timeout_s) as handle:
             return _decide_and_apply(client, name, version, cand, setting_key, setting_text, champion_result_fn,
                                      handle, rule)
@@ -156,7 +156,7 @@ def _champion_bar(client: MlflowClient, name: str, key: str, text: str, champ_ve
     if champ is None:
         raise ChampionNotEvaluated(
             f"champion models:/{name}/{champ_version} has no evaluation under the gate's setting {key} ({text}); "
-            f"run `agent-gspo evaluate --model models:/{name}/{champ_version}` with the same --profile/--set, "
+            f"run `agent-gspo evaluate --model models:/{name}/{champ_version}` with the same --profile/--set/--limit, "
             f"or `agent-gspo promote --evaluate-champion`", champ_version)
     merged = ref.merged(champ_version, champ) if ref is not None else Reference.of(champ_version, champ)
     return merged, champ_version

@@ -161,3 +161,34 @@ def test_exponent_floats_without_a_dot_are_numbers_in_the_file_and_in_set(tmp_pa
     with pytest.raises(ConfigError, match=r"gspo.lr: Input should be greater than 0"):
         load_config(path, overrides=["gspo.lr=-1e-3"])
     assert load_config(path, overrides=["data.mirror=1e5x"]).data.mirror == "1e5x"  # not a number: a string
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    # all of rollout's episodes are one batch: --group-size 100000 took the machine's 24 GB (OOM-killed)
+    (["rollout", "--benchmark", "gsm8k", "--limit", "1", "--group-size", "100000"], "at most 256"),
+    (["rollout", "--benchmark", "gsm8k", "--seed", "99999999999999999999999"], "must be in 0..4294967295"),
+    (["rollout", "--benchmark", "gsm8k", "--json", "{afile}/x.jsonl"], "{afile}: exists and is not a folder"),
+    (["rollout", "--benchmark", "gsm8k", "--json", "{adir}"], "is a folder, not a file"),
+    (["evaluate", "--metrics", "{afile}/m.json"], "metrics file (--metrics) folder"),
+    (["evaluate", "--metrics", "{adir}"], "metrics file (--metrics) {adir}: is a folder"),
+    (["train", "--metrics", "{adir}"], "metrics file (--metrics) {adir}: is a folder"),
+    (["evaluate", "--out", "{adir}", "--metrics", "{adir}/summary.json"], "inside the evaluation folder"),
+])
+def test_output_paths_and_sizes_are_refused_before_any_work(argv, expected, capsys, tmp_path, monkeypatch):
+    """Were: an OOM kill, an int64 overflow traceback, or a FileExistsError / IsADirectoryError traceback after
+    the whole evaluation had run (and been recorded in MLflow)."""
+    import components.models as models
+
+    monkeypatch.setattr(models, "load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    afile, adir = tmp_path / "afile", tmp_path / "adir"
+    afile.write_text("x")
+    adir.mkdir()
+    (adir / "summary.json").write_text("{}")
+    argv = [a.format(afile=afile, adir=adir) for a in argv]
+    try:
+        code = main([*argv, "--params", str(ROOT / "params.yaml")])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and expected.format(afile=afile, adir=adir) in err, err
+    assert (adir / "summary.json").read_text() == "{}"

@@ -3,7 +3,9 @@
 Two evaluations are comparable only when they graded the same items (benchmarks, split, seeded
 sample, hence limit and seed) of the same data (the prepared manifest's sha256) with the same
 multi-agent protocol (every ``mas`` setting but the sampling and speed knobs, which greedy
-evaluation does not use). :meth:`EvalSetting.key` names that setting in registry tags; the
+evaluation does not use), the weights' compute precision (``model.dtype``: bf16 and fp32 decode
+differently, README "Numbers") and the code-execution timeout (``eval.code_timeout_s``: a program
+that needs 8 s passes at 10 s and fails at 5 s). :meth:`EvalSetting.key` names that setting in registry tags; the
 promotion gate compares a candidate with a champion only under one key.
 """
 
@@ -44,6 +46,8 @@ class EvalSetting(BaseModel):
     item_ids_sha256: str
     data_manifest_sha256: str | None
     protocol: dict[str, Any]
+    dtype: str
+    code_timeout_s: float
 
     def key(self) -> str:
         """12 hex characters of the sha256 of the canonical JSON (a registry tag component)."""
@@ -55,14 +59,15 @@ class EvalSetting(BaseModel):
         p = self.protocol
         return (f"{', '.join(self.benchmarks)} / {self.split}, {self.limit or 'all'} items each, seed {self.seed}, "
                 f"data {str(self.data_manifest_sha256)[:12]}, {p.get('agents')} agents x {p.get('rounds')} rounds "
-                f"{p.get('topology')}")
+                f"{p.get('topology')}, {self.dtype}, code timeout {self.code_timeout_s:g} s")
 
     def params(self) -> dict[str, str]:
         """Flat ``setting.*`` MLflow params of an evaluation run."""
         out = {"setting.key": self.key(), "setting.benchmarks": ",".join(self.benchmarks),
                "setting.split": self.split, "setting.limit": str(self.limit), "setting.seed": str(self.seed),
                "setting.item_ids_sha256": self.item_ids_sha256,
-               "setting.data_manifest_sha256": str(self.data_manifest_sha256)}
+               "setting.data_manifest_sha256": str(self.data_manifest_sha256), "setting.dtype": self.dtype,
+               "setting.code_timeout_s": str(self.code_timeout_s)}
         out.update({f"setting.protocol.{k}": json.dumps(v) if isinstance(v, list | dict) else str(v)
                     for k, v in self.protocol.items()})
         return out
@@ -73,7 +78,18 @@ def setting_of(cfg: Config, item_ids: dict[str, list[str]], *, split: str, limit
     """The setting of an evaluation that graded ``item_ids`` with ``cfg`` (``mas``: the evaluated system's)."""
     return EvalSetting(benchmarks=tuple(sorted(item_ids)), split=split, limit=limit, seed=cfg.eval.seed,
                        item_ids_sha256=item_ids_sha256({b: list(ids) for b, ids in item_ids.items()}),
-                       data_manifest_sha256=data_manifest_sha256, protocol=protocol_of(mas or cfg.mas))
+                       data_manifest_sha256=data_manifest_sha256, protocol=protocol_of(mas or cfg.mas),
+                       dtype=_decoding_dtype(cfg.model.dtype), code_timeout_s=float(cfg.eval.code_timeout_s))
+
+
+def _decoding_dtype(dtype: str) -> str:
+    """The precision the weights decode in: ``auto`` resolved on this machine (bf16 on a bf16 GPU,
+    float32 otherwise), so an ``auto`` evaluation on a GPU and one on a CPU are not one setting."""
+    if dtype != "auto":
+        return dtype
+    from components.models.loading import default_device, resolve_dtype
+
+    return str(resolve_dtype(dtype, default_device())).removeprefix("torch.")
 
 
 def planned_setting(cfg: Config, *, limit: int | None = None, split: str = "test",

@@ -287,13 +287,13 @@ def _run(source: str, task: CodeTask | None, timeout_s: float, lim: _Limits, *, 
         with (open(os.open(out_path, private, 0o600), "wb") as out,
               open(os.open(err_path, private, 0o600), "wb") as err):
             proc = subprocess.Popen(
-                [python or sys.executable, "-I", "-S", "-c", _SCRIPT, json.dumps(cfg)], stdin=subprocess.PIPE,
+                [python or sys.executable, "-I", "-S", "-c", _SCRIPT], stdin=subprocess.PIPE,
                 stdout=out, stderr=err, cwd=base, env=_ENV, start_new_session=True, close_fds=True,
                 pass_fds=(report_w, verdict_w))
         for fd in (report_w, verdict_w):
             os.close(fd)
             pipes.remove(fd)
-        frames = [{"source": source}]
+        frames = [cfg, {"source": source}]
         if task:
             frames.append({"prompt": task.prompt, "test": task.test, "entry_point": task.entry_point,
                            "timeout_s": timeout_s})

@@ -576,11 +576,13 @@ def _outer(cfg, source):
 
 
 def main():
-    """argv[1]: config; stdin: a frame with the source, then (task mode) a frame with the task.
+    """stdin: a frame with the config, one with the source, then (task mode) one with the task.
 
-    Task mode forks the sandbox side before the task is read, so no copy of the test ever
-    exists in the program's memory; this process then becomes the judge."""
-    cfg = json.loads(sys.argv[1])
+    The config comes on stdin, not argv: argv stays readable in ``/proc/1/cmdline`` inside the
+    sandbox, and the config lists the host paths it hides. Task mode forks the sandbox side before
+    the task is read, so no copy of the test ever exists in the program's memory; this process then
+    becomes the judge."""
+    cfg = read_frame(0)
     source = read_frame(0)["source"]  # exact-size reads: nothing of the next frame is buffered
     if cfg["mode"] != "task":
         os.close(cfg["verdict_fd"]) if cfg.get("verdict_fd") is not None else None

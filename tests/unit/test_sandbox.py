@@ -155,6 +155,21 @@ def test_parent_environment_is_invisible(monkeypatch: pytest.MonkeyPatch) -> Non
     assert not res.passed and "KeyError" in res.reason
 
 
+def test_the_hidden_paths_are_not_listed_in_any_command_line(tmp_path: Path) -> None:
+    """The boot process's argv used to carry its config, readable in /proc/1/cmdline inside the
+    sandbox: the list of host folders it hides (the checkout, the data, ...)."""
+    from components.scoring.sandbox import hide_paths
+
+    secret = tmp_path / "gold-answers-here"
+    secret.mkdir()
+    hide_paths(secret)
+    src = ("import os\nfor p in os.listdir('/proc'):\n    try:\n"
+           "        print(open(f'/proc/{p}/cmdline', 'rb').read())\n    except OSError:\n        pass\n")
+    res = run_program(src, timeout_s=5)
+    assert res.passed and "cmdline" not in res.stderr_tail, res.reason
+    assert "gold-answers-here" not in res.stdout_tail and '"hide"' not in res.stdout_tail
+
+
 def test_sockets_are_blocked() -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))

@@ -110,14 +110,21 @@ def _cmd_validate(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
+    """Grade a predictions file with the limits evaluation uses (``eval.code_timeout_s`` bounds each
+    program and maths check, as in :mod:`components.evaluation.runner`), and print the summary
+    with only the first few missing ids: a one-line file against GSM8K would otherwise print 1318
+    of them (``n_missing`` counts them all)."""
     from components.data.prepare import load_split
     from components.scoring import score_predictions_file
     from components.scoring.sandbox import hide_paths
 
+    shown_missing = 10
     data_dir = Path(args.data or cfg.data.out_dir)
     hide_paths(cfg.data.mirror, cfg.data.out_dir, data_dir)  # gold answers, wherever they were put
     records = load_split(data_dir, args.benchmark, args.split)
-    summary = score_predictions_file(records, Path(args.predictions), Path(args.out) if args.out else None)
+    summary = score_predictions_file(records, Path(args.predictions), Path(args.out) if args.out else None,
+                                     timeout_s=cfg.eval.code_timeout_s)
+    summary["missing_ids"] = summary["missing_ids"][:shown_missing]
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -348,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--predictions", required=True, help='JSON lines {"id", "prediction"}')
     p.add_argument("--split", default="test")
     p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
-    p.add_argument("--out", default=None, help="per-item results (JSON lines)")
+    p.add_argument("--out", default=None, help="per-item results (JSON lines; not the predictions file)")
 
     p = sub.add_parser("experiments", help=helps["experiments"])
     exp_sub = p.add_subparsers(dest="experiments_command", required=True, metavar="ACTION")

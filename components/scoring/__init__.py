@@ -7,6 +7,7 @@ voting, the reward, evaluation and ``agent-gspo score`` (:func:`score_prediction
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,33 @@ __all__ = [
     "SandboxResult", "ScoreResult", "ScoringError", "extract", "extract_choice", "extract_math_answer",
     "extract_number", "grade", "grade_many", "run_many", "run_program", "score_predictions_file",
 ]
+
+
+class _RepeatedKey(ValueError):
+    """A JSON object names one key twice (raised by :func:`_unique_keys`)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` refusing repeated keys: ``json`` keeps the last value silently, so
+    ``{"prediction": "1", "prediction": "2"}`` would be graded on an answer the writer may not
+    have meant (and another JSON reader could take the first one)."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _RepeatedKey(key)
+        obj[key] = value
+    return obj
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same path once resolved (symlinks, ``..``), or
+    one inode when both exist (hard links, bind mounts)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _read_predictions(path: Path) -> list[tuple[int, Any, str]]:
@@ -42,7 +70,9 @@ def _read_predictions(path: Path) -> list[tuple[int, Any, str]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=_unique_keys)
+        except _RepeatedKey as exc:
+            raise ScoringError(f"{path}:{lineno}: repeated key {exc.args[0]!r} in one object") from None
         except json.JSONDecodeError as exc:
             raise ScoringError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from exc
         if not isinstance(obj, dict) or "id" not in obj or "prediction" not in obj:
@@ -63,12 +93,17 @@ def score_predictions_file(records: list[Item], predictions_path: Path, out_path
     missing_ids, unknown_ids}``: ``accuracy`` is over *all* records of the split, a missing
     prediction counting as wrong (so submitting only the answers one is sure of cannot pass for
     the benchmark's accuracy); ``accuracy_on_submitted`` is over the ``n`` predictions given and
-    ``coverage`` = ``n / n_records``. ``errors`` counts grader failures, ``missing_ids`` lists
-    records without a prediction.
+    ``coverage`` = ``n / n_records``. ``errors`` counts grader failures (a timeout included: it
+    is no verdict), ``missing_ids`` lists every record without a prediction and ``n_missing``
+    counts them. ``timeout_s`` bounds each program and each maths check (evaluation passes
+    ``eval.code_timeout_s``, and so does ``agent-gspo score``).
     """
     predictions_path = Path(predictions_path)
     if out_path is not None and Path(out_path).is_dir():
         raise ScoringError(f"--out {out_path}: is a folder; give the path of a JSON-lines file to write")
+    if out_path is not None and _same_file(Path(out_path), predictions_path):
+        raise ScoringError(f"--out {out_path}: is the predictions file; writing the results there would destroy "
+                           "the predictions (give another path)")
     by_id = {item.id: item for item in records}
     rows = _read_predictions(predictions_path)
     unknown = [str(pid) for _, pid, _ in rows if str(pid) not in by_id]
@@ -91,6 +126,7 @@ def score_predictions_file(records: list[Item], predictions_path: Path, out_path
             raise ScoringError(f"--out {out_path}: cannot write it: {exc.strerror or exc}") from exc
     n, n_records = len(results), len(by_id)
     correct = sum(r.correct for r in results)
+    missing = [i for i in by_id if i not in seen]
     return {
         "n": n,
         "n_records": n_records,
@@ -99,6 +135,7 @@ def score_predictions_file(records: list[Item], predictions_path: Path, out_path
         "accuracy": correct / n_records if n_records else 0.0,
         "accuracy_on_submitted": correct / n if n else 0.0,
         "errors": sum(r.error is not None for r in results),
-        "missing_ids": [i for i in by_id if i not in seen],
+        "n_missing": len(missing),
+        "missing_ids": missing,
         "unknown_ids": [],  # unknown ids are an error (raised above); kept for the summary schema
     }

@@ -69,18 +69,54 @@ def normalise_latex(text: str) -> str:
 
 
 def _verify(extracted: str, gold: str, timeout_s: int) -> tuple[bool, str | None]:
-    """Runs in a worker process's main thread (so math-verify's signal timeouts work)."""
+    """Runs in a worker process's main thread (so math-verify's signal timeouts work).
+
+    math-verify answers False when one of its own timeouts fires (``raise_on_error=False``), so a
+    correct answer too costly to check (``\\frac{14}{3} + 0\\cdot 9^{9^{9^{9}}}``) would pass for a
+    wrong one. So both calls run with ``raise_on_error=True``: its timeout is then the only
+    ``TimeoutException`` (a ``BaseException``), which becomes a grader error, while any other
+    exception is caught here and means what math-verify itself makes of it (no parse: ``[]``; a
+    failed comparison: False). ``verify`` is called per (gold, prediction) pair, as it loops
+    internally, so a timeout on one pair still lets another prove the answer correct.
+    """
     from math_verify import parse, verify
+    from math_verify.errors import TimeoutException
 
     if normalise_latex(extracted) == normalise_latex(gold):
         return True, None
-    gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=timeout_s, raise_on_error=False)
-    pred_parsed = parse("\\boxed{" + extracted + "}", parsing_timeout=timeout_s, raise_on_error=False)
+    try:
+        gold_parsed = _parse(parse, gold, timeout_s)
+    except TimeoutException:
+        return False, f"grader: math-verify timed out ({timeout_s}s) parsing the gold answer {gold!r:.200}"
+    try:
+        pred_parsed = _parse(parse, extracted, timeout_s)
+    except TimeoutException:
+        return False, f"grader: math-verify timed out ({timeout_s}s) parsing the answer"
     if len(gold_parsed) < 2:  # [sympy object, string] on success; only the string on failure
         return False, f"grader: math-verify could not parse the gold answer {gold!r}"
     if not pred_parsed:
         return False, None  # an unparseable prediction is simply wrong
-    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout_s)), None
+    timed_out = False
+    for g, t in itertools.product(gold_parsed, pred_parsed):
+        try:
+            if verify(g, t, timeout_seconds=timeout_s, raise_on_error=True):
+                return True, None
+        except TimeoutException:
+            timed_out = True
+        except Exception:  # noqa: BLE001 - math-verify's own reading of a failed comparison: not equal
+            continue
+    if timed_out:
+        return False, f"grader: math-verify timed out ({timeout_s}s) comparing the answers"
+    return False, None
+
+
+def _parse(parse: Any, latex: str, timeout_s: int) -> list[Any]:
+    """``math_verify.parse`` of ``\\boxed{latex}``; a ``TimeoutException`` propagates, any other
+    failure is ``[]`` as with ``raise_on_error=False``."""
+    try:
+        return parse("\\boxed{" + latex + "}", parsing_timeout=timeout_s, raise_on_error=True)
+    except Exception:  # noqa: BLE001 - what math-verify returns for an unparseable text
+        return []
 
 
 _WORKER_BOOT = (

@@ -1,6 +1,7 @@
 """The grader's dispatch, batch ordering and the predictions-file scorer (agent-gspo score)."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,8 @@ def test_predictions_file_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "out" / "scores.jsonl"
     summary = score_predictions_file(as_items(RECORDS), preds, out)
     assert summary == {"n": 4, "n_records": 4, "coverage": 1.0, "correct": 3, "accuracy": 0.75,
-                       "accuracy_on_submitted": 0.75, "errors": 0, "missing_ids": [], "unknown_ids": []}
+                       "accuracy_on_submitted": 0.75, "errors": 0, "n_missing": 0, "missing_ids": [],
+                       "unknown_ids": []}
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [x["id"] for x in lines] == ["gsm8k/test/0", "aqua/test/0", "math500/0", "humaneval/0"]
     assert lines[0] == {"id": "gsm8k/test/0", "correct": True, "extracted": "1450000", "error": None}
@@ -70,6 +72,7 @@ def test_missing_ids_and_no_output(tmp_path: Path) -> None:
     summary = score_predictions_file(as_items(RECORDS), preds, None)
     assert summary["n"] == 1 and summary["correct"] == 1
     assert summary["missing_ids"] == ["gsm8k/test/0", "math500/0", "humaneval/0"]
+    assert summary["n_missing"] == 3
 
 
 def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
@@ -96,3 +99,41 @@ def test_missing_keys_and_unknown_ids(tmp_path: Path) -> None:
 def test_code_record_without_test_is_user_error() -> None:
     with pytest.raises(ScoringError, match="meta lacks test"):
         grade_text("code", "    return 1\n", "", {"prompt": "def f():\n", "entry_point": "f"})
+
+
+@pytest.mark.parametrize("line", [
+    '{"id": "aqua/test/0", "prediction": "A", "prediction": "C"}',
+    '{"id": "aqua/test/0", "id": "gsm8k/test/0", "prediction": "C"}',
+    '{"id": "aqua/test/0", "prediction": "C", "extra": {"k": 1, "k": 2}}',
+])
+def test_repeated_key_is_refused_with_file_and_line(tmp_path: Path, line: str) -> None:
+    """``json`` keeps the last of two equal keys silently; which answer was meant is unknowable."""
+    preds = _write(tmp_path / "p.jsonl", [{"id": "gsm8k/test/0", "prediction": "1"}, line])
+    with pytest.raises(ScoringError, match=r"p\.jsonl:2: repeated key '(prediction|id|k)'"):
+        score_predictions_file(as_items(RECORDS), preds, tmp_path / "o.jsonl")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("how", ["same", "spelled", "symlink", "hardlink"])
+def test_out_that_is_the_predictions_file_is_refused(tmp_path: Path, how: str) -> None:
+    """Writing the results over the predictions would destroy the user's only copy of them."""
+    preds = _write(tmp_path / "p.jsonl", [{"id": "aqua/test/0", "prediction": "C"}])
+    before = preds.read_bytes()
+    out = {"same": preds, "spelled": tmp_path / "sub" / ".." / "p.jsonl", "symlink": tmp_path / "link.jsonl",
+           "hardlink": tmp_path / "hard.jsonl"}[how]
+    if how == "spelled":
+        (tmp_path / "sub").mkdir()
+    elif how == "symlink":
+        out.symlink_to(preds)
+    elif how == "hardlink":
+        os.link(preds, out)
+    with pytest.raises(ScoringError, match="is the predictions file"):
+        score_predictions_file(as_items(RECORDS), preds, out)
+    assert preds.read_bytes() == before
+
+
+def test_out_beside_the_predictions_is_fine(tmp_path: Path) -> None:
+    preds = _write(tmp_path / "p.jsonl", [{"id": "aqua/test/0", "prediction": "C"}])
+    (tmp_path / "o.jsonl").write_text("old results\n")  # an existing, different --out is overwritten
+    summary = score_predictions_file(as_items(RECORDS), preds, tmp_path / "o.jsonl")
+    assert summary["correct"] == 1 and json.loads((tmp_path / "o.jsonl").read_text())["correct"]

@@ -105,3 +105,78 @@ def test_works_from_threads(pool: MathGraderPool) -> None:
 
 def test_score_answer_dispatch_math() -> None:
     assert grade_text("math", "\\boxed{\\dfrac{3}{6}}", "\\frac12").correct
+
+
+def test_grading_timeout_is_a_grader_error_not_a_wrong_answer(pool: MathGraderPool) -> None:
+    """A correct answer too costly to compare: math-verify's own timeout fires and it answers False.
+    That must come back as a grader error (counted in ``grading_errors``), never a silent wrong."""
+    result = score_math("\\boxed{\\frac{14}{3} + 0\\cdot 9^{9^{9^{9}}}}", "\\frac{14}{3}", pool=pool, timeout_s=2.0)
+    assert not result.correct
+    assert result.error and result.error.startswith("grader:") and "timed out" in result.error, result
+    assert score_math("\\boxed{\\frac{14}{3}}", "\\frac{14}{3}", pool=pool).correct  # the worker survived
+
+
+def _fake_verify(monkeypatch: pytest.MonkeyPatch, outcomes: list) -> list:
+    """Replace ``math_verify.verify`` (in this process) by one answering ``outcomes`` in turn."""
+    import math_verify
+
+    calls: list = []
+
+    def verify(gold, target, **kwargs):
+        calls.append(kwargs)
+        outcome = outcomes[len(calls) - 1] if len(calls) <= len(outcomes) else False
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(math_verify, "verify", verify)
+    return calls
+
+
+def test_timeout_on_one_pair_does_not_hide_a_proof_on_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parsed answers are [sympy, string]; a timeout on the first pair must not stop the others."""
+    from math_verify.errors import TimeoutException
+
+    from components.scoring.math_grader import _verify
+
+    calls = _fake_verify(monkeypatch, [TimeoutException("Operation timed out!"), True])
+    assert _verify("0.5", "\\frac{1}{2}", 3) == (True, None)
+    assert calls[0]["raise_on_error"] is True and calls[0]["timeout_seconds"] == 3
+
+
+def test_comparison_errors_stay_a_plain_wrong_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only math-verify's timeout is a grader error; its other failures mean "not equal", as before."""
+    from math_verify.errors import TimeoutException
+
+    from components.scoring.math_grader import _verify
+
+    _fake_verify(monkeypatch, [TypeError("cannot compare")] * 4)
+    assert _verify("0.5", "\\frac{1}{2}", 3) == (False, None)
+    _fake_verify(monkeypatch, [TypeError("cannot compare"), TimeoutException("Operation timed out!")])
+    correct, error = _verify("0.5", "\\frac{1}{2}", 3)
+    assert not correct and error is not None and "timed out (3s) comparing" in error
+
+
+def test_parse_timeout_is_a_grader_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parse that times out is no verdict either (math-verify would return [] = "unparseable")."""
+    import math_verify
+    from math_verify.errors import TimeoutException
+
+    from components.scoring.math_grader import _verify
+
+    real_parse = math_verify.parse
+
+    def parse(text, **kwargs):
+        assert kwargs["raise_on_error"] is True
+        if "slow" in text:
+            raise TimeoutException("Operation timed out!")
+        if "broken" in text:
+            raise ValueError("no parse")
+        return real_parse(text, **kwargs)
+
+    monkeypatch.setattr(math_verify, "parse", parse)
+    correct, error = _verify("\\text{slow}", "\\frac{1}{2}", 2)
+    assert not correct and error and "timed out (2s) parsing the answer" in error
+    correct, error = _verify("1", "\\text{slow}", 2)
+    assert not correct and error and "timed out (2s) parsing the gold answer" in error
+    assert _verify("\\text{broken}", "\\frac{1}{2}", 2) == (False, None)  # unparseable: simply wrong

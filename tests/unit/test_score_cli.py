@@ -1,0 +1,75 @@
+"""`agent-gspo score` end to end through the CLI: the configured limits reach the grader, --out
+never replaces the predictions, and the summary stays short whatever the split's size."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from components.cli import main
+from components.data.item import as_items
+
+ROOT = Path(__file__).resolve().parents[2]
+
+LOOP = {"id": "humaneval/0", "benchmark": "humaneval", "split": "test", "question": "q", "choices": None,
+        "answer": "", "answer_type": "code",
+        "meta": {"prompt": "def f(x):\n", "test": "def check(c):\n    assert c(2) == 4\n", "entry_point": "f"}}
+
+
+def _numeric(i: int) -> dict:
+    return {"id": f"gsm8k/test/{i}", "benchmark": "gsm8k", "split": "test", "question": "q", "choices": None,
+            "answer": str(i), "answer_type": "numeric", "meta": {}}
+
+
+def _score(monkeypatch: pytest.MonkeyPatch, records: list[dict], argv: list[str]) -> int:
+    """Run ``agent-gspo score`` on ``records`` (given as the split, no prepared data needed)."""
+    import components.data.prepare as prepare
+
+    monkeypatch.setattr(prepare, "load_split", lambda *a, **k: as_items(records))
+    return main(["score", "--params", str(ROOT / "params.yaml"), *argv])
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_eval_code_timeout_reaches_the_sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``--set eval.code_timeout_s=1``: an endless program is stopped after 1 s, not the default 10."""
+    preds = _write(tmp_path / "p.jsonl", [{"id": "humaneval/0", "prediction": "    while True:\n        pass\n"}])
+    out = tmp_path / "o.jsonl"
+    t0 = time.monotonic()
+    code = _score(monkeypatch, [LOOP], ["--benchmark", "humaneval", "--predictions", str(preds), "--out", str(out),
+                                        "--set", "eval.code_timeout_s=1"])
+    elapsed = time.monotonic() - t0
+    assert code == 0
+    line = json.loads(out.read_text())
+    assert not line["correct"] and line["extracted"].startswith("timeout:") and "limit 1s" in line["extracted"], line
+    assert elapsed < 8, elapsed
+
+
+def test_out_equal_to_predictions_exits_2_and_keeps_them(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    preds = _write(tmp_path / "p.jsonl", [{"id": "gsm8k/test/1", "prediction": "1"}])
+    before = preds.read_bytes()
+    code = _score(monkeypatch, [_numeric(1)], ["--benchmark", "gsm8k", "--predictions", str(preds),
+                                               "--out", str(tmp_path / "." / "p.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and preds.read_bytes() == before
+    assert err.count("\n") == 1 and "is the predictions file" in err and "Traceback" not in err, err
+
+
+def test_summary_shows_the_first_missing_ids_and_their_count(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """One prediction against a 1000-record split: 10 ids printed and the count, not 999 lines."""
+    records = [_numeric(i) for i in range(1000)]
+    preds = _write(tmp_path / "p.jsonl", [{"id": "gsm8k/test/0", "prediction": "0"}])
+    code = _score(monkeypatch, records, ["--benchmark", "gsm8k", "--predictions", str(preds)])
+    out = capsys.readouterr().out
+    summary = json.loads(out)
+    assert code == 0 and summary["correct"] == 1 and summary["n_missing"] == 999
+    assert summary["missing_ids"] == [f"gsm8k/test/{i}" for i in range(1, 11)]
+    assert len(out.splitlines()) < 40

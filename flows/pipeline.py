@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,27 @@ from components.redact import redact
 from flows.data_prep import data_prep_flow
 from flows.logs import forward_logs
 
+TAIL_LINES = 30
+"""lines of a failed training's output logged in the task (its error line, or a traceback's end)"""
+
+
+def _post(logger: Any, what: str, post: Callable[[], Any]) -> None:
+    """Post an artifact; a failure (the Prefect API gone for a moment) is a warning, not a task
+    failure: a retry of `train` after its work was done would resume at the last step and report
+    it again, and nothing the artifact shows is lost (MLflow and the run folder hold it)."""
+    try:
+        post()
+    except Exception as exc:  # noqa: BLE001 - any API/transport failure of a report-only call
+        logger.warning("could not post the %s artifact (%s: %s); the task's result stands", what,
+                       type(exc).__name__, redact(str(exc))[:200])
+
+
+def _without_secrets(cfg: Config) -> Config:
+    """``cfg`` with the URI passwords masked, for a subflow's parameters: Prefect stores those in its
+    database and shows them in the UI (the data flow reads neither URI)."""
+    return cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"uri": redact(cfg.tracking.uri)}),
+                                  "search": cfg.search.model_copy(update={"storage": redact(cfg.search.storage)})})
+
 
 def _not_user_error(task: Any, task_run: Any, state: Any) -> bool:
     """Retry anything but bad input: a UserError fails the same way every time."""
@@ -46,12 +68,12 @@ def _not_user_error(task: Any, task_run: Any, state: Any) -> bool:
 def search_task(cfg: Config) -> list[str]:
     from components.search import load_best_params
 
-    with forward_logs():
+    with forward_logs() as logger:
         result = SearchJob(cfg=cfg).run()
-    create_markdown_artifact(key="search-result", markdown=(
+    _post(logger, "search-result", lambda: create_markdown_artifact(key="search-result", markdown=(
         f"# Search\n\n{result.n_complete} trials, stopped by **{result.stopped_by}**, {result.tokens_spent} tokens.\n\n"
         f"Best dev accuracy {result.best_dev_accuracy} at {result.best_mean_tokens_per_episode} tokens/episode "
-        f"(feasible: {result.best_feasible}).\n\n`{' '.join(result.best_overrides)}`\n"))
+        f"(feasible: {result.best_feasible}).\n\n`{' '.join(result.best_overrides)}`\n")))
     return load_best_params(result.params_path)
 
 
@@ -62,36 +84,49 @@ def train_task(cfg: Config, source: ConfigSource) -> dict[str, Any]:
     from components.gspo.job import history_table
 
     attempt = getattr(get_run_context().task_run, "run_count", 1)
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+
+    def on_line(line: str) -> None:
+        tail.append(line)
+        if line.startswith(("step ", "resumed", "registered ")) or " was registered by this run" in line:
+            logger.info(line)
+
     with forward_logs() as logger:
         resume = attempt > 1
-        job = TrainJob(cfg=cfg, source=source, resume=resume, overwrite=not resume, isolate=True,
-                       on_line=lambda line: logger.info(line) if line.startswith(("step ", "resumed")) else None)
+        job = TrainJob(cfg=cfg, source=source, resume=resume, overwrite=not resume, isolate=True, on_line=on_line)
         logger.info("attempt %d%s: %s", attempt, " (resume)" if resume else "", redact(" ".join(job.args())))
-        result = job.run()
+        try:
+            result = job.run()
+        except BaseException:  # why it failed, in the task log (the UI), not only on the worker's terminal
+            logger.error("training output, last %d lines:\n%s", len(tail), redact("\n".join(tail)))
+            raise
     keys = ["train/reward", "train/accuracy", "train/budget_tokens", "train/budget", "train/lambda_tok",
             "train/silence_rate"]
-    create_markdown_artifact(key="training-curves", markdown="# Training\n\n" + history_table(result.history, keys),
-                             description=f"{len(result.history)} steps, model version {result.model_version}")
+    _post(logger, "training-curves", lambda: create_markdown_artifact(
+        key="training-curves", markdown="# Training\n\n" + history_table(result.history, keys),
+        description=f"{len(result.history)} steps, model version {result.model_version}"))
     return {"final_model": str(result.final_model), "steps": result.steps, "run_id": result.run_id,
             "model_version": result.model_version}
 
 
 @task(name="evaluate", retries=1, retry_condition_fn=_not_user_error, cache_policy=NO_CACHE)
 def evaluate_task(cfg: Config, model: str | None) -> dict:
-    with forward_logs():
+    with forward_logs() as logger:
         result = EvaluateJob(cfg=cfg, model=model).run()
-    create_markdown_artifact(key="evaluation", markdown=result.report.markdown, description="systems × benchmarks")
+    _post(logger, "evaluation", lambda: create_markdown_artifact(key="evaluation", markdown=result.report.markdown,
+                                                                 description="systems × benchmarks"))
     return {"summary": result.report.summary, "paths": [str(p) for p in result.report.paths.values()],
             "setting": result.setting.key(), "run_id": result.run_id}
 
 
 @task(name="promote", cache_policy=NO_CACHE)
 def promote_task(cfg: Config, candidate: str) -> dict:
-    with forward_logs():
+    with forward_logs() as logger:
         decision = PromoteJob(cfg=cfg, candidate=candidate, evaluate_champion=True).run()
     row = {"model": decision.name, "version": decision.version, "decision": decision.decision,
            "reason": decision.reason, "compared_to": str(decision.compared_to), "setting": decision.setting}
-    create_table_artifact(key="promotion", table=[row], description="promotion gate decision")
+    _post(logger, "promotion", lambda: create_table_artifact(key="promotion", table=[row],
+                                                             description="promotion gate decision"))
     return row
 
 
@@ -121,7 +156,7 @@ def pipeline_flow(profile: str | None = None, params: str | None = None, overrid
     source = with_best_params(ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())),
                               best_params, get_run_logger().info)
     cfg = source.load()  # validated once; tasks receive it
-    data_prep_flow(cfg=cfg)
+    data_prep_flow(cfg=_without_secrets(cfg))
     if cfg.search.enabled:
         source = source.plus(search_task(cfg))
         cfg = source.load()

@@ -254,6 +254,7 @@ def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool,
                 _outbox(tracker, pending) as outbox:
             if tracker is not None and run_id is None:
                 tracker.log_params(cfg.flat())
+            first_step = trainer.step_idx
             while trainer.step_idx < total:
                 res = trainer.train_step()
                 done_ms = int(time.time() * 1000)
@@ -269,7 +270,8 @@ def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool,
                 if outbox is not None:  # after the checkpoint: sending can never cost one
                     outbox.put(res.step, res.metrics, done_ms)
             result = TrainResult(out, None, trainer.step_idx, trainer.history, getattr(tracker, "run_id", None))
-            _finalise(cfg, out, engine, tokenizer, trainer, tracker, result, outbox)  # collective: every rank
+            _finalise(cfg, out, engine, tokenizer, trainer, tracker, result, outbox,  # collective: every rank
+                      trained_now=trainer.step_idx > first_step)
         return result
     finally:
         shutdown_distributed()
@@ -291,12 +293,31 @@ def _outbox(tracker: Any, pending: list[Any]) -> Iterator[Any]:
         outbox.close()
 
 
+def _registered_by_this_run(final: Path, cfg: Config, run_id: str | None) -> Any:
+    """The registry version this same MLflow run already made from ``final``, if it still exists
+    (:class:`components.tracking.versions.VersionRef`), else None."""
+    from components.tracking.versions import REGISTERED_FILE, registration_of
+
+    try:
+        recorded = json.loads((final / REGISTERED_FILE).read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if run_id is None or recorded != run_id:
+        return None
+    try:
+        return registration_of(final, uri=cfg.tracking.uri)
+    except Exception:  # noqa: BLE001 - registry unreachable: register as usual (its retries apply)
+        return None
+
+
 def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any, tracker: Any,
-              result: TrainResult, outbox: Any = None) -> None:
+              result: TrainResult, outbox: Any = None, *, trained_now: bool = True) -> None:
     """Final policy folder, metrics.json (DVC), plots, MLflow model + registry version.
 
     Called on every rank: under ZeRO-3 gathering the full parameters is a collective that every
     rank must enter (rank 0 alone would wait forever for the others). Only rank 0 writes.
+    ``trained_now`` False (a retry that resumed at the last step, e.g. after its first attempt
+    failed while reporting): the version that run registered is kept, not registered twice.
     """
     from components.gspo.distributed import barrier
     from components.gspo.plots import write_training_plots
@@ -304,6 +325,9 @@ def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any,
 
     final = out / "final"
     main = engine.dist.is_main
+    earlier = None
+    if main and not trained_now and tracker is not None and cfg.tracking.log_model:
+        earlier = _registered_by_this_run(final, cfg, tracker.run_id)  # read before final/ is rewritten
     with engine.gathered_parameters(), (atomic_dir(final) if main else contextlib.nullcontext()) as tmp:
         if main:
             module = engine.module
@@ -350,9 +374,14 @@ def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any,
                 "config.profile": cfg.profile,
                 "train.run_id": tracker.run_id, "train.steps": str(trainer.step_idx)}
         settings = system_settings(cfg, git_commit=commit)
-        version = retry_until(lambda: tracker.log_policy_model(final, registered_name=cfg.registry.model_name,
-                                                              tags=tags, settings=settings), deadline)
-        result.model_version = str(getattr(version, "version", version))
+        if earlier is not None:
+            result.model_version = earlier.version
+            print(f"{cfg.registry.model_name} version {earlier.version} was registered by this run already "
+                  "(resumed at its last step): not registered again", file=sys.stderr)
+        else:
+            version = retry_until(lambda: tracker.log_policy_model(final, registered_name=cfg.registry.model_name,
+                                                                  tags=tags, settings=settings), deadline)
+            result.model_version = str(getattr(version, "version", version))
         from components.tracking.versions import VersionRef, write_registration
 
         write_registration(final, VersionRef(cfg.registry.model_name, result.model_version), uri=cfg.tracking.uri,

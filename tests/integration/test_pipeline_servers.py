@@ -525,3 +525,23 @@ def test_deploy_all_needs_only_the_process_pool_and_the_gpu_deployment_deploys_a
     nightly = deployments["nightly-pipeline"]
     assert nightly.parameters["best_params"] == "search/best_params.yaml"  # the weekly search feeds the nightly run
     assert nightly.pull_steps[0]["prefect.deployments.steps.set_working_directory"]["directory"] == str(ROOT)
+
+
+def test_why_a_training_failed_is_in_the_flow_logs(prefect: PrefectServer, prepared: Path, tmp_path: Path) -> None:
+    """The task said 'the message is in the output above', but that output was only on the worker's
+    terminal: the Prefect UI showed no reason. A bad --out (a file) fails the same way every time: no retry."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    overrides = [*TINY, f"data.out_dir={prepared}", "gspo.steps=1", "tracking.log_model=false",
+                 f"gspo.out_dir={a_file}", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}"]
+    res = _run_python(TRAIN_ONLY, [PARAMS, json.dumps(overrides)], _env(prefect.client_env()), timeout=300)
+    assert res.returncode != 0
+    flow_run_id = _marker(res.stdout, "FLOW_RUN")
+    with _client(prefect.api_url) as pc:
+        from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+        logs = pc.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+        (train,) = _task_runs(pc, [flow_run_id])
+    stored = "\n".join(log.message for log in logs)
+    assert "training output, last" in stored and f"{a_file}: exists and is not a folder" in stored, stored[-3000:]
+    assert train.run_count == 1  # bad input: not retried

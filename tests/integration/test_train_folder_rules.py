@@ -169,3 +169,26 @@ def test_one_training_per_folder_and_sigterm_ends_it_cleanly(prepared_data: Path
     newest = int(list_checkpoints(out)[-1].name.removeprefix("step-"))
     resumed = _run(prepared_data, out, *long, "--resume", "--max-steps", str(newest + 1))
     assert resumed.returncode == 0 and "resumed from" in resumed.stderr, resumed.stderr[-3000:]
+
+
+def test_a_resume_at_the_last_step_does_not_register_the_model_again(prepared_data: Path, tmp_path: Path) -> None:
+    """A flow retry after a failure *after* training (an artifact call to a Prefect server that went down)
+    resumed at the last step and registered the same policy as a second version of the same run."""
+    from mlflow import MlflowClient
+
+    out, db = tmp_path / "run", tmp_path / "reg.db"
+    track = ["--set", f"tracking.uri=sqlite:///{db}", "--set", "registry.model_name=resume-once",
+             "--set", "gspo.steps=2"]
+    first = subprocess.run([sys.executable, "-m", "components.cli", "train", "--out", str(out),
+                            *[a for s in _sets(prepared_data, out)[:-1] for a in ("--set", s)], *track],
+                           cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                           timeout=600)
+    assert first.returncode == 0 and "registered resume-once version 1" in first.stderr, first.stderr[-3000:]
+    again = subprocess.run([sys.executable, "-m", "components.cli", "train", "--out", str(out), "--resume",
+                            *[a for s in _sets(prepared_data, out)[:-1] for a in ("--set", s)], *track],
+                           cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0 and "was registered by this run already" in again.stderr, again.stderr[-3000:]
+    versions = MlflowClient(f"sqlite:///{db}").search_model_versions("name='resume-once'")
+    assert [str(v.version) for v in versions] == ["1"]
+    assert json.loads((out / "final" / "registered_model.json").read_text())["version"] == "1"

@@ -23,3 +23,37 @@ def test_best_params_file_feeds_the_pipeline_under_the_users_overrides(tmp_path:
     assert cfg.mas.rounds == 1  # the deployment's / user's own overrides still win
     assert said[-1].startswith(f"applying the search's best parameters from {missing}: mas.agents=2")
     assert with_best_params(source, None, said.append) == source
+
+
+def test_the_data_subflow_gets_no_uri_password() -> None:
+    """Prefect stores a subflow's parameters (the whole config) in its database and UI: a password
+    in $MLFLOW_TRACKING_URI was kept there in clear."""
+    import json
+
+    from flows.pipeline import _without_secrets
+
+    cfg = ConfigSource(params=str(ROOT / "params.yaml"), profile="smoke",
+                       overrides=("tracking.uri=http://alice:S3cretPW@127.0.0.1:4398",
+                                  "search.storage=postgresql+psycopg://bob:hunter2@db/optuna")).load()
+    shown = json.dumps(_without_secrets(cfg).model_dump(mode="json"))
+    assert "S3cretPW" not in shown and "hunter2" not in shown and "alice:***@127.0.0.1:4398" in shown
+    assert _without_secrets(cfg).data == cfg.data and "S3cretPW" in cfg.tracking.uri  # the flow's own cfg intact
+
+
+def test_an_artifact_that_cannot_be_posted_is_a_warning_not_a_task_failure() -> None:
+    """A train task whose artifact call met a Prefect API outage was retried: the retry resumed at the
+    last step (and registered the model a second time)."""
+    from flows.pipeline import _post
+
+    warned: list[str] = []
+
+    class Logger:
+        def warning(self, msg: str, *args: object) -> None:
+            warned.append(msg % args)
+
+    def down() -> None:
+        raise ConnectionError("[Errno 111] Connection refused to http://u:pw@127.0.0.1:4200/api")
+
+    _post(Logger(), "training-curves", down)
+    assert len(warned) == 1 and "could not post the training-curves artifact (ConnectionError" in warned[0]
+    assert "pw@" not in warned[0]

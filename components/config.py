@@ -198,6 +198,14 @@ class DeepSpeedConfig(_Section):
     hostfile: str | None = Field(None, description="DeepSpeed hostfile for multi-node runs")
     master_port: int = Field(29500, ge=1024, le=65535, description="rendezvous port")
 
+    @model_validator(mode="after")
+    def _hostfile_needs_its_launcher(self) -> DeepSpeedConfig:
+        # only the DeepSpeed launcher reads a hostfile: with torchrun or none it would be silently ignored
+        if self.hostfile is not None and self.launcher != "deepspeed":
+            raise ValueError(f"deepspeed.hostfile is read only with deepspeed.launcher=deepspeed (launcher is "
+                             f"{self.launcher!r}): set deepspeed.launcher=deepspeed or deepspeed.hostfile=null")
+        return self
+
 
 class SearchConfig(_Section):
     enabled: bool = Field(False, description="run the search stage in the pipeline")

@@ -25,6 +25,16 @@ class UserError(Exception):
         super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
+class ProcessFailed(Exception):
+    """A child process the command ran (a training launch) failed; its own output, above, says why.
+    One line and exit 1, not a traceback of the parent that only waited for it."""
+
+    exit_code = 1
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, unwound like Ctrl-C: ``finally`` blocks run, so an MLflow run ends KILLED instead of
     staying RUNNING forever and a checkpoint being written is cleaned up."""
@@ -40,14 +50,14 @@ ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 def run_command(prog: str, fn: Callable[[], int], *, resumable: bool = False) -> int:
     """Run ``fn`` and map what ends it to one line on stderr and an exit code: a :class:`UserError`
-    (its code, 2), Ctrl-C (130) or SIGTERM (143), and a full disk / quota / read-only file system
-    (2, naming the path). Anything else is a bug and keeps its traceback."""
+    (its code, 2), a :class:`ProcessFailed` child (1), Ctrl-C (130) or SIGTERM (143), and a full disk /
+    quota / read-only file system (2, naming the path). Anything else is a bug and keeps its traceback."""
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return fn()
-    except UserError as exc:
+    except (UserError, ProcessFailed) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:

@@ -26,6 +26,7 @@ import contextlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -225,12 +226,61 @@ def training_command(cfg: Config, train_args: Sequence[str]) -> list[str]:
     return launcher_command(cfg, train_args)
 
 
+HOSTFILE_LINE = re.compile(r"^(?P<host>\S+)\s+slots=(?P<slots>[1-9][0-9]*)$")
+"""one node of a DeepSpeed hostfile: ``<host> slots=<GPUs>`` (blank lines and ``#`` comments allowed)"""
+
+
+def check_hostfile(path: str | Path, num_nodes: int) -> list[str]:
+    """The hosts of a DeepSpeed hostfile; :class:`UserError` naming file and line for a line the
+    DeepSpeed launcher would reject (with its traceback, after the launch started), or fewer hosts
+    than ``deepspeed.num_nodes``."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"deepspeed.hostfile: {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") \
+            from None
+    hosts = []
+    for n, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        match = HOSTFILE_LINE.match(text)
+        if match is None:
+            raise UserError(f"deepspeed.hostfile: {path}:{n}: {line.strip()!r} is not `<host> slots=<GPUs>`")
+        if match["host"] in hosts:
+            raise UserError(f"deepspeed.hostfile: {path}:{n}: host {match['host']!r} is listed twice")
+        hosts.append(match["host"])
+    if len(hosts) < num_nodes:
+        raise UserError(f"deepspeed.hostfile: {path} lists {len(hosts)} host(s), deepspeed.num_nodes is {num_nodes}")
+    return hosts
+
+
+def check_master_port(cfg: Config) -> None:
+    """:class:`UserError` when this host is to hold the rendezvous and ``deepspeed.master_port`` is
+    taken: the launcher would fail with a DistNetworkError traceback (after 48 s under DeepSpeed)."""
+    ds = cfg.deepspeed
+    hosts_store = (ds.launcher == "torchrun" and (ds.num_nodes == 1 or os.environ.get("NODE_RANK") == "0")) or (
+        ds.launcher == "deepspeed" and not ds.hostfile)
+    if not hosts_store:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", ds.master_port))
+        except OSError as exc:
+            raise UserError(f"deepspeed.master_port {ds.master_port} is in use on this host ({exc.strerror}); "
+                            "choose another with --set deepspeed.master_port=N") from None
+
+
 def launch_training(cfg: Config, train_args: Sequence[str], *, on_line: Callable[[str], None] | None = None) -> int:
     """Train in a new process (:func:`training_command`) with ``train_args`` (the flags of
     ``components.gspo.train_main``) and stream its output; returns the exit code (0 = success)."""
     from components.gspo.precision import check_training_dtype_setting
 
     check_training_dtype_setting(cfg.model.dtype)  # before any rank starts
+    if cfg.deepspeed.launcher == "deepspeed" and cfg.deepspeed.hostfile and Path(cfg.deepspeed.hostfile).is_file():
+        check_hostfile(cfg.deepspeed.hostfile, cfg.deepspeed.num_nodes)
+    check_master_port(cfg)
     cmd = training_command(cfg, train_args)
     env = launch_env()
     print("launching: " + redact(" ".join(cmd)), file=sys.stderr)

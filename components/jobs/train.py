@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from components.errors import UserError
+from components.errors import ProcessFailed, UserError
 from components.jobs.base import ConfigSource, Job
 
 if TYPE_CHECKING:
     from components.gspo.job import TrainResult
 
 
-class TrainingFailed(RuntimeError):
+class TrainingFailed(ProcessFailed, RuntimeError):
     """A training process died (signal, crash): worth a retry with ``resume``."""
 
 
@@ -95,8 +95,11 @@ class TrainJob(Job):
             # a worker node of a multi-node run: rank 0 on node 0 writes the final model and reports it
             return TrainResult(out, None, cfg.gspo.steps, [], None, None)
         if rc != 0 or not final:
-            raise TrainingFailed(f"training exited with code {rc}{'' if rc else ' without a final model'}; "
-                                 f"`--resume` continues from the last checkpoint in {out}")
+            from components.gspo.checkpoint import list_checkpoints
+
+            hint = (f"`--resume` continues from the last checkpoint in {out}" if list_checkpoints(out)
+                    else "no checkpoint was written: the launcher's or the first rank's output above says why")
+            raise TrainingFailed(f"training exited with code {rc}{'' if rc else ' without a final model'}; {hint}")
 
         history = json.loads((out / "history.json").read_text()) if (out / "history.json").is_file() else []
         return TrainResult(out, Path(final["final_model"]), int(final["steps"]), history, final.get("run_id"),

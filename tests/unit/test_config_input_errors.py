@@ -78,6 +78,7 @@ def test_unknown_profile_lists_each_name_once(tmp_path):
     ("data.train_sources=[gsm8k]", "'gsm8k' must be 'benchmark/split'"),
     ("eval.benchmarks=[nope]", r"eval.benchmarks.0: Input should be 'mmlu'"),
     ("mas.adjacency=[[1]]", "mas.adjacency is read only with topology 'custom'"),
+    ("deepspeed.hostfile=hosts.txt", "deepspeed.hostfile is read only with deepspeed.launcher=deepspeed"),
 ])
 def test_overrides_that_would_be_ignored_or_crash_later_are_refused(override, expected):
     with pytest.raises(ConfigError, match=expected):

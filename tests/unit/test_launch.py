@@ -187,3 +187,56 @@ def test_an_interrupted_launch_stops_its_child_first(tmp_path):
         run_streaming([sys.executable, "-c", child], on_line=on_line)
     assert seen == ["child: started"] and marker.exists()
     assert subprocess.run(["pgrep", "-f", str(marker)], capture_output=True).stdout == b""
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ("localhost slots=abc\n", ":1: 'localhost slots=abc' is not `<host> slots=<GPUs>`"),
+    ("garbage line here\n", ":1: 'garbage line here' is not"),
+    ("# nodes\n\nnode1 slots=8\nnode1 slots=8\n", ":4: host 'node1' is listed twice"),
+    ("", "lists 0 host(s), deepspeed.num_nodes is 1"),
+    ("node1 slots=8  # the first\n", None),
+])
+def test_a_hostfile_deepspeed_would_reject_is_refused_before_the_launch(tmp_path, monkeypatch, content,
+                                                                         expected) -> None:
+    """Was: DeepSpeed's ValueError traceback from the launched process, then our TrainingFailed traceback
+    with a --resume hint for a run that never wrote a checkpoint (and two Prefect retries)."""
+    from components.gspo import launch
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(content)
+    monkeypatch.setattr(launch, "run_streaming", lambda *a, **k: 0)
+    monkeypatch.setattr(launch.shutil, "which", lambda name: f"/usr/bin/{name}")
+    cfg = _cfg("deepspeed.launcher=deepspeed", f"deepspeed.hostfile={hostfile}", "deepspeed.master_port=29731")
+    if expected is None:
+        assert launch.launch_training(cfg, []) == 0
+        return
+    with pytest.raises(UserError, match="deepspeed.hostfile: " + str(hostfile).replace(".", r"\.")) as err:
+        launch.launch_training(cfg, [])
+    assert expected in str(err.value)
+
+
+def test_a_master_port_in_use_is_refused_before_the_launch(monkeypatch) -> None:
+    import socket
+
+    from components.gspo import launch
+
+    monkeypatch.setattr(launch, "run_streaming", lambda *a, **k: pytest.fail("launched"))
+    with socket.socket() as holder:
+        holder.bind(("", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        cfg = _cfg("deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=2", f"deepspeed.master_port={port}")
+        with pytest.raises(UserError, match=f"deepspeed.master_port {port} is in use on this host"):
+            launch.launch_training(cfg, [])
+
+
+def test_a_failed_launch_is_one_line_and_names_resume_only_with_a_checkpoint(tmp_path, monkeypatch, capsys) -> None:
+    from components.cli import main
+    from components.gspo import launch
+
+    monkeypatch.setattr(launch, "run_streaming", lambda *a, **k: 1)
+    rc = main(["train", "--set", "deepspeed.launcher=torchrun", "--set", "deepspeed.master_port=29733",
+               "--out", str(tmp_path / "run"), "--no-track"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err, err
+    assert "training exited with code 1; no checkpoint was written" in err and "--resume" not in err

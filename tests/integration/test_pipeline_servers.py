@@ -509,6 +509,13 @@ def test_deploy_all_needs_only_the_process_pool_and_the_gpu_deployment_deploys_a
                                   text=True, timeout=180)
 
         assert prefect("work-pool", "create", "local-process", "--type", "process").returncode == 0
+        env.pop("AGENT_GSPO_HOME")  # was: "successfully created", then every scheduled run crashed
+        out = prefect("--no-prompt", "deploy", "--all")
+        assert out.returncode != 0 and "AGENT_GSPO_HOME must name this checkout" in out.stdout + out.stderr, \
+            out.stdout[-3000:] + out.stderr[-3000:]
+        with _client(server.api_url) as pc:
+            assert pc.read_deployments() == []
+        env["AGENT_GSPO_HOME"] = str(ROOT)
         out = prefect("--no-prompt", "deploy", "--all")
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         gpu = prefect("--no-prompt", "deploy", "--all", "--prefect-file", "infra/prefect-gpu.yaml")

@@ -15,12 +15,24 @@ Admission rule (checked before a trial runs, in trial-number order; trial number
 under a storage lock, so they totally order the trials of all workers): trial ``n`` may run
 only if, over the trials numbered below ``n`` that were not refused,
 
-    count < trials   and   charged tokens < budget_tokens   and   now - started_at < budget_seconds
+    counted < trials   and   charged tokens < budget_tokens   and   now - started_at < budget_seconds
+    and   failed < failures
 
-where a finished trial is charged its actual ``tokens_spent`` and a running or undecided one
-its reservation. Guarantees:
+where *counted* trials are the COMPLETE (and PRUNED) ones plus those still running or undecided,
+*failed* ones are those whose trial function raised (``search:error``), a finished trial is charged
+its actual ``tokens_spent`` and a running or undecided one its reservation.
 
-* trials: never more than ``trials`` admitted trials in the study, whatever the number of workers;
+Why FAIL trials do not count toward ``trials``: ``trials`` is how many results the user asked
+for. A trial that failed, was interrupted (Ctrl-C, SIGTERM: ``search:interrupted``) or was
+abandoned by a dead worker (marked FAIL by the heartbeat) gave none, so a rerun or another
+worker runs a replacement. The failure cap (``run_search`` uses ``trials``) keeps a trial
+function that always fails from looping forever; an interrupted or abandoned trial is no
+failure of the configuration and is not capped. Tokens are charged for every admitted trial,
+failed or not: they were spent. Guarantees:
+
+* trials: never more than ``trials`` counted trials in the study, whatever the number of workers
+  (a running trial is counted, so a trial of another worker that then fails can leave the
+  study one result short until a worker runs again);
 * tokens: total spent <= ``budget_tokens`` + the tokens of the last admitted trial, exactly so
   for one worker and for several workers whenever each running trial's reservation is at least
   what it really spends (the reservation is ``max(reserve_tokens, largest trial seen so far)``;
@@ -46,11 +58,17 @@ ATTR_REFUSED = "search:refused"
 ATTR_OVERRIDES = "search:overrides"
 ATTR_MEAN_TOKENS = "search:mean_tokens_per_episode"
 ATTR_ACCURACY = "search:dev_accuracy"
+ATTR_ERROR = "search:error"
+"""user attribute of a failed trial: the exception, type and message (URI passwords redacted)"""
+ATTR_INTERRUPTED = "search:interrupted"
+"""user attribute of a trial that Ctrl-C (``SIGINT``) or SIGTERM (``SIGTERM``) ended"""
 STUDY_STARTED_AT = "search:started_at"
 CONSTRAINT_KEY = "tokens_per_episode"
 """Name of the Optuna constraint: ``mean tokens per episode - search.max_tokens_per_episode``."""
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+"""States of a trial that counts toward ``trials``: it gave a result or still may."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,8 @@ class Budget:
     trials: int
     tokens: int | None = None
     seconds: float | None = None
+    failures: int | None = None
+    """Stop once this many trials have failed (their trial function raised)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +87,7 @@ class Ledger:
     """What the admitted trials of a study have used so far."""
 
     admitted: int
-    """Trials admitted (or not yet decided), finished or running."""
+    """Trials that count toward ``trials``: COMPLETE or PRUNED, or running (or not yet decided)."""
     tokens_charged: int
     """Actual tokens of finished trials + reservations of running ones."""
     tokens_spent: int
@@ -76,6 +96,8 @@ class Ledger:
     """Wall-clock since ``search:started_at``."""
     max_trial_tokens: int
     """Largest actual spend of one finished trial (0 if none)."""
+    failed: int = 0
+    """Trials whose trial function raised (see :func:`is_failure`)."""
 
 
 def _int_attr(trial: FrozenTrial, key: str) -> int | None:
@@ -86,6 +108,14 @@ def _int_attr(trial: FrozenTrial, key: str) -> int | None:
 def is_refused(trial: FrozenTrial) -> bool:
     """True for a trial that never ran because the budget was already used up."""
     return trial.user_attrs.get(ATTR_ADMITTED) is False
+
+
+def is_failure(trial: FrozenTrial) -> bool:
+    """True for a FAIL trial whose trial function raised (OOM, tracking error, bad outcome).
+
+    Not for an interrupted trial or one a dead worker abandoned: those say nothing about the
+    trial's parameters, so they neither use up the failure cap nor show as failures."""
+    return trial.state == TrialState.FAIL and ATTR_ERROR in trial.user_attrs
 
 
 def reservation(trials: Sequence[FrozenTrial], reserve_tokens: int) -> int:
@@ -103,13 +133,14 @@ def ledger(trials: Sequence[FrozenTrial], *, started_at: float, reserve_tokens: 
     look would also refuse, since every limit is monotone in the trial number.
     """
     default_reserve = reservation(trials, reserve_tokens)
-    admitted = charged = spent = biggest = 0
+    admitted = charged = spent = biggest = failed = 0
     for trial in trials:
         if before_number is not None and trial.number >= before_number:
             continue
         if is_refused(trial):
             continue
-        admitted += 1
+        admitted += int(trial.state in COUNTED)
+        failed += int(is_failure(trial))
         actual = _int_attr(trial, ATTR_TOKENS)
         reserved = _int_attr(trial, ATTR_RESERVED)
         if trial.state in FINISHED:
@@ -121,17 +152,20 @@ def ledger(trials: Sequence[FrozenTrial], *, started_at: float, reserve_tokens: 
         charged += cost
     now = time.time() if now is None else now
     return Ledger(admitted=admitted, tokens_charged=charged, tokens_spent=spent,
-                  seconds_elapsed=max(0.0, now - started_at), max_trial_tokens=biggest)
+                  seconds_elapsed=max(0.0, now - started_at), max_trial_tokens=biggest, failed=failed)
 
 
 def exhausted(used: Ledger, budget: Budget) -> str | None:
-    """The first limit ``used`` has reached (``trials``, ``budget_tokens``, ``budget_seconds``), or None."""
+    """The first limit ``used`` has reached (``trials``, ``budget_tokens``, ``budget_seconds``,
+    ``failures``), or None."""
     if used.admitted >= budget.trials:
         return "trials"
     if budget.tokens is not None and used.tokens_charged >= budget.tokens:
         return "budget_tokens"
     if budget.seconds is not None and used.seconds_elapsed >= budget.seconds:
         return "budget_seconds"
+    if budget.failures is not None and used.failed >= budget.failures:
+        return "failures"
     return None
 
 

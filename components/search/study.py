@@ -11,6 +11,12 @@ whichever worker or sampler looks at the study. Feasible means ``c <= 0``.
 Budgets and the trial target are study-wide (see :mod:`components.search.budget` for the
 admission rule and its guarantees), so several workers -- processes or hosts sharing one
 storage -- together run ``trials`` trials and stay within ``budget_tokens``/``budget_seconds``.
+A trial counts toward ``trials`` once it COMPLETEs (or while it runs): a failed or interrupted
+trial is replaced, and a study gives up after ``trials`` failed trials (``stopped_by="failures"``).
+Each trial samples with its own seed, derived from ``gspo.seed`` and its trial number
+(:mod:`components.search.sampler`), so concurrent workers and resumed runs explore new points
+while a lone fresh run is reproducible. A study records the config its trials ran under and
+refuses a worker with another (:mod:`components.search.study_config`).
 Storage: ``sqlite:///file.db`` (default, one host) or ``postgresql+psycopg://user@host/db``
 (several hosts); the study is opened with ``load_if_exists=True``, so the same command
 started on every host joins one study (``python -m components.search.worker``). A rerun of a
@@ -18,8 +24,11 @@ finished study therefore runs no new trial: use a new ``search.study_name`` for 
 (``budget_seconds`` likewise counts from the study's first start, gaps between resumes included).
 An exception raised by ``trial_fn`` (an OOM, a tracking error, a bad outcome) fails that trial
 (Optuna state FAIL, the error in its ``search:error`` user attribute) and the worker goes on
-with the next one; only a budget refusal stops it. A failed trial is charged its token
-reservation. A tracking error while logging a finished trial's metrics does not fail the trial.
+with the next one; only a budget refusal (or the failure cap) stops it. A failed trial is charged
+its token reservation. A tracking error while logging a finished trial's metrics does not fail the
+trial. Ctrl-C or SIGTERM during a trial marks it ``search:interrupted`` (Optuna state FAIL, not
+counted) and propagates, without Optuna's failure warning and traceback: the caller
+(:func:`components.errors.run_command`) prints the one line.
 """
 
 from __future__ import annotations
@@ -29,26 +38,31 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from components.config import Config
+from components.errors import Terminated
 from components.redact import redact as redact_text
 from components.search import budget as B
+from components.search import study_config
 from components.search.errors import SearchError
 from components.search.params_file import write_best_params
+from components.search.sampler import TrialSeededSampler
 from components.search.space import SearchSpace, apply_overrides
 from components.search.storage import open_study, redact
 from components.search.tracking import TrackerFactory, log_search_metrics
 
 log = logging.getLogger(__name__)
 
-ATTR_ERROR = "search:error"
+ATTR_ERROR = B.ATTR_ERROR
 """user attribute of a failed trial: the exception, type and message (URI passwords redacted)"""
+OPTUNA_TRIAL_LOGGER = "optuna.study._optimize"
+"""Optuna's logger of "Trial N failed ..." warnings (:class:`_QuietInterrupts` filters it)"""
 
 
 @dataclass(frozen=True)
@@ -84,16 +98,48 @@ class SearchResult:
     """False: no trial met the token limit; the best is the least-violating one."""
     n_complete: int
     n_failed: int
+    """Trials whose trial function raised (not counted toward ``trials``)."""
     tokens_spent: int
     seconds_elapsed: float
     stopped_by: str
-    """``trials``, ``budget_tokens`` or ``budget_seconds``."""
+    """``trials``, ``budget_tokens``, ``budget_seconds`` or ``failures``."""
     params_path: str
     trials_this_worker: list[int] = field(default_factory=list)
+    n_interrupted: int = 0
+    """Trials ended by Ctrl-C / SIGTERM or abandoned by a dead worker (not counted toward ``trials``)."""
 
 
 class _Refused(Exception):
     """Raised inside the objective when the budget was used up between the check and ``ask``."""
+
+
+class _QuietInterrupts(logging.Filter):
+    """Drops Optuna's ``Trial N failed ... KeyboardInterrupt()`` warning (with its traceback) and the
+    ``Trial N failed with value None.`` that follows, for the trials an interrupt ended.
+
+    Why: Ctrl-C and SIGTERM are the user's request, not a failure; :func:`components.errors.run_command`
+    prints the one line that says so. Failures of other trials keep Optuna's warning."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numbers: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.numbers:
+            return True
+        message = record.getMessage()
+        return not any(message.startswith(f"Trial {n} failed") for n in self.numbers)
+
+
+@contextlib.contextmanager
+def _quiet_interrupts() -> Iterator[_QuietInterrupts]:
+    quiet = _QuietInterrupts()
+    logger = logging.getLogger(OPTUNA_TRIAL_LOGGER)
+    logger.addFilter(quiet)
+    try:
+        yield quiet
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _check_outcome(outcome: Any, number: int) -> TrialOutcome:
@@ -141,9 +187,12 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
     ``cfg`` with the trial's overrides applied. ``tracker_factory()`` opens this worker's
     parent MLflow run; each trial becomes a nested run with its overrides as params.
     ``storage`` may also be an Optuna storage object (tests pass an ``InMemoryStorage``).
-    ``sampler`` defaults to ``TPESampler(seed=cfg.gspo.seed, constant_liar=True)`` (the liar keeps
-    parallel workers from proposing the same point). ``reserve_tokens`` is the per-trial token
-    reservation used before any trial has finished (see :mod:`components.search.budget`).
+    ``sampler`` defaults to TPE (``constant_liar``) seeded per trial from ``cfg.gspo.seed`` and the
+    trial number (:class:`components.search.sampler.TrialSeededSampler`: concurrent workers and
+    resumed runs sample new points, a lone fresh run is reproducible). ``reserve_tokens`` is the
+    per-trial token reservation used before any trial has finished (see :mod:`components.search.budget`).
+    Raises :class:`components.search.study_config.ConfigMismatchError` (a :class:`SearchError`)
+    when the study was created under another config.
     """
     s = cfg.search
     n_trials = s.trials if trials is None else trials
@@ -152,35 +201,58 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
     if n_trials < 1 or tok < 0 or sec < 0 or reserve_tokens < 0:
         raise SearchError(f"search: trials must be >= 1 and budgets >= 0 (got trials={n_trials}, "
                           f"budget_tokens={tok}, budget_seconds={sec}, reserve_tokens={reserve_tokens})")
-    limits = B.Budget(trials=n_trials, tokens=tok or None, seconds=sec or None)
+    # failures: cap them, since a failed trial does not count toward `trials` (see budget.py)
+    limits = B.Budget(trials=n_trials, tokens=tok or None, seconds=sec or None, failures=n_trials)
     url = storage if storage is not None else s.storage
     name = study_name or s.study_name
     space = space or SearchSpace()
     limit = s.max_tokens_per_episode
-    sampler = sampler or optuna.samplers.TPESampler(seed=cfg.gspo.seed, constant_liar=True)
+    sampler = sampler or TrialSeededSampler(cfg.gspo.seed)
     study = open_study(url, name, sampler)
+    config_hash = study_config.check_study_config(study, cfg, url, name)
     started_at = B.study_started_at(study)
     stopped_by: list[str] = []
     mine: list[int] = []
+    conflict: list[SearchError] = []
+    quiet: _QuietInterrupts | None = None
 
     def used(before: int | None = None) -> B.Ledger:
         return B.ledger(study.get_trials(deepcopy=False), started_at=started_at,
                         reserve_tokens=reserve_tokens, before_number=before)
 
+    def refuse(trial: optuna.Trial, reason: str, why: str) -> NoReturn:
+        trial.set_user_attr(B.ATTR_ADMITTED, False)
+        trial.set_user_attr(B.ATTR_REFUSED, reason)
+        stopped_by.append(reason)
+        study.stop()
+        raise _Refused(f"{why} before trial {trial.number} could start")
+
     def objective(trial: optuna.Trial, parent: Any) -> float:
-        reason = B.exhausted(used(before=trial.number), limits)
+        try:
+            return run_trial(trial, parent)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (components.errors.Terminated)
+            if quiet is not None:
+                quiet.numbers.add(trial.number)
+            with contextlib.suppress(Exception):  # best effort: the storage may be mid-write
+                trial.set_user_attr(B.ATTR_INTERRUPTED, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT")
+            raise
+
+    def run_trial(trial: optuna.Trial, parent: Any) -> float:
+        before = used(before=trial.number)
+        reason = B.exhausted(before, limits)
         if reason is not None:
-            trial.set_user_attr(B.ATTR_ADMITTED, False)
-            trial.set_user_attr(B.ATTR_REFUSED, reason)
-            stopped_by.append(reason)
-            study.stop()
-            raise _Refused(f"budget used up ({reason}) before trial {trial.number} could start")
+            refuse(trial, reason, f"budget used up ({reason})")
+        mismatch = study_config.changed(study, config_hash, cfg, url, name)
+        if mismatch is not None:  # a worker with another config recorded it last (see study_config)
+            conflict.append(mismatch)
+            refuse(trial, "config", "the study's recorded config changed")
         trial.set_user_attr(B.ATTR_RESERVED, B.reservation(study.get_trials(deepcopy=False), reserve_tokens))
         trial.set_user_attr(B.ATTR_ADMITTED, True)
         mine.append(trial.number)
         overrides = space.suggest(trial)
         trial.set_user_attr(B.ATTR_OVERRIDES, overrides)
-        log.info("trial %d/%d started: %s", trial.number + 1, n_trials, " ".join(overrides))
+        slot = before.admitted + 1  # the trial's place among those that count (failed ones do not)
+        log.info("trial %d/%d started: %s", slot, n_trials, " ".join(overrides))
         trial_cfg = apply_overrides(cfg, overrides)
         run_ctx = (parent.child(f"trial-{trial.number}", {"study": name, "trial": trial.number})
                    if parent is not None else contextlib.nullcontext())
@@ -192,8 +264,9 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
                 outcome = _check_outcome(trial_fn(trial_cfg, trial), trial.number)
             except Exception as exc:
                 trial.set_user_attr(ATTR_ERROR, redact_text(f"{type(exc).__name__}: {exc}")[:1000])
-                print(f"search: trial {trial.number} failed ({type(exc).__name__}: {redact_text(str(exc))[:300]}); "
-                      "going on with the next trial", file=sys.stderr)
+                print(f"search: trial {slot}/{n_trials} (Optuna trial {trial.number}) failed ({type(exc).__name__}: "
+                      f"{redact_text(str(exc))[:300]}); it does not count: going on with the next trial "
+                      f"(the search stops after {n_trials} failed trials)", file=sys.stderr)
                 raise
             wall = time.perf_counter() - t0
             c = float(outcome.mean_tokens_per_episode) - limit
@@ -215,7 +288,7 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
                 except TrackingError as exc:  # the trial's result is in the study; only its MLflow copy is lost
                     print(f"search: trial {trial.number}: metrics not logged ({exc})", file=sys.stderr)
         log.info("trial %d/%d done in %.0f s: dev accuracy %.3f, %.1f tokens/episode (limit %g); %s",
-                 trial.number + 1, n_trials, outcome.seconds or wall, outcome.dev_accuracy,
+                 slot, n_trials, outcome.seconds or wall, outcome.dev_accuracy,
                  outcome.mean_tokens_per_episode, limit, _spent(used(), limits, int(outcome.tokens_spent)))
         return float(outcome.dev_accuracy)
 
@@ -234,10 +307,13 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
         reason = B.exhausted(used(), limits)
         if reason is None:
             # a refusal stops the study (study.stop above); any other failure fails one trial only
-            study.optimize(lambda t: objective(t, parent), n_trials=None, callbacks=[after_trial],
-                           catch=(Exception,))
+            with _quiet_interrupts() as quiet:
+                study.optimize(lambda t: objective(t, parent), n_trials=None, callbacks=[after_trial],
+                               catch=(Exception,))
         else:
             stopped_by.append(reason)
+        if conflict:
+            raise conflict[0]
         result = _finish(study, cfg, url, name, used(), stopped_by, mine, out_params or s.out_params)
         if parent is not None:
             _log_result(parent, result)
@@ -275,10 +351,12 @@ def _finish(study: optuna.Study, cfg: Config, url: str | optuna.storages.BaseSto
         best_dev_accuracy=float(best.value or 0.0), best_mean_tokens_per_episode=mean_tokens,
         best_constraint=constraint, best_feasible=feasible,
         n_complete=sum(t.state == TrialState.COMPLETE for t in all_trials),
-        n_failed=sum(t.state == TrialState.FAIL and not B.is_refused(t) for t in all_trials),
+        n_failed=sum(B.is_failure(t) for t in all_trials),
         tokens_spent=usage.tokens_spent, seconds_elapsed=usage.seconds_elapsed,
         stopped_by=stopped_by[0] if stopped_by else "trials", params_path=str(out_params),
-        trials_this_worker=mine)
+        trials_this_worker=mine,
+        n_interrupted=sum(t.state == TrialState.FAIL and not B.is_refused(t) and not B.is_failure(t)
+                          for t in all_trials))
 
 
 def _log_result(parent: Any, result: SearchResult) -> None:

@@ -8,8 +8,11 @@ study (``load_if_exists``) and share its trial target and token / wall-clock bud
 
 ``--synthetic`` runs :class:`components.search.synthetic.SyntheticTrial` (no model needed);
 ``--trial-fn package.module:function`` runs any ``trial_fn(cfg, trial) -> TrialOutcome``, e.g.
-the training-based one. ``--seed`` defaults to none, so workers explore different points.
-Prints the :class:`SearchResult` as one JSON line; exits 2 on bad input.
+the training-based one. ``--seed`` defaults to none (random draws); with a seed each trial's
+draws are seeded from it and the trial number (:mod:`components.search.sampler`), so workers
+given the same seed still explore different points and a lone worker is reproducible.
+Prints the :class:`SearchResult` as one JSON line; exits 2 on bad input (also when the study
+was created under another config), 130 on Ctrl-C and 143 on SIGTERM.
 """
 
 from __future__ import annotations
@@ -20,11 +23,10 @@ import importlib
 import json
 from collections.abc import Sequence
 
-import optuna
-
 from components.config import load_config
 from components.errors import run_command
 from components.search.errors import SearchError
+from components.search.sampler import TrialSeededSampler
 from components.search.study import TrialFn, run_search
 from components.search.synthetic import SyntheticTrial
 
@@ -56,7 +58,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget-seconds", type=float, default=None, help="study-wide wall-clock budget (0 = none)")
     p.add_argument("--reserve-tokens", type=int, default=0, help="token reservation before any trial finished")
     p.add_argument("--out-params", default=None, help="best params YAML (default search.out_params)")
-    p.add_argument("--seed", type=int, default=None, help="sampler seed (default: random per worker)")
+    p.add_argument("--seed", type=int, default=None, help="sampler seed, mixed with each trial number (default random)")
     p.add_argument("--sleep", type=float, default=0.0, help="synthetic: seconds each trial sleeps")
     p.add_argument("--mlflow", action="store_true", help="log to tracking.uri (parent + nested trial runs)")
     p.add_argument("--override", action="append", default=[], help="section.key=value (repeatable)")
@@ -80,7 +82,7 @@ def _work(args: argparse.Namespace) -> int:
     result = run_search(cfg, trial_fn, trials=args.trials, budget_tokens=args.budget_tokens,
                         budget_seconds=args.budget_seconds, storage=args.storage,
                         study_name=args.study_name, tracker_factory=factory,
-                        sampler=optuna.samplers.TPESampler(seed=args.seed, constant_liar=True),
+                        sampler=TrialSeededSampler(args.seed),
                         reserve_tokens=args.reserve_tokens, out_params=args.out_params)
     print(json.dumps(dataclasses.asdict(result), sort_keys=True))
     return 0

@@ -146,14 +146,21 @@ def test_ledger_charges_actuals_reservations_and_skips_refused() -> None:
         _trial(4, TrialState.FAIL, **{B.ATTR_RESERVED: 70, B.ATTR_ADMITTED: True}),  # crashed: reservation
     ]
     used = B.ledger(trials, started_at=0.0, reserve_tokens=50, now=10.0)
-    assert (used.admitted, used.tokens_charged, used.tokens_spent) == (4, 100 + 300 + 100 + 70, 170)
-    assert used.seconds_elapsed == 10.0
+    # the crashed trial 4 is charged its reservation but does not count toward `trials` (nor as a failure:
+    # no error recorded, e.g. a dead worker's trial)
+    assert (used.admitted, used.tokens_charged, used.tokens_spent) == (3, 100 + 300 + 100 + 70, 170)
+    assert used.seconds_elapsed == 10.0 and used.failed == 0
     before2 = B.ledger(trials, started_at=0.0, before_number=2, now=1.0)
     assert (before2.admitted, before2.tokens_charged) == (2, 400)
     assert B.exhausted(before2, B.Budget(trials=2)) == "trials"
     assert B.exhausted(before2, B.Budget(trials=9, tokens=400)) == "budget_tokens"
     assert B.exhausted(before2, B.Budget(trials=9, tokens=401, seconds=1.0)) == "budget_seconds"
     assert B.exhausted(before2, B.Budget(trials=9, tokens=401, seconds=1.5)) is None
+    failed = [*trials, _trial(5, TrialState.FAIL, **{B.ATTR_ADMITTED: True, B.ATTR_ERROR: "MemoryError: OOM"})]
+    used = B.ledger(failed, started_at=0.0, now=1.0)
+    assert (used.admitted, used.failed) == (3, 1)
+    assert B.exhausted(used, B.Budget(trials=9, failures=1)) == "failures"
+    assert B.exhausted(used, B.Budget(trials=9, failures=2)) is None
 
 
 def test_worker_entry_runs_synthetic_search_and_exits_2_on_bad_input(
@@ -187,16 +194,34 @@ class _Flaky:
 
 
 def test_a_failing_trial_is_recorded_and_the_worker_goes_on(tmp_path: Path) -> None:
+    """A failed trial does not count toward `trials`: the worker runs a replacement."""
+    storage = optuna.storages.InMemoryStorage()
+    calls: list[int] = []
+
+    def fails_once(cfg: Config, trial: optuna.Trial) -> TrialOutcome:
+        calls.append(trial.number)
+        if len(calls) == 2:
+            raise MemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return SyntheticTrial()(cfg, trial)
+
+    result = run_search(_cfg(tmp_path), fails_once, trials=3, storage=storage)
+    assert calls == [0, 1, 2, 3] and (result.n_complete, result.n_failed, result.stopped_by) == (3, 1, "trials")
+    (failed,) = [t for t in _study(storage).trials if t.state == TrialState.FAIL]
+    assert failed.number == 1 and failed.user_attrs["search:error"].startswith("MemoryError: CUDA out of memory")
+
+
+def test_as_many_failures_as_trials_end_the_study(tmp_path: Path) -> None:
+    """The failure cap keeps a trial function that keeps failing from looping forever."""
     storage = optuna.storages.InMemoryStorage()
     flaky = _Flaky()
     result = run_search(_cfg(tmp_path), flaky, trials=9, storage=storage)
     trials = _study(storage).trials
-    assert flaky.calls == 9 and len(trials) == 9
+    assert flaky.calls == 13 and len(trials) == 13  # F F ok x4, then the ninth failure
     failed = [t for t in trials if t.state == TrialState.FAIL]
-    assert len(failed) == 6 and result.n_failed == 6 and result.n_complete == 3
+    assert len(failed) == 9 and result.n_failed == 9 and result.n_complete == 4 and result.stopped_by == "failures"
     errors = [t.user_attrs["search:error"] for t in failed]
-    assert sum(e.startswith("MemoryError: CUDA out of memory") for e in errors) == 3
-    assert sum(e.startswith("TrackingError") and "u:***@h" in e and "s3cret" not in e for e in errors) == 3
+    assert sum(e.startswith("MemoryError: CUDA out of memory") for e in errors) == 5
+    assert sum(e.startswith("TrackingError") and "u:***@h" in e and "s3cret" not in e for e in errors) == 4
     assert result.best_trial in {t.number for t in trials if t.state == TrialState.COMPLETE}
 
 

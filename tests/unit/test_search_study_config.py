@@ -1,0 +1,104 @@
+"""A study remembers the config its trials ran under and refuses a worker with another one.
+
+Regression: rerunning into a study after changing ``search.max_tokens_per_episode`` (or any setting
+that shapes a trial's outcome) mixed the old trials in and reported a "feasible" best that broke
+the new limit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from helpers.params import defaults_params
+
+from components.config import Config
+from components.errors import UserError
+from components.search import SearchError, run_search
+from components.search.synthetic import SyntheticTrial
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _cfg(tmp_path: Path, **search: object) -> Config:
+    cfg = Config()
+    cfg.search = cfg.search.model_copy(update={"out_params": str(tmp_path / "best.yaml"), **search})
+    return cfg
+
+
+def test_joining_a_study_made_under_another_config_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    run_search(_cfg(tmp_path), SyntheticTrial(), trials=1, storage=url)
+    with pytest.raises(SearchError) as caught:
+        run_search(_cfg(tmp_path, max_tokens_per_episode=50.0), SyntheticTrial(), trials=2, storage=url)
+    msg = str(caught.value)
+    assert isinstance(caught.value, UserError)  # the CLI exits 2 with this one message
+    assert "'agent-gspo'" in msg and url in msg
+    assert "search.max_tokens_per_episode: 400.0 in the study, 50.0 now" in msg
+    assert "search.study_name" in msg and "--storage" in msg  # says how to go on
+    study = optuna.load_study(study_name="agent-gspo", storage=url)
+    assert len(study.trials) == 1  # nothing was run under the other config
+
+
+def test_bookkeeping_settings_may_change_between_joins(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    run_search(_cfg(tmp_path), SyntheticTrial(), trials=1, storage=url)
+    cfg = _cfg(tmp_path, trials=9, budget_tokens=10**9, budget_seconds=3600.0, enabled=True,
+               out_params=str(tmp_path / "other.yaml"), storage="sqlite:///elsewhere.db")
+    cfg.tracking = cfg.tracking.model_copy(update={"uri": "http://u:pw@mlflow:5000", "experiment": "x"})
+    cfg.profile = "renamed"
+    again = run_search(cfg, SyntheticTrial(), trials=2, storage=url)
+    assert again.n_complete == 2
+
+
+def test_the_refusal_names_the_storage_without_its_password() -> None:
+    from components.search.study_config import ConfigMismatchError, mismatch_error
+
+    err = mismatch_error("agent-gspo", "postgresql+psycopg://u:s3cret@db/optuna", "a" * 64, "b" * 64,
+                         {"gspo.lr": 1e-6, "mas.agents": 3}, {"gspo.lr": 2e-6, "mas.agents": 3})
+    assert isinstance(err, ConfigMismatchError) and isinstance(err, SearchError)
+    assert "s3cret" not in str(err) and "postgresql+psycopg://u:***@db/optuna" in str(err)
+    assert "gspo.lr: 1e-06 in the study, 2e-06 now" in str(err) and "mas.agents" not in str(err)
+
+
+def test_worker_exits_2_on_a_study_of_another_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from components.search import worker
+
+    args = ["--synthetic", "--params", str(defaults_params(tmp_path)), "--storage",
+            f"sqlite:///{tmp_path / 'optuna.db'}", "--trials", "1", "--out-params", str(tmp_path / "best.yaml")]
+    assert worker.main(args) == 0
+    capsys.readouterr()
+    assert worker.main([*args, "--override", "search.trial_steps=9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "search.trial_steps: 5 in the study, 9 now" in err[0], err
+
+
+def test_a_study_from_before_config_hashes_is_adopted_with_a_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    storage = optuna.storages.InMemoryStorage()
+    old = optuna.create_study(storage=storage, study_name="agent-gspo", direction="maximize")
+    old.tell(old.ask(), 0.1)  # a trial recorded by an older version: no config hash on the study
+    result = run_search(_cfg(tmp_path), SyntheticTrial(), trials=2, storage=storage)
+    assert result.n_complete == 2
+    assert "no recorded config" in capsys.readouterr().err
+    with pytest.raises(SearchError, match="another config"):  # from now on the study is checked
+        run_search(_cfg(tmp_path, dev_items=3), SyntheticTrial(), trials=3, storage=storage)
+
+
+def test_a_worker_that_lost_the_race_to_record_its_config_stops(tmp_path: Path) -> None:
+    """Two workers with different configs joining a fresh study at the same instant may both see no
+    recorded config; the one whose record was overwritten stops before its next trial."""
+    from components.search.study_config import STUDY_CONFIG_HASH
+
+    storage = optuna.storages.InMemoryStorage()
+    calls: list[int] = []
+
+    def trial_fn(cfg: Config, trial: optuna.Trial) -> object:
+        calls.append(trial.number)
+        trial.study.set_user_attr(STUDY_CONFIG_HASH, "f" * 64)  # the other worker's record lands now
+        return SyntheticTrial()(cfg, trial)
+
+    with pytest.raises(SearchError, match="another config"):
+        run_search(_cfg(tmp_path), trial_fn, trials=5, storage=storage)
+    assert calls == [0]

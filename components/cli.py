@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -376,15 +378,32 @@ def build_parser() -> argparse.ArgumentParser:
 def _log_progress(command: str) -> None:
     """Progress lines of the library (``components.*`` loggers, INFO) on stderr. Not for ``run``:
     there Prefect shows them (see flows/logs.py), and twice would be noise."""
-    import logging
 
     if command == "run":
         return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     logger = logging.getLogger("components")
-    logger.addHandler(handler)
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):  # main() may run many times in one process
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A handler on whatever ``sys.stderr`` is when a record is written, not the one at setup: a
+    caller that swaps stderr (a test's capture, a wrapper) and closes it later would otherwise get
+    "--- Logging error ---" tracebacks from every later progress line."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:

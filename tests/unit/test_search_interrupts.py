@@ -72,7 +72,8 @@ def test_an_interrupted_trial_is_quiet_and_does_not_count(
     with pytest.raises(interrupt):
         run_search(_cfg(tmp_path), stopped, trials=2, storage=url)
     assert not [m for m in optuna_log.messages if "failed" in m], optuna_log.messages
-    assert capsys.readouterr().err == ""  # run_command prints the one line
+    err = capsys.readouterr().err  # progress lines may be there (a CLI logger); Optuna's report may not
+    assert "Traceback" not in err and "failed" not in err and "KeyboardInterrupt" not in err, err
     study = optuna.load_study(study_name="agent-gspo", storage=url)
     (trial,) = study.trials
     assert trial.state == TrialState.FAIL and trial.user_attrs[B.ATTR_INTERRUPTED] == (

@@ -190,11 +190,6 @@ def _cmd_train(cfg: Config, args: argparse.Namespace) -> int:
 def _cmd_evaluate(cfg: Config, args: argparse.Namespace) -> int:
     from components.jobs import EvaluateJob
 
-    out = Path(args.out or cfg.eval.out_dir).resolve()
-    if args.metrics and out in Path(args.metrics).resolve().parents:
-        raise UserError(f"--metrics {args.metrics}: inside the evaluation folder {out}, whose files are published "
-                        "as one set (a metrics file there could replace one of them); write it elsewhere")
-
     result = EvaluateJob(cfg=cfg, model=args.model, limit=args.limit, baselines=args.baselines, out_dir=args.out,
                          track=not args.no_track, metrics_file=args.metrics).run()
     print(result.report.markdown)

@@ -143,7 +143,7 @@ def check_output_file(path: str | os.PathLike[str], what: str) -> None:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{what} {path}: is a folder, not a file")
-    if os.path.lexists(path) and path.exists() and not path.is_file():
+    if path.exists() and not path.is_file():
         raise UserError(f"{what} {path}: exists and is not a regular file")
     check_writable_dir(path.parent, f"{what} folder")
 

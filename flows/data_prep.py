@@ -19,7 +19,9 @@ against the manifest's recorded sha256: a deleted or edited output refreshes the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,17 @@ def validate_task(job: ValidateJob) -> str:
     return getattr(report, "markdown", text)
 
 
+@contextlib.contextmanager
+def _failed_report_posted() -> Iterator[None]:
+    """A failed validation's markdown report also becomes the run's ``data-validation`` artifact."""
+    try:
+        yield
+    except DataValidationError as exc:
+        create_markdown_artifact(key="data-validation", markdown=exc.report,
+                                 description="great-expectations validation (FAILED)")
+        raise
+
+
 @flow(name="data-prep", log_prints=True)
 def data_prep_flow(profile: str | None = None, params: str | None = None, mirror: str | None = None,
                    benchmarks: list[str] | None = None, out_dir: str | None = None,
@@ -118,23 +131,14 @@ def data_prep_flow(profile: str | None = None, params: str | None = None, mirror
     # all or nothing, as `agent-gspo prepare`: every benchmark is checked before any is written, and a
     # failure writes one report of all suites (tasks writing their own would overwrite each other's)
     checked = [f.result() for f in [check_benchmark_task.submit(job, n) for n in job.names]]
-    try:
-        job.refuse_failed(checked)
-    except DataValidationError as exc:
-        create_markdown_artifact(key="data-validation", markdown=exc.report,
-                                 description="great-expectations validation (FAILED)")
-        raise
     futures = []
-    for n in job.names:
-        fresh = outputs_match_manifest(job.out, n)
-        run = prepare_benchmark_task if fresh else prepare_benchmark_task.with_options(refresh_cache=True)
-        futures.append(run.submit(job, n))
-    try:
+    with _failed_report_posted():  # the job wrote reports/validation.md; post it as well
+        job.refuse_failed(checked)
+        for n in job.names:
+            fresh = outputs_match_manifest(job.out, n)
+            run = prepare_benchmark_task if fresh else prepare_benchmark_task.with_options(refresh_cache=True)
+            futures.append(run.submit(job, n))
         results = [f.result() for f in futures]
-    except DataValidationError as exc:  # the task wrote reports/validation.md; post it as well
-        create_markdown_artifact(key="data-validation", markdown=exc.report,
-                                 description="great-expectations validation (FAILED)")
-        raise
     write_manifest_task(job, results)
     return validate_task(ValidateJob(cfg=cfg, data_dir=str(job.out), benchmarks=job.names))
 

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config
-from components.errors import UserError
 from components.evaluation.setting import item_ids_sha256
 from components.experiments.definitions import (
     Experiment,
@@ -186,12 +185,11 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
     # the results folder, and every selected definition, are checked before the first one runs: a
     # bad override in the last experiment, or a --results that cannot be written, must not surface
     # after hours of compute
-    from components.io import check_writable_dir
+    from components.io import check_output_file, check_writable_dir
 
     check_writable_dir(results, "results folder (--results / experiments.results_dir)")
     for exp in selected:
-        if (results / f"{exp.name}.json").is_dir():
-            raise UserError(f"{results / f'{exp.name}.json'}: is a folder; it cannot be replaced by the results file")
+        check_output_file(results / f"{exp.name}.json", "results file")
     configs = {exp.name: proof_config(params, exp, str(exp.profile), user) if exp.kind == "proof"
                else experiment_config(base, exp, user_overrides=user) for exp in selected}
     for exp in selected:

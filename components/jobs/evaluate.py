@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from components.errors import UserError
 from components.evaluation.setting import EvalSetting
 from components.jobs.base import Job, log
 
@@ -74,6 +75,15 @@ class EvaluateJob(Job):
     metrics_file: str | None = Field(None, description="write each system's summary here (DVC metrics)")
 
     def run(self) -> EvaluateResult:
+        if self.metrics_file:  # refused before the evaluation, not after it
+            from components.io import check_output_file
+
+            check_output_file(self.metrics_file, "metrics file (--metrics)")
+            out = Path(self.out_dir or self.cfg.eval.out_dir).resolve()
+            if out in Path(self.metrics_file).resolve().parents:
+                raise UserError(f"--metrics {self.metrics_file}: inside the evaluation folder {out}, whose files are "
+                                "published as one set (a metrics file there could replace one of them); write it "
+                                "elsewhere")
         result = self._evaluate()
         if self.metrics_file:
             from components.jobs.metrics import eval_metrics, write_metrics

@@ -64,7 +64,7 @@ class ReportJob(Job):
         metrics = experiments_metrics(load_results_dir(results)) if self.metrics_file else None  # loads = checks
         report = build_report(Path(results), Path(out),
                               command=f"agent-gspo experiments report --results {results} --out {out}")
-        if self.metrics_file and metrics is not None:
+        if metrics is not None:
             write_metrics(self.metrics_file, metrics)
         return report
 

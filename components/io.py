@@ -29,11 +29,22 @@ def _umask_mode(base: int) -> int:
 
 
 @contextlib.contextmanager
+def _naming(target: Path) -> Iterator[None]:
+    """An OSError creating the temporary name (read-only file system, full disk, no permission)
+    names ``target``: the user asked for that path and never sees the temporary one."""
+    try:
+        yield
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(target)) from None
+
+
+@contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``target``; rename it over ``target`` only on success."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
+    with _naming(target):
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -66,7 +77,8 @@ def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".staging", dir=target.parent))
+    with _naming(target):
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".staging", dir=target.parent))
     try:
         yield staging
         os.chmod(staging, _umask_mode(0o777))

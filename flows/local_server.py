@@ -61,10 +61,20 @@ def prefect_api() -> Iterator[str | None]:
         yield None
         return
     from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_HOME
 
+    from components.errors import UserError
+    from components.io import check_writable_dir
+
+    home = PREFECT_HOME.value()  # the temporary server's database lives there: checked, not a start timeout
+    check_writable_dir(home, "PREFECT_HOME (the temporary Prefect server keeps its database there)")
     server = SubprocessASGIServer()
-    with _own_session_popen():
-        server.start()
+    try:
+        with _own_session_popen():
+            server.start()
+    except RuntimeError as exc:  # Prefect's "Timed out while attempting to connect ..." and its traceback
+        raise UserError(f"the temporary Prefect server did not start ({exc}); PREFECT_HOME is {home}. "
+                        "Set PREFECT_API_URL to use a running server (`prefect server start`)") from None
     try:
         with temporary_settings({PREFECT_API_URL: server.api_url}):
             try:

@@ -86,10 +86,13 @@ def train_task(cfg: Config, source: ConfigSource) -> dict[str, Any]:
     attempt = getattr(get_run_context().task_run, "run_count", 1)
     tail: deque[str] = deque(maxlen=TAIL_LINES)
 
-    def on_line(line: str) -> None:
+    def on_line(line: str) -> bool:
+        """Progress lines go to the task log (which the terminal shows too: not echoed again)."""
         tail.append(line)
         if line.startswith(("step ", "resumed", "registered ")) or " was registered by this run" in line:
             logger.info(line)
+            return True
+        return False
 
     with forward_logs() as logger:
         resume = attempt > 1

@@ -172,9 +172,15 @@ def launch_env() -> dict[str, str]:
     return env
 
 
+LineHandler = Callable[[str], bool | None]
+"""gets each output line of a launched training; returns True when it showed the line itself (a Prefect
+task's logger prints it on the terminal too), so that it is not echoed a second time"""
+
+
 def run_streaming(cmd: Sequence[str], *, env: dict[str, str] | None = None,
-                  on_line: Callable[[str], None] | None = None) -> int:
-    """Run ``cmd``, echo each output line (and hand it to ``on_line``), return the exit code.
+                  on_line: LineHandler | None = None) -> int:
+    """Run ``cmd``, hand each output line to ``on_line`` and echo it unless ``on_line`` returned
+    True (it showed the line already); return the exit code.
 
     Interrupted here (Ctrl-C, or SIGTERM unwound by :func:`components.errors.run_command`), the
     child gets SIGTERM too and is waited for (killed after :data:`STOP_WAIT_S`) before this
@@ -185,9 +191,9 @@ def run_streaming(cmd: Sequence[str], *, env: dict[str, str] | None = None,
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
-            sys.stdout.write(line)
-            if on_line is not None:
-                on_line(line.rstrip("\n"))
+            shown = on_line(line.rstrip("\n")) if on_line is not None else False
+            if not shown:
+                sys.stdout.write(line)
         return proc.wait()
     except BaseException:
         stop_child(proc)
@@ -272,7 +278,7 @@ def check_master_port(cfg: Config) -> None:
                             "choose another with --set deepspeed.master_port=N") from None
 
 
-def launch_training(cfg: Config, train_args: Sequence[str], *, on_line: Callable[[str], None] | None = None) -> int:
+def launch_training(cfg: Config, train_args: Sequence[str], *, on_line: LineHandler | None = None) -> int:
     """Train in a new process (:func:`training_command`) with ``train_args`` (the flags of
     ``components.gspo.train_main``) and stream its output; returns the exit code (0 = success)."""
     from components.gspo.precision import check_training_dtype_setting

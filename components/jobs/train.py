@@ -41,7 +41,8 @@ class TrainJob(Job):
     track: bool = Field(True, description="log an MLflow run and register the final policy")
     isolate: bool = Field(False, description="train in a subprocess even with deepspeed.launcher=none")
     metrics_file: str | None = Field(None, description="write first/final step numbers here (DVC metrics)")
-    on_line: Callable[[str], None] | None = Field(None, exclude=True, description="gets each subprocess line")
+    on_line: Callable[[str], bool | None] | None = Field(
+        None, exclude=True, description="gets each subprocess line; returns True when it showed the line itself")
 
     def args(self) -> list[str]:
         """Flags of ``python -m components.gspo.train_main`` for this job."""
@@ -79,11 +80,10 @@ class TrainJob(Job):
 
         final: dict = {}
 
-        def on_line(line: str) -> None:
+        def on_line(line: str) -> bool | None:
             if line.startswith("{") and '"final_model"' in line:
                 final.update(json.loads(line))
-            if self.on_line is not None:
-                self.on_line(line)
+            return self.on_line(line) if self.on_line is not None else None
 
         rc = launch_training(cfg, self.args(), on_line=on_line)
         out = Path(self.out_dir or cfg.gspo.out_dir)

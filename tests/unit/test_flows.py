@@ -57,3 +57,39 @@ def test_an_artifact_that_cannot_be_posted_is_a_warning_not_a_task_failure() -> 
     _post(Logger(), "training-curves", down)
     assert len(warned) == 1 and "could not post the training-curves artifact (ConnectionError" in warned[0]
     assert "pw@" not in warned[0]
+
+
+def test_an_unusable_prefect_home_is_one_line_before_the_server_starts(tmp_path: Path) -> None:
+    """Was: Prefect's start timeout after ~30 s, as a RuntimeError traceback."""
+    import os
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(blocker / "prefect")
+    proc = subprocess.run([sys.executable, "-m", "components.cli", "run", "--profile", "smoke", "--params",
+                           str(Path(__file__).resolve().parents[2] / "params.yaml")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"agent-gspo run: error: PREFECT_HOME (the temporary Prefect server keeps its database there) {blocker}" \
+           in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_temporary_server_that_does_not_start_is_a_user_error(tmp_path: Path, monkeypatch) -> None:
+    import pytest
+    from prefect.server.api.server import SubprocessASGIServer
+
+    from components.errors import UserError
+    from flows.local_server import prefect_api
+
+    def timeout(self) -> None:
+        raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.")
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr(SubprocessASGIServer, "start", timeout)
+    with pytest.raises(UserError, match="the temporary Prefect server did not start .*Set PREFECT_API_URL"):
+        with prefect_api():
+            pass

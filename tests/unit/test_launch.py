@@ -189,6 +189,24 @@ def test_an_interrupted_launch_stops_its_child_first(tmp_path):
     assert subprocess.run(["pgrep", "-f", str(marker)], capture_output=True).stdout == b""
 
 
+def test_a_line_the_handler_showed_is_not_echoed_again(capsys) -> None:
+    """`agent-gspo run`: the train task logs step lines (Prefect prints them); echoing them too doubled them."""
+    import sys
+
+    from components.gspo.launch import run_streaming
+
+    seen: list[str] = []
+
+    def on_line(line: str) -> bool:
+        seen.append(line)
+        return line.startswith("step ")
+
+    child = "print('step 1/2 reward 0.5'); print('loading model'); print('step 2/2 reward 0.6')"
+    assert run_streaming([sys.executable, "-c", child], on_line=on_line) == 0
+    assert seen == ["step 1/2 reward 0.5", "loading model", "step 2/2 reward 0.6"]
+    assert capsys.readouterr().out == "loading model\n"
+
+
 @pytest.mark.parametrize(("content", "expected"), [
     ("localhost slots=abc\n", ":1: 'localhost slots=abc' is not `<host> slots=<GPUs>`"),
     ("garbage line here\n", ":1: 'garbage line here' is not"),

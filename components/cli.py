@@ -125,7 +125,8 @@ def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
     hide_paths(cfg.data.mirror, cfg.data.out_dir, data_dir)  # gold answers, wherever they were put
     records = load_split(data_dir, args.benchmark, args.split)
     summary = score_predictions_file(records, Path(args.predictions), Path(args.out) if args.out else None,
-                                     timeout_s=cfg.eval.code_timeout_s)
+                                     timeout_s=cfg.eval.code_timeout_s,
+                                     protected=(data_dir, cfg.data.out_dir, cfg.data.mirror))
     summary["missing_ids"] = summary["missing_ids"][:shown_missing]
     print(json.dumps(summary, indent=2))
     return 0
@@ -404,6 +405,9 @@ class _StderrHandler(logging.StreamHandler):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    for name, value in vars(args).items():  # every string option is a path or a name: "" would mean the default
+        if isinstance(value, str) and not value.strip() and name != "profile":  # (--profile "" has its own message)
+            parser.error(f"--{name.replace('_', '-')}: empty value (omit the option for its default)")
     _log_progress(args.command)
 
     def command() -> int:

@@ -55,7 +55,7 @@ TRAIN_SOURCE_RE = re.compile(r"^(?P<bench>[a-z0-9]+)/(?P<split>[A-Za-z0-9_.-]+)$
 class DataConfig(_Section):
     benchmarks: list[BenchmarkName] = Field(
         default_factory=lambda: list(ALL_BENCHMARKS), min_length=1, description="benchmarks to prepare and validate")
-    mirror: str | None = Field("../shared/benchmarks", description="offline mirror folder (first source)")
+    mirror: Name | None = Field("../shared/benchmarks", description="offline mirror folder (first source)")
     use_hub: bool = Field(True, description="fall back to the Hugging Face hub when the mirror lacks a file")
     out_dir: Name = Field("data", description="folder for prepared parquet files and manifest.json")
     report_dir: Name = Field("reports", description="folder for validation reports")
@@ -103,8 +103,8 @@ class MasConfig(_Section):
         description="adaptive: silence retires an agent, nothing new = no call; broadcast: every agent every round")
     turn_order: Literal["simultaneous", "in_turn"] = Field(
         "simultaneous", description="cyclic topologies: one batched call per round, or agents one after another")
-    max_message_tokens: int = Field(128, ge=1, description="hard cap on tokens per message")
-    context_tokens: int = Field(1024, ge=64, description="budget of earlier messages kept in a prompt")
+    max_message_tokens: int = Field(128, ge=1, le=32768, description="hard cap on tokens per message")
+    context_tokens: int = Field(1024, ge=64, le=1_048_576, description="budget of earlier messages kept in a prompt")
     silence_marker: Name = Field("<silent>",
                                 description="the silence token (added to the tokenizer as one special token)")
     temperature: float = Field(0.8, ge=0.0, le=2.0, description="sampling temperature")
@@ -164,8 +164,8 @@ class BudgetConfig(_Section):
 
 class GspoConfig(_Section):
     steps: int = Field(200, ge=1, description="training steps (rollout batches)")
-    questions_per_step: int = Field(8, ge=1, description="questions per rollout batch")
-    group_size: int = Field(8, ge=2, description="G: episodes sampled per question")
+    questions_per_step: int = Field(8, ge=1, le=1024, description="questions per rollout batch")
+    group_size: int = Field(8, ge=2, le=256, description="G: episodes sampled per question")
     minibatches: int = Field(4, ge=1, description="mu: optimizer updates per rollout batch")
     eps_low: float = Field(3e-4, ge=0.0, description="lower clip range of the sequence ratio")
     eps_high: float = Field(4e-4, ge=0.0, description="upper clip range of the sequence ratio")
@@ -418,12 +418,19 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+MAX_KEY_PATH = 8
+"""longest ``--set`` key path accepted (the deepest setting, experiments.definitions.NAME.key, has 4)"""
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Parse ``section.key=value`` (value as YAML) into a key path and a value."""
     if "=" not in text:
         raise ConfigError(f"override {text!r}: expected section.key=value")
     key, raw = text.split("=", 1)
     keys = key.strip().split(".")
+    if len(keys) > MAX_KEY_PATH:
+        raise ConfigError(f"override {text[:80]!r}...: a key path of {len(keys)} names (settings are at most "
+                          f"{MAX_KEY_PATH} deep)")
     if not all(k.strip() for k in keys):
         raise ConfigError(f"override {text!r}: empty name in the key path {key.strip()!r} (expected section.key=value)")
     if keys[0] in ("profile", "profiles"):

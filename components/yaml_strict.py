@@ -11,7 +11,8 @@ PyYAML has no switch for either; the subclass below is the smallest hook into it
 It also reads ``1e-5`` as a float. PyYAML follows YAML 1.1, whose float needs a dot (``1.0e-5``),
 so the exponent form people write for learning rates became the *string* ``"1e-5"``; the typed
 schema refuses strings for numbers (a quoted ``'3'`` is a mistake to report, not to coerce), so
-the YAML 1.2 spelling must arrive as a number.
+the YAML 1.2 spelling must arrive as a number. Likewise ``steps: 010`` is ten, not YAML 1.1's
+octal 8, and ``1:30``, ``1_000`` and ``0b11`` are the strings they are in YAML 1.2 (1.1: 90, 1000, 3).
 """
 
 from __future__ import annotations
@@ -23,16 +24,47 @@ import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
+MAX_DEPTH = 64
+"""deepest nesting of collections a params file may use (its deepest key is 4 levels): PyYAML composes
+recursively, so ``[[[[...`` 5000 deep was a RecursionError traceback"""
+
 
 class StrictSafeLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and repeated mapping keys (errors carry line and column)."""
+    """SafeLoader that refuses aliases, repeated mapping keys, merge keys and nesting deeper than
+    :data:`MAX_DEPTH` (errors carry line and column), and reads integers as YAML 1.2 does."""
+
+    _depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102 - PyYAML hook
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise ComposerError(None, None, f"found alias *{event.anchor}: aliases are not allowed here "
                                 "(write the value out)", event.start_mark)
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_DEPTH:
+            raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
+                                self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_yaml_int(self, node: Any) -> Any:  # noqa: D102 - PyYAML hook
+        """YAML 1.2 integers where 1.1 differs: ``010`` is ten (1.1: octal 8); ``1:30``, ``1_000`` and
+        ``0b11`` are strings (1.1: 90, 1000, 3), so that the schema reports them instead of a silent number."""
+        value = self.construct_scalar(node)
+        if ":" in value or "_" in value or value.lstrip("+-").startswith("0b"):  # 1.1 only: strings in 1.2
+            return value
+        digits = value.lstrip("+-")
+        if len(digits) > 1 and digits[0] == "0" and digits.isdigit():
+            return int(value, 10)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node: Any) -> Any:  # noqa: D102 - PyYAML hook
+        value = self.construct_scalar(node)
+        if ":" in value or "_" in value:  # 1.1 sexagesimal and digit separators: strings in 1.2
+            return value
+        return super().construct_yaml_float(node)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: D102 - PyYAML hook
         if isinstance(node, yaml.MappingNode):
@@ -57,6 +89,10 @@ class StrictSafeLoader(yaml.SafeLoader):
 StrictSafeLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
     list("-+.0123456789"))
+
+
+StrictSafeLoader.add_constructor("tag:yaml.org,2002:int", StrictSafeLoader.construct_yaml_int)
+StrictSafeLoader.add_constructor("tag:yaml.org,2002:float", StrictSafeLoader.construct_yaml_float)
 
 
 def strict_load(text: str) -> Any:

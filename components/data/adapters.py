@@ -40,6 +40,11 @@ _OPTION_RE = re.compile(r"^\s*([A-Z])\s*\)\s?(.*)$", re.DOTALL)
 # ----------------------------------------------------------------------------- helpers
 
 
+MAX_ANSWER_EXPONENT = 100
+"""largest |decimal exponent| of a numeric gold answer: far above any benchmark's (GSM8K's largest is
+~10^8), far below what would hang :func:`canonical_number` writing it out"""
+
+
 def canonical_number(value: Any, where: str) -> str:
     """Plain number string: no thousands separators, no trailing ``.0`` ("39.0" -> "39").
 
@@ -54,6 +59,9 @@ def canonical_number(value: Any, where: str) -> str:
         raise DataError(f"{where}: answer {value!r} is not a number") from None
     if not num.is_finite():
         raise DataError(f"{where}: answer {value!r} is not finite")
+    if num and abs(num.adjusted()) > MAX_ANSWER_EXPONENT:  # 1e99999999 would be a 10^8-digit int, built in C
+        raise DataError(f"{where}: answer {value!r} is out of range (10^{num.adjusted()}; "
+                        f"answers are limited to 10^±{MAX_ANSWER_EXPONENT})")
     if num == num.to_integral_value():
         return str(int(num))
     return format(num.normalize(), "f")

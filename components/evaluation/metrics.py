@@ -91,6 +91,8 @@ class MessageStat:
     private: bool = False
     """the agent held the item's private fact"""
     completion_tokens: int = 0
+    truncated: bool = False
+    """cut by the message cap before its EOS (Message.truncated)"""
 
 
 @dataclass
@@ -118,7 +120,8 @@ class EpisodeStats(Graded):
     def from_episode(cls, ep: Episode) -> EpisodeStats:
         return cls(ep.question_id, ep.final_answer, ep.prompt_tokens, ep.completion_tokens, ep.communicated_tokens,
                    ep.total_tokens, ep.turns,
-                   [MessageStat(m.agent_id, m.round, m.silent, m.private, m.completion_tokens) for m in ep.messages],
+                   [MessageStat(m.agent_id, m.round, m.silent, m.private, m.completion_tokens, m.truncated)
+                    for m in ep.messages],
                    ep.calls_skipped,
                    ep.grade)
 
@@ -140,7 +143,7 @@ def aggregate(benchmark: str, system: str, episodes: Sequence[EpisodeLike], cap:
     }
     n_msgs = sum(len(e.messages) for e in episodes)
     silent = sum(m.silent for e in episodes for m in e.messages)
-    capped = sum(m.completion_tokens >= cap for e in episodes for m in e.messages) if cap else 0
+    capped = sum(m.truncated for e in episodes for m in e.messages) if cap else 0
     return EvalRow(
         benchmark=benchmark, system=system, n=n, correct=correct, accuracy=acc,
         accuracy_se=standard_error(acc, n),

@@ -40,7 +40,7 @@ class MessageRow(NamedTuple):
     """the message's reward before normalisation (its episode's, or its own shaped credit)"""
     silent: bool
     capped: bool
-    """the reply reached mas.max_message_tokens"""
+    """the reply was cut by mas.max_message_tokens (Message.truncated)"""
     private: bool
     """its agent held the private fact (split-information items)"""
     split_info: bool
@@ -83,8 +83,7 @@ class StepBatch:
             for m, credit in zip(ep.messages, credits, strict=True):
                 messages.append(m)
                 msg_rows.append(MessageRow(ep.question_id, m.agent_id, m.round, float(credit), m.silent,
-                                           m.completion_tokens >= cfg.mas.max_message_tokens, m.private,
-                                           ep_has_fact(ep)))
+                                           m.truncated, m.private, ep_has_fact(ep)))
         ep_rows = [episode_row(ep, cfg.reward.token_measure) for ep in episodes]
         payload = (msg_rows, ep_rows)
         gathered = all_gather_objects(payload) if dist.world_size > 1 else [payload]

@@ -99,6 +99,8 @@ class _EpisodeState:
     """agents that were silent (adaptive protocol: never prompted again)"""
     last_call: dict[int, int] = field(default_factory=dict)
     """agent -> the call in which it last spoke"""
+    last_prompt: dict[int, list[int]] = field(default_factory=dict)
+    """agent -> the prompt ids it last answered (adaptive: the same prompt again is not a new turn)"""
 
 
 @dataclass
@@ -250,9 +252,11 @@ class RolloutEngine:
             msg = Message(question_id=st.item.id, group_index=st.group_index, agent_id=row.agent, role=row.role,
                           round=round_idx, prompt_ids=row.prompt, completion_ids=list(ids), logprobs=list(lps),
                           silent=silent, text="" if silent else self.tok.decode(body, skip_special_tokens=False),
-                          private=row.agent == st.holder, silence_prob=float(p_silent))
+                          private=row.agent == st.holder, silence_prob=float(p_silent),
+                          truncated=not silent and len(body) == len(ids) >= sampling.max_new_tokens)
             st.turns.append(_Turn(msg, call, body))
             st.last_call[row.agent] = call
+            st.last_prompt[row.agent] = row.prompt
             if silent and self.cfg.protocol == "adaptive":
                 st.retired.add(row.agent)
             stats.generated_tokens += len(ids)
@@ -270,6 +274,14 @@ class RolloutEngine:
         since = st.last_call.get(agent, -1)
         return any(t.call >= since and not t.msg.silent and t.msg.agent_id != agent
                    and self.adj[t.msg.agent_id][agent] == 1 for t in st.turns)
+
+    def _repeats(self, row: _Row) -> bool:
+        """Adaptive protocol: the prompt is one the agent already answered. A new message reached it
+        (:meth:`_prompted`) but the context budget (``mas.context_tokens``) left it out, so the agent
+        would read exactly what it read before; the turn is skipped like any turn with nothing new."""
+        if self.cfg.protocol == "broadcast" or self.solo:
+            return False
+        return row.state.last_prompt.get(row.agent) == row.prompt
 
     # -- public ----------------------------------------------------------------------------------
     def first_round_prompts(self, items: Sequence[Item]) -> list[list[int]]:
@@ -309,8 +321,9 @@ class RolloutEngine:
         try:
             for r in range(self.cfg.rounds):
                 for wave in self.waves:
-                    rows = [self._row(st, a, self.roles[a], call, lambda t, a=a: adj[t.msg.agent_id][a] == 1)
-                            for st in states for a in wave if self._prompted(st, a, r)]
+                    heard = [self._row(st, a, self.roles[a], call, lambda t, a=a: adj[t.msg.agent_id][a] == 1)
+                             for st in states for a in wave if self._prompted(st, a, r)]
+                    rows = [row for row in heard if not self._repeats(row)]
                     if rows:
                         self._run_call(rows, call, r, sampling, generator, store, stats)
                     call += 1

@@ -42,6 +42,25 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+def _check_out(out: Path, predictions: Path, protected: tuple[str | os.PathLike[str] | None, ...]) -> None:
+    """``--out`` must be a writable regular file (not a folder, device or FIFO: ``/dev/null`` would be
+    replaced by a file), not the predictions file, and outside the ``protected`` folders."""
+    from components.io import check_output_file
+
+    if out.is_dir():
+        raise ScoringError(f"--out {out}: is a folder; give the path of a JSON-lines file to write")
+    check_output_file(out, "--out")
+    if _same_file(out, predictions):
+        raise ScoringError(f"--out {out}: is the predictions file; writing the results there would destroy "
+                           "the predictions (give another path)")
+    where = out.resolve()
+    for folder in filter(None, protected):
+        top = Path(folder).resolve()
+        if where == top or top in where.parents:
+            raise ScoringError(f"--out {out}: is inside {folder}, which holds benchmark data (gold answers); "
+                               "give a path outside it")
+
+
 def _same_file(a: Path, b: Path) -> bool:
     """Whether ``a`` and ``b`` name one file: the same path once resolved (symlinks, ``..``), or
     one inode when both exist (hard links, bind mounts)."""
@@ -55,8 +74,10 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def _read_predictions(path: Path) -> list[tuple[int, Any, str]]:
     """(line number, id, prediction) per non-empty line; errors name the file and line."""
-    if not path.is_file():
+    if not path.exists():
         raise ScoringError(f"predictions file {path} does not exist")
+    if not path.is_file():  # a folder, a pipe (/dev/stdin), a device: read_bytes would block or never end
+        raise ScoringError(f"predictions file {path}: is not a regular file")
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -85,7 +106,8 @@ def _read_predictions(path: Path) -> list[tuple[int, Any, str]]:
 
 
 def score_predictions_file(records: list[Item], predictions_path: Path, out_path: Path | None = None, *,
-                           timeout_s: float = 10.0, workers: int | None = None) -> dict:
+                           timeout_s: float = 10.0, workers: int | None = None,
+                           protected: tuple[str | os.PathLike[str] | None, ...] = ()) -> dict:
     """Score a JSON-lines predictions file against normalised records (``agent-gspo score``).
 
     Writes ``{"id","correct","extracted","error"}`` per prediction to ``out_path`` (atomic) and
@@ -96,14 +118,12 @@ def score_predictions_file(records: list[Item], predictions_path: Path, out_path
     ``coverage`` = ``n / n_records``. ``errors`` counts grader failures (a timeout included: it
     is no verdict), ``missing_ids`` lists every record without a prediction and ``n_missing``
     counts them. ``timeout_s`` bounds each program and each maths check (evaluation passes
-    ``eval.code_timeout_s``, and so does ``agent-gspo score``).
+    ``eval.code_timeout_s``, and so does ``agent-gspo score``). ``out_path`` may not lie in a
+    ``protected`` folder (the prepared data and the mirror: gold answers a typo would overwrite).
     """
     predictions_path = Path(predictions_path)
-    if out_path is not None and Path(out_path).is_dir():
-        raise ScoringError(f"--out {out_path}: is a folder; give the path of a JSON-lines file to write")
-    if out_path is not None and _same_file(Path(out_path), predictions_path):
-        raise ScoringError(f"--out {out_path}: is the predictions file; writing the results there would destroy "
-                           "the predictions (give another path)")
+    if out_path is not None:  # before the grading (minutes): a bad path fails at once
+        _check_out(Path(out_path), predictions_path, protected)
     by_id = {item.id: item for item in records}
     rows = _read_predictions(predictions_path)
     unknown = [str(pid) for _, pid, _ in rows if str(pid) not in by_id]

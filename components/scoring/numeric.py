@@ -16,7 +16,6 @@ or percent after them (``12 apples``, ``5 km``, ``50%`` -> 50). Values are kept 
 
 from __future__ import annotations
 
-import math
 import re
 from decimal import Decimal
 from fractions import Fraction
@@ -108,8 +107,12 @@ def extract_number(prediction: str) -> Fraction | None:
 
 
 def numbers_equal(a: Fraction, b: Fraction, rel_tol: float = 1e-6) -> bool:
-    """Exact match, or within ``rel_tol`` relative (abs 1e-9 near zero)."""
-    return a == b or math.isclose(float(a), float(b), rel_tol=rel_tol, abs_tol=1e-9)
+    """Exact match, or within ``rel_tol`` relative (abs 1e-9 near zero): :func:`math.isclose`'s rule,
+    computed on the exact fractions (a number of 309+ digits has no float: ``float()`` overflowed)."""
+    if a == b:
+        return True
+    tolerance = max(Fraction(rel_tol) * max(abs(a), abs(b)), Fraction(1, 10**9))
+    return abs(a - b) <= tolerance
 
 
 def score_numeric(prediction: str, gold: str) -> ScoreResult:

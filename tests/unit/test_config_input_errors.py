@@ -193,3 +193,49 @@ def test_output_paths_and_sizes_are_refused_before_any_work(argv, expected, caps
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and expected.format(afile=afile, adir=adir) in err, err
     assert (adir / "summary.json").read_text() == "{}"
+
+
+def test_deep_nesting_in_a_params_file_is_one_line_not_a_recursion_error(tmp_path: Path, capsys) -> None:
+    path = _file(tmp_path, "deep.yaml", "data:\n  out_dir: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert main(["validate", "--params", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: not valid YAML: line 2" in err and "nested more than 64 levels deep" in err, err
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("override", ["data.out_dir=" + "[" * 3000 + "]" * 3000,
+                                      ".".join(["a"] * 5000) + "=1"])
+def test_a_monstrous_override_is_one_line(override: str, capsys) -> None:
+    assert main(["validate", "--params", str(ROOT / "params.yaml"), "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1 and "override" in err, err[:300]
+
+
+def test_integers_follow_yaml_1_2_not_1_1(tmp_path: Path) -> None:
+    """Was: `steps: 010` read as octal 8 and `1:30` as the sexagesimal 90, without a word."""
+    path = _file(tmp_path, "p.yaml", "gspo:\n  steps: 010\n")
+    assert load_config(path).gspo.steps == 10
+    with pytest.raises(ConfigError, match="search.budget_seconds: Input should be a valid number .*'1:30'"):
+        load_config(path, overrides=["search.budget_seconds=1:30"])
+    for spelling in ("1_000", "0b11", "1_0.5"):
+        with pytest.raises(ConfigError, match=f"gspo.steps: Input should be a valid integer .*'{spelling}'"):
+            load_config(path, overrides=[f"gspo.steps={spelling}"])
+    assert load_config(path, overrides=["gspo.seed=0777", "gspo.lr=1e-5"]).gspo.seed == 777
+
+
+def test_an_empty_mirror_or_option_is_refused(capsys) -> None:
+    """Was: `data.mirror: ""` meant "no mirror" (the hub on a networked machine) and `--mirror ""` the default."""
+    with pytest.raises(ConfigError, match="data.mirror: String should have at least 1 character"):
+        load_config(ROOT / "params.yaml", overrides=['data.mirror=""'])
+    with pytest.raises(SystemExit) as exc:
+        main(["prepare", "--mirror", " "])
+    assert exc.value.code == 2 and "--mirror: empty value" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("override", "key"), [("mas.max_message_tokens=1000000000", "mas.max_message_tokens"),
+                                               ("gspo.group_size=100000", "gspo.group_size"),
+                                               ("gspo.questions_per_step=100000", "gspo.questions_per_step")])
+def test_sizes_that_would_exhaust_memory_are_refused_at_load(override: str, key: str) -> None:
+    """Was: accepted, then a 24 GB allocation traceback in the decoder after the model loaded."""
+    with pytest.raises(ConfigError, match=f"{key}: Input should be less than or equal to"):
+        load_config(ROOT / "params.yaml", overrides=[override])

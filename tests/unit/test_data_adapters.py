@@ -199,3 +199,11 @@ def test_aqua_option_without_letter_prefix(tmp_path):
     (m / "aqua/dev.json").write_text("\n".join(lines) + "\n")
     with pytest.raises(DataError, match=r"aqua/dev\.json:1: option 1 '150' lacks the letter prefix 'B'"):
         load_mirror("aqua", m)
+
+
+@pytest.mark.parametrize("answer", ["1e99999999", "1e5000", "-1e-5000"])
+def test_an_answer_out_of_range_is_a_data_error_not_a_hang(answer: str) -> None:
+    """Was: 1e99999999 built a 10^8-digit integer in C (no signal could stop it); 1e5000 a ValueError traceback."""
+    with pytest.raises(DataError, match=r"gsm8k/test.jsonl:1: answer .* is out of range"):
+        canonical_number(answer, "gsm8k/test.jsonl:1")
+    assert canonical_number("1e100", "x") == "1" + "0" * 100

@@ -16,9 +16,9 @@ from components.plotting import pareto_front
 from components.scoring.result import ScoreResult
 
 
-def _msg(agent, rnd, prompt, completion, silent=False, recipients=(1, 2)):
+def _msg(agent, rnd, prompt, completion, silent=False, recipients=(1, 2), truncated=False):
     return Message("q", 0, agent, "solver", rnd, [1] * prompt, [2] * completion, [-0.1] * completion, silent,
-                   [] if silent else list(recipients))
+                   [] if silent else list(recipients), truncated=truncated)
 
 
 def _ep(qid, correct, msgs, error=None):
@@ -35,8 +35,9 @@ def test_standard_error_values():
 
 
 def test_aggregate_counts_tokens_turns_silence_and_errors():
-    eps = [_ep("a", True, [_msg(0, 0, 10, 4), _msg(1, 0, 12, 2, silent=True)]),
-           _ep("b", False, [_msg(0, 0, 20, 6, recipients=(1,)), _msg(1, 0, 8, 3)], error="timeout: 10s")]
+    eps = [_ep("a", True, [_msg(0, 0, 10, 4, truncated=True), _msg(1, 0, 12, 2, silent=True)]),
+           _ep("b", False, [_msg(0, 0, 20, 6, recipients=(1,), truncated=True), _msg(1, 0, 8, 3)],
+               error="timeout: 10s")]
     r = aggregate("gsm8k", "agent_gspo", eps)
     assert (r.n, r.correct, r.accuracy) == (2, 1, 0.5)
     assert r.accuracy_se == pytest.approx(math.sqrt(0.25 / 2))
@@ -47,11 +48,12 @@ def test_aggregate_counts_tokens_turns_silence_and_errors():
     assert r.turns == 1.5 and r.messages == 2.0 and r.silence_rate == 0.25
     assert r.grading_errors == 1
     assert r.cap_hit_rate is None  # no cap given: not measured
-    # cap 4: the 4- and 6-token replies reached it, the 2- and 3-token ones did not
-    capped = aggregate("gsm8k", "agent_gspo", eps, cap=4)
+    # the two replies the cap cut (the engine marks them truncated); a silent reply, or one whose EOS
+    # fell on the cap, is never a cap hit whatever its length (was: length >= cap, silent ones included)
+    capped = aggregate("gsm8k", "agent_gspo", eps, cap=2)
     assert capped.cap_hit_rate == 0.5
     stats = [EpisodeStats.from_episode(e) for e in eps]
-    assert aggregate("gsm8k", "agent_gspo", stats, cap=4) == capped
+    assert aggregate("gsm8k", "agent_gspo", stats, cap=2) == capped
 
 
 def test_aggregate_none_correct_and_empty():

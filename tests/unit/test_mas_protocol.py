@@ -38,6 +38,9 @@ class Script:
 
     SILENT = object()
 
+    class Cut(str):
+        """A reply the message cap cut: its ids end without EOS."""
+
     def __init__(self, engine: RolloutEngine, replies: dict) -> None:
         self.engine, self.replies, self.calls = engine, replies, []
         self.real = engine.decoder
@@ -54,8 +57,9 @@ class Script:
             r = sum(a in c for c in self.calls) - 1  # this agent's r-th turn
             reply = self.replies.get((a, r), Script.SILENT)
             tok = self.engine.tok
+            cut = isinstance(reply, Script.Cut)  # generated up to the cap, no EOS
             ids.append([self.engine.silence_id] if reply is Script.SILENT
-                       else tok.encode(reply, add_special_tokens=False) + [tok.eos_token_id])
+                       else tok.encode(str(reply), add_special_tokens=False) + ([] if cut else [tok.eos_token_id]))
         return Generation(ids, [[0.0] * len(x) for x in ids], max(map(len, ids)), 0, [0.1] * len(ids))
 
 
@@ -86,6 +90,34 @@ def test_nothing_new_means_no_call_and_the_episode_ends(tiny):
     assert len(ep.messages) == 3 and ep.calls_skipped == 9 - 3
     assert ep.final_answer == "The answer is 5" and ep.correct
     assert ep.messages[0].recipients == []  # nobody read it: the silent agents were never prompted again
+
+
+def test_a_prompt_the_context_budget_left_unchanged_is_not_asked_again(tiny):
+    """Round 0's messages are too long for mas.context_tokens: nobody's round-1 prompt would differ
+    from the one it answered. Was: every agent was prompted again with the identical prompt in every
+    round (whole calls charged to the policy), and calls_skipped stayed 0."""
+    long = "The answer is 5. " * 40
+    eps, script = play(tiny, {(a, r): long for a in range(3) for r in range(3)}, rounds=3, context_tokens=64)
+    ep = eps[0]
+    assert script.calls == [[0, 1, 2]] and len(ep.messages) == 3 and ep.calls_skipped == 6
+    assert all(m.recipients == [] for m in ep.messages)  # nothing was delivered
+    eps, script = play(tiny, {(a, r): long for a in range(3) for r in range(3)}, rounds=3, context_tokens=64,
+                       protocol="broadcast")
+    assert script.calls == [[0, 1, 2]] * 3  # the comparison protocol still prompts everyone
+
+
+def test_cap_hits_are_replies_the_cap_cut(tiny):
+    """A reply that ran into mas.max_message_tokens without EOS is truncated; one whose EOS fell on the
+    cap, or a silent one, is not (was: length >= cap, silent replies included)."""
+    tok = tiny[1]
+    ids = tok.encode("one two three four", add_special_tokens=False)
+    n = len(ids)
+    engine = RolloutEngine(*tiny, MasConfig(agents=3, rounds=1, max_message_tokens=n, context_tokens=4096))
+    ends_on_cap = tok.decode(ids[: n - 1])  # n - 1 ids + EOS = n: the EOS is the cap's last token
+    engine.decoder = Script(engine, {(0, 0): Script.Cut(tok.decode(ids)), (1, 0): ends_on_cap})  # type: ignore
+    ep = Environment(engine).play([ITEM], 1, seed=0)[0]
+    assert [len(m.completion_ids) for m in ep.messages[:2]] == [n, n]
+    assert [m.truncated for m in ep.messages] == [True, False, False] and ep.messages[2].silent
 
 
 def test_broadcast_prompts_everyone_every_round_and_votes_on_the_last_round(tiny):

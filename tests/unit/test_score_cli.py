@@ -73,3 +73,57 @@ def test_summary_shows_the_first_missing_ids_and_their_count(monkeypatch: pytest
     assert code == 0 and summary["correct"] == 1 and summary["n_missing"] == 999
     assert summary["missing_ids"] == [f"gsm8k/test/{i}" for i in range(1, 11)]
     assert len(out.splitlines()) < 40
+
+
+@pytest.mark.parametrize("kind", ["fifo", "under-a-file", "in-the-data-folder"])
+def test_an_out_that_cannot_take_the_results_is_refused_before_grading(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path, capsys, kind: str) -> None:
+    """Was: a FIFO or device was replaced by a regular file (as root, `--out /dev/null` too), a path under
+    a file failed only after the grading ("File exists"), and a prepared split could be overwritten."""
+    import os
+
+    import components.scoring as scoring
+
+    graded: list[int] = []
+    real = scoring.grade_many
+    monkeypatch.setattr(scoring, "grade_many", lambda *a, **k: graded.append(1) or real(*a, **k))
+    preds = _write(tmp_path / "p.jsonl", [{"id": "gsm8k/test/1", "prediction": "1"}])
+    data = tmp_path / "data"
+    (data / "gsm8k").mkdir(parents=True)
+    gold = data / "gsm8k" / "test.parquet"
+    gold.write_bytes(b"PAR1 gold")
+    if kind == "fifo":
+        out = tmp_path / "fifo"
+        os.mkfifo(out)
+        expected = "exists and is not a regular file"
+    elif kind == "under-a-file":
+        out = preds / "x.jsonl"
+        expected = "is not a folder"
+    else:
+        out = gold
+        expected = "which holds benchmark data (gold answers)"
+    code = _score(monkeypatch, [_numeric(1)], ["--benchmark", "gsm8k", "--data", str(data), "--predictions",
+                                               str(preds), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and err.count("\n") == 1, err
+    assert not graded and gold.read_bytes() == b"PAR1 gold"
+    assert kind != "fifo" or not out.is_file()
+
+
+def test_predictions_that_are_not_a_regular_file_are_named_as_such(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path, capsys) -> None:
+    code = _score(monkeypatch, [_numeric(1)], ["--benchmark", "gsm8k", "--predictions", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"predictions file {tmp_path}: is not a regular file" in err, err
+
+
+def test_a_number_too_large_for_a_float_is_a_wrong_answer_not_a_crash(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path, capsys) -> None:
+    """Was: OverflowError from float() ended the whole run (and would end an evaluation or a training step)."""
+    big = "1" + "0" * 400
+    preds = _write(tmp_path / "p.jsonl", [{"id": "gsm8k/test/1", "prediction": big},
+                                          {"id": "gsm8k/test/2", "prediction": "\\boxed{" + big + "}"}])
+    records = [_numeric(1), {**_numeric(2), "answer": big}]
+    code = _score(monkeypatch, records, ["--benchmark", "gsm8k", "--predictions", str(preds)])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0 and summary["correct"] == 1 and summary["errors"] == 0

@@ -180,3 +180,25 @@ def test_parse_timeout_is_a_grader_error(monkeypatch: pytest.MonkeyPatch) -> Non
     correct, error = _verify("1", "\\text{slow}", 2)
     assert not correct and error and "timed out (2s) parsing the gold answer" in error
     assert _verify("\\text{broken}", "\\frac{1}{2}", 2) == (False, None)  # unparseable: simply wrong
+
+
+def test_math_spans_match_the_regex_they_replace_in_linear_time() -> None:
+    """The span regex was quadratic on unclosed openers: 100 000 `\\(` took 2 minutes, in C, where
+    neither eval.code_timeout_s nor SIGTERM acts. The scanner finds exactly what the regex found."""
+    import random
+    import re
+    import time
+
+    from components.scoring.math_grader import math_spans
+
+    regex = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+    pieces = ["$", "$$", "\\(", "\\)", "\\[", "\\]", "a", "1", "\n", "\\", "(", ")", " "]
+    rng = random.Random(0)
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        assert list(math_spans(text)) == [next(g for g in m.groups() if g is not None)
+                                          for m in regex.finditer(text)], text
+    start = time.monotonic()
+    assert extract_math_answer("\\(" * 100000) is None
+    assert extract_math_answer("The answer is " + "\\(" * 50000 + " $x$") == "x"
+    assert time.monotonic() - start < 10

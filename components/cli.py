@@ -156,6 +156,20 @@ def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
     items = load_split(Path(args.data or cfg.data.out_dir), args.benchmark, args.split)[: args.limit]
     model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
                              silence_marker=cfg.mas.silence_marker)
+    if args.silence_prior:  # the policy train starts from (step 0): the base model plus the silence row
+        from components.gspo.job import load_train_items
+        from components.mas.prior import apply_silence_prior
+
+        if cfg.model.silence_prior <= 0:
+            raise UserError("--silence-prior: model.silence_prior is 0 in this config; set it (e.g. --set "
+                            "model.silence_prior=0.1) or choose a profile that does (results, proof)")
+        reached = apply_silence_prior(model, tok, cfg.mas, load_train_items(cfg, Path(args.data or cfg.data.out_dir)),
+                                      cfg.model.silence_prior, cfg.model.silence_calibration)
+        print(f"silence prior: P(silence first) = {reached:.3f} (model.silence_prior {cfg.model.silence_prior})",
+              file=sys.stderr)
+    elif cfg.model.silence_prior > 0:
+        print(f"note: the policy runs as loaded; model.silence_prior {cfg.model.silence_prior} is applied by "
+              "`train` at step 0 (and by evaluation's mas_prior), here only with --silence-prior", file=sys.stderr)
     engine = RolloutEngine(model, tok, cfg.mas)
     episodes = Environment(engine).play(items, args.group_size, seed=args.seed, greedy=args.greedy)
     apply_rewards(episodes, cfg.reward, cfg.reward.lambda_tok)
@@ -312,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group-size", type=_positive, default=1,
                    help=f"episodes per question (--limit x --group-size <= {ROLLOUT_MAX_EPISODES})")
     p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--silence-prior", action="store_true",
+                   help="apply model.silence_prior at load, as train does at step 0 (the base model: a trained "
+                        "policy has learned its own silence row)")
     p.add_argument("--greedy", action="store_true")
     p.add_argument("--data", default=None)
     p.add_argument("--json", default=None, help="write episode records (JSON lines) here")

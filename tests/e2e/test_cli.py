@@ -61,6 +61,22 @@ def test_rollout_prints_transcript_and_writes_records(data_dir, tmp_path):
                                                for m in e["messages"] if not m["silent"])
 
 
+def test_rollout_applies_the_silence_prior_only_when_asked(data_dir):
+    """Was: model.silence_prior silently ignored (the profiles that set it trained another policy than
+    `rollout` showed). Now `--silence-prior` gives the step-0 policy, and without it a note says so."""
+    base = ("rollout", "--benchmark", "gsm8k", "--limit", "4", "--group-size", "2", "--data", str(data_dir),
+            "--set", "model.name=tiny-random", "--set", "mas.max_message_tokens=8", "--set", "model.silence_prior=0.9")
+    with_prior, without = _cli(*base, "--silence-prior"), _cli(*base)
+    assert with_prior.returncode == 0 and without.returncode == 0, with_prior.stderr + without.stderr
+    assert "silence prior: P(silence first) = 0.9" in with_prior.stderr
+    assert "model.silence_prior 0.9 is applied by `train` at step 0" in without.stderr
+
+    def rate(res: subprocess.CompletedProcess) -> float:
+        return json.loads(res.stdout[res.stdout.rindex("\n{"):])["silence_rate"]
+
+    assert rate(with_prior) > 0.6 and rate(without) < 0.2
+
+
 def test_bad_input_exits_2(tmp_path):
     res = _cli("train", "--set", "gspo.eps_lo=0.1")
     assert res.returncode == 2 and "gspo.eps_lo: unknown key" in res.stderr

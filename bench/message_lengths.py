@@ -64,7 +64,8 @@ def main() -> int:
     everything: list[int] = []
     start = time.perf_counter()
     for b in benchmarks:
-        items = sample_items(load_split(Path(args.data), b, "test"), args.items, cfg.eval.seed, where=f"{args.data}/{b}")
+        split = load_split(Path(args.data), b, "test")
+        items = sample_items(split, args.items, cfg.eval.seed, where=f"{args.data}/{b}")
         episodes = engine.rollout(items, 1, seed=cfg.eval.seed, greedy=True)
         lengths = [m.completion_tokens for e in episodes for m in e.messages if not m.silent]
         everything += lengths

@@ -8,17 +8,18 @@ beside the target; :func:`recover_leftovers`, called while holding the target's
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.errors import UserError
+from components.errors import ENVIRONMENT_ERRNOS, UserError
 
 
 def _umask_mode(base: int) -> int:
@@ -26,6 +27,71 @@ def _umask_mode(base: int) -> int:
     mask = os.umask(0)
     os.umask(mask)
     return base & ~mask
+
+
+def apply_umask_modes(root: str | os.PathLike[str]) -> None:
+    """Give every file under ``root`` ``0666 & ~umask`` and every folder (``root`` too) ``0777 & ~umask``.
+
+    Libraries write some files owner-only (transformers' shard writer leaves ``model.safetensors``
+    0600 while the rest of a model folder is 0644), so a tracking server, ``mlflow models serve`` or an
+    evaluation under another uid could not read the weights. Symlinks are left alone (chmod would
+    follow them out of the folder), as are files of another owner (ranks of a run under other uids)."""
+    file_mode, dir_mode = _umask_mode(0o666), _umask_mode(0o777)
+    for dirpath, dirs, files in os.walk(root):
+        for name, mode in [(n, file_mode) for n in files] + [(n, dir_mode) for n in dirs]:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                with contextlib.suppress(PermissionError):
+                    os.chmod(path, mode)
+    os.chmod(root, dir_mode)
+
+
+FULL_BELOW_BYTES = 1 << 20
+"""free space under which a failed write is taken for a full device"""
+
+
+def _device_full(path: str | os.PathLike[str]) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < FULL_BELOW_BYTES
+
+
+def environment_error(exc: BaseException, target: str | os.PathLike[str],
+                      device: str | os.PathLike[str] | None = None) -> OSError | None:
+    """The ``OSError`` naming ``target`` to raise instead of ``exc`` when ``exc`` is a write that failed
+    on a full disk, a quota or a read-only file system (the CLI's one line, exit 2); else None.
+
+    Libraries wrap these in their own errors: tokenizers raises a bare ``Exception("No space left on
+    device (os error 28)")``, safetensors its ``SafetensorError``, torch.save a RuntimeError that does
+    not even say so. Their text is matched against the OS's own wording; an error without it counts
+    as ENOSPC when ``device`` (default ``target``) has less than :data:`FULL_BELOW_BYTES` free: call
+    this before a cleanup frees the space. A :class:`UserError` (bad input) is never rewritten."""
+    if not isinstance(exc, Exception) or isinstance(exc, UserError):
+        return None
+    code: int | None = None
+    if isinstance(exc, OSError):
+        code = exc.errno if exc.errno in ENVIRONMENT_ERRNOS else None
+    else:
+        text = str(exc)
+        code = next((c for c in ENVIRONMENT_ERRNOS if os.strerror(c) in text), None)
+        if code is None and _device_full(device if device is not None else target):
+            code = errno.ENOSPC
+    return None if code is None else OSError(code, os.strerror(code), str(target))
+
+
+@contextlib.contextmanager
+def naming_environment_errors(target: str | os.PathLike[str],
+                              device: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Raise :func:`environment_error`'s ``OSError`` (naming ``target``) for what the block raises."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = environment_error(exc, target, device)
+        if mapped is None:
+            raise
+        raise mapped from exc
 
 
 @contextlib.contextmanager
@@ -73,26 +139,65 @@ def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     The swap is two renames (old -> backup, staging -> target), so a crash between them leaves
     the previous contents in ``<target>.old-*``, never a mix of old and new files. A ``target``
     that is a symlink is replaced by the new folder; the link is removed, what it points to is
-    never touched.
+    never touched. Several folders swapped as one: :func:`staging_dir` + :func:`swap_in`.
+    Everything in the new folder gets the umask modes (:func:`apply_umask_modes`).
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _naming(target):
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".staging", dir=target.parent))
+    staging = staging_dir(target)
     try:
         yield staging
-        os.chmod(staging, _umask_mode(0o777))
-        backup = None
-        if target.exists():
-            backup = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-            backup.rmdir()
-            os.replace(target, backup)
-        os.replace(staging, target)
-        if backup is not None:
-            _remove(backup)
+        swap_in([(staging, target)])
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def staging_dir(target: str | os.PathLike[str]) -> Path:
+    """A fresh empty folder beside ``target`` named ``.<name>.*.staging`` (what :func:`recover_leftovers`
+    clears after a crash): write the new contents there, then :func:`swap_in`. The caller removes it
+    if it never swaps it in."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _naming(target):
+        return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".staging", dir=target.parent))
+
+
+def swap_in(pairs: Sequence[tuple[Path, Path]]) -> None:
+    """Rename each ``(staging, target)`` staging folder over its target: all of them or none.
+
+    Each swap is two renames (old target -> ``.<name>.old-*``, staging -> target). The backups are
+    removed only once every target is in place; an error (or Ctrl-C) part-way renames the swapped
+    ones back, so the targets are all new or all as before, and the staging folders not swapped in
+    stay for the caller to remove. Only a SIGKILL inside this window of a few renames can leave
+    some targets new and others old (each whole); :func:`recover_leftovers` then puts back a
+    target whose own two renames were cut apart.
+    """
+    done: list[tuple[Path, Path, Path | None]] = []
+    try:
+        for staging, target in pairs:
+            apply_umask_modes(staging)  # library-written files too (model.safetensors is 0600)
+            backup = None
+            if os.path.lexists(target):
+                backup = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+                backup.rmdir()
+                os.replace(target, backup)
+            try:
+                os.replace(staging, target)
+            except BaseException:
+                if backup is not None:
+                    os.replace(backup, target)
+                raise
+            done.append((staging, target, backup))
+    except BaseException:
+        for staging, target, backup in reversed(done):
+            with contextlib.suppress(OSError):
+                os.replace(target, staging)
+                if backup is not None:
+                    os.replace(backup, target)
+        raise
+    for _, _, backup in done:
+        if backup is not None:
+            _remove(backup)
 
 
 @contextlib.contextmanager

@@ -1,20 +1,27 @@
-"""Prefect flow: check every benchmark, then prepare them (one task each), write the manifest, validate.
+"""Prefect flow: check every benchmark, then stage them (one task each), swap them all in with the
+manifest, validate.
 
 All or nothing, like ``agent-gspo prepare``: a check task per benchmark reads and validates it
 (~1 s each, not cached), and nothing is written unless all pass; a failure writes one
-``validation.md`` covering every suite. Only inputs that change between the two phases, or an
-I/O error while writing, can leave some benchmarks replaced.
+``validation.md`` covering every suite. Then, holding every benchmark's lock and the manifest's
+(:meth:`~components.jobs.PrepareJob.write_locks`, in the flow's thread), one task per benchmark
+writes it into a staging folder (:meth:`~components.jobs.PrepareJob.stage_one`) and one last task
+swaps all the staged folders in and only then writes the manifest
+(:meth:`~components.jobs.PrepareJob.commit`). A task that fails (a full disk, inputs edited since
+the check) leaves every benchmark and the manifest as they were: the staging folders are removed.
 
-Orchestration only: the work is :class:`components.jobs.PrepareJob` (one task per
-:meth:`~components.jobs.PrepareJob.prepare_one`, then its manifest) and
+Orchestration only: the work is :class:`components.jobs.PrepareJob` and
 :class:`components.jobs.ValidateJob`, the jobs ``agent-gspo prepare`` / ``validate`` and the DVC
 stages run.
 
 Caching: a benchmark task's cache key is the output folder plus the sha256 of its raw input
-files, so an unchanged benchmark is not re-prepared (a second run is a cache hit) and another
-input or another output folder runs the task. Before submitting, the flow checks the outputs
-against the manifest's recorded sha256: a deleted or edited output refreshes the cache entry
-(``refresh_cache=True``), so a cache hit never stands for files that are gone.
+files, so an unchanged benchmark is not re-prepared (a second run is a cache hit) and another input
+or another output folder runs the task. Before submitting, the flow checks the outputs against the
+manifest's recorded sha256: a deleted or edited output refreshes the cache entry
+(``refresh_cache=True``), so a cache hit never stands for files that are gone. A cached result
+names a staging folder that an earlier run swapped in (the commit then requires the output folder
+to hold exactly its files) or, when that run failed after staging, one that was removed: that
+benchmark is staged again with its cache refreshed.
 """
 
 from __future__ import annotations
@@ -31,7 +38,6 @@ from prefect.cache_policies import NO_CACHE
 
 import components  # noqa: F401  (offline defaults before prefect is imported)
 from components.config import Config
-from components.data.prepare import check_output_dirs
 from components.data.sources import input_fingerprint
 from components.data.spec import DataValidationError
 from components.jobs import ConfigSource, PrepareJob, ValidateJob
@@ -56,15 +62,18 @@ def _benchmark_cache_key(context: Any, parameters: dict[str, Any]) -> str:
     mirror = job.mirror_dir()
     inputs = input_fingerprint(name, mirror)
     where = hashlib.sha256(str(job.out.resolve()).encode()).hexdigest()[:16]
-    return f"prepare-{name}-{where}-{inputs}"
+    return f"stage-{name}-{where}-{inputs}"  # "stage-": results of the old "prepare-" tasks are not staged
 
 
 def _retry_on_io_error(task: Any, task_run: Any, state: Any) -> bool:
-    """Retry transient I/O failures only; a data error will fail the same way again."""
+    """Retry I/O failures only (a refused write may be transient); a data error will fail the same way again."""
+    from components.data.spec import DataWriteError
     from components.errors import UserError
 
     try:
         state.result()
+    except DataWriteError:
+        return True
     except UserError:
         return False
     except OSError:
@@ -77,7 +86,8 @@ def _retry_on_io_error(task: Any, task_run: Any, state: Any) -> bool:
 @task(name="prepare-benchmark", retries=2, retry_delay_seconds=2, retry_condition_fn=_retry_on_io_error,
       cache_key_fn=_benchmark_cache_key, persist_result=True)
 def prepare_benchmark_task(job: PrepareJob, name: str) -> Any:
-    return job.prepare_one(name)
+    """Stage one benchmark (nothing swapped in); the flow holds the write locks meanwhile."""
+    return job.stage_one(name)
 
 
 @task(name="check-benchmark", cache_policy=NO_CACHE)
@@ -86,8 +96,9 @@ def check_benchmark_task(job: PrepareJob, name: str) -> Any:
 
 
 @task(name="write-manifest", cache_policy=NO_CACHE)
-def write_manifest_task(job: PrepareJob, results: list[Any]) -> Any:
-    return job.write_manifest(results)
+def write_manifest_task(job: PrepareJob, staged: list[Any]) -> Any:
+    """Swap every staged benchmark in, then write the manifest: all or nothing."""
+    return job.commit(staged)
 
 
 @task(name="validate-data", cache_policy=NO_CACHE)
@@ -116,6 +127,18 @@ def _failed_report_posted() -> Iterator[None]:
         raise
 
 
+def _stage(job: PrepareJob, refresh: dict[str, bool]) -> dict[str, Any]:
+    """Run a stage task per benchmark (``refresh[name]``: ignore its cache entry) and wait for all of
+    them before a failure propagates, so no task is still writing when the staging folders go."""
+    futures = {}
+    for name, again in refresh.items():
+        run = prepare_benchmark_task.with_options(refresh_cache=True) if again else prepare_benchmark_task
+        futures[name] = run.submit(job, name)
+    for future in futures.values():
+        future.wait()
+    return {name: future.result() for name, future in futures.items()}
+
+
 @flow(name="data-prep", log_prints=True)
 def data_prep_flow(profile: str | None = None, params: str | None = None, mirror: str | None = None,
                    benchmarks: list[str] | None = None, out_dir: str | None = None,
@@ -127,19 +150,17 @@ def data_prep_flow(profile: str | None = None, params: str | None = None, mirror
     """
     cfg = cfg or ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())).load()
     job = PrepareJob(cfg=cfg, benchmarks=benchmarks, mirror=mirror, out_dir=out_dir)
-    check_output_dirs(job.out, job.report_path)
+    job.preflight()
     # all or nothing, as `agent-gspo prepare`: every benchmark is checked before any is written, and a
     # failure writes one report of all suites (tasks writing their own would overwrite each other's)
     checked = [f.result() for f in [check_benchmark_task.submit(job, n) for n in job.names]]
-    futures = []
     with _failed_report_posted():  # the job wrote reports/validation.md; post it as well
         job.refuse_failed(checked)
-        for n in job.names:
-            fresh = outputs_match_manifest(job.out, n)
-            run = prepare_benchmark_task if fresh else prepare_benchmark_task.with_options(refresh_cache=True)
-            futures.append(run.submit(job, n))
-        results = [f.result() for f in futures]
-    write_manifest_task(job, results)
+        with job.write_locks():  # held here while the tasks stage; on a failure it removes their staging folders
+            staged = _stage(job, {n: not outputs_match_manifest(job.out, n) for n in job.names})
+            # a cache hit from a run that failed after staging names a staging folder that was removed
+            staged.update(_stage(job, {n: True for n, s in staged.items() if not job.committable(s)}))
+            write_manifest_task(job, [staged[n] for n in job.names])
     return validate_task(ValidateJob(cfg=cfg, data_dir=str(job.out), benchmarks=job.names))
 
 

@@ -12,6 +12,7 @@ from components.data.spec import (
     DataError,
     DataSourceError,
     DataValidationError,
+    DataWriteError,
     get_spec,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "DataError",
     "DataSourceError",
     "DataValidationError",
+    "DataWriteError",
     "get_spec",
 ]

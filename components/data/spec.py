@@ -25,6 +25,11 @@ class DataSourceError(UserError):
     """No source (mirror, hub, package) could serve a benchmark: lists each try and the fix."""
 
 
+class DataWriteError(UserError):
+    """The file system refused a prepared file (full disk, read-only, no permission): names the file;
+    nothing in the output folder was replaced."""
+
+
 class DataValidationError(UserError):
     """A great-expectations suite failed; ``report`` carries the markdown report text."""
 

@@ -1,13 +1,15 @@
 """The data jobs: prepare the benchmarks (mirror > hub > package) and validate them.
 
 The Prefect data flow runs :meth:`PrepareJob.check_one` per benchmark (nothing is written unless
-every benchmark passes), then :meth:`PrepareJob.prepare_one` as one task per benchmark (cached per
-input) and :meth:`PrepareJob.write_manifest` after them; :meth:`PrepareJob.run` does the same
-in one process for the CLI and the DVC stage.
+every benchmark passes), then, holding :meth:`PrepareJob.write_locks`, :meth:`PrepareJob.stage_one`
+as one task per benchmark (cached per input) and :meth:`PrepareJob.commit` after them, which swaps
+every staged benchmark in and then writes the manifest (all or nothing); :meth:`PrepareJob.run`
+does the same in one process for the CLI and the DVC stage.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,17 +95,41 @@ class PrepareJob(Job):
         if not all(c.ok for c in checked):
             raise validation_failure(checked, self.out, self.report_path)
 
-    def prepare_one(self, name: str) -> Any:
-        """One benchmark (:class:`components.data.prepare.BenchmarkResult`)."""
-        from components.data.prepare import prepare_benchmark
+    def preflight(self) -> None:
+        """What can be refused before any benchmark is read (names, folders, mirror, existing manifest)."""
+        from components.data.outputs import check_prepare
 
-        return prepare_benchmark(name, mirror=self.mirror_dir(), out_dir=self.out, use_hub=self.cfg.data.use_hub,
-                                 report_path=self.report_path)
+        check_prepare(self.names, self.out, self.report_path, self.mirror_dir())
 
-    def write_manifest(self, results: list[Any]) -> dict[str, Any]:
-        from components.data.prepare import write_manifest
+    def write_locks(self) -> contextlib.AbstractContextManager[None]:
+        """The locks the write phase holds (every benchmark's, then the manifest's): the flow holds them
+        in its own thread from before :meth:`stage_one` until after :meth:`commit`."""
+        from components.data.outputs import write_locks
 
-        return write_manifest(results, self.out)
+        return write_locks(self.out, self.names)
+
+    def stage_one(self, name: str) -> Any:
+        """Read, validate and write one benchmark into its staging folder, swapping nothing in
+        (:class:`components.data.outputs.StagedBenchmark`). Only under :meth:`write_locks`."""
+        from components.data.outputs import stage_benchmark
+        from components.data.prepare import check_benchmark, validation_failure
+
+        checked = check_benchmark(name, mirror=self.mirror_dir(), use_hub=self.cfg.data.use_hub)
+        if not checked.ok:  # the inputs changed since the flow's check: still nothing is written
+            raise validation_failure([checked], self.out, self.report_path)
+        return stage_benchmark(checked, self.out)
+
+    def committable(self, staged: Any) -> bool:
+        """Whether :meth:`commit` can use a (possibly cached) :meth:`stage_one` result."""
+        from components.data.outputs import committable
+
+        return committable(staged, self.out)
+
+    def commit(self, staged: list[Any]) -> dict[str, Any]:
+        """Swap every staged benchmark in, then write the manifest (only under :meth:`write_locks`)."""
+        from components.data.outputs import commit
+
+        return commit(staged, self.out)
 
     def validate(self) -> Any:
         return ValidateJob(cfg=self.cfg, data_dir=str(self.out), benchmarks=self.names).run()

@@ -20,11 +20,18 @@ OFFLINE_DEFAULTS: dict[str, str] = {
     "HF_UPDATE_DOWNLOAD_COUNTS": "false",
     "TOKENIZERS_PARALLELISM": "false",
 }
+TRACKING_DEFAULTS: dict[str, str] = {
+    "AGENT_GSPO_MLFLOW_DB_ATTEMPTS": "3",
+}
+"""Bounds on MLflow's retries against a database backend that does not answer. MLflow (3.17) tries
+to create its SQLAlchemy engine ``mlflow.store.db.utils.MAX_RETRY_COUNT`` = 10 times, sleeping
+0.1 * (2**n - 1) s in between (about 100 s in all), and reads no variable for it:
+:func:`components.tracking.backend.configure_http_retries` sets that constant from this one."""
 
 
 def apply_offline_defaults() -> None:
-    """Set each offline default unless the variable is already set."""
-    for key, value in OFFLINE_DEFAULTS.items():
+    """Set each offline default (and each of :data:`TRACKING_DEFAULTS`) unless the variable is already set."""
+    for key, value in {**OFFLINE_DEFAULTS, **TRACKING_DEFAULTS}.items():
         os.environ.setdefault(key, value)
     # datasets and transformers give their own switches priority over HF_HUB_OFFLINE: make them
     # follow it, so HF_HUB_OFFLINE=0 alone really reaches the hub.

@@ -131,9 +131,12 @@ class EvaluateJob(Job):
     def _model_id(self, version: VersionRef | None) -> str | None:
         if version is None:
             return None
+        from components.tracking.backend import guarded
         from components.tracking.versions import registry_client
 
-        mv = registry_client(self.cfg.tracking.uri).get_model_version(version.name, version.version)
+        uri = self.cfg.tracking.uri
+        mv = guarded(uri, f"read {version.name} v{version.version}",
+                     lambda: registry_client(uri).get_model_version(version.name, version.version))
         source = str(mv.source or "")  # MLflow 3 registers a logged model as "models:/<model_id>"
         return getattr(mv, "model_id", None) or (source.removeprefix("models:/") if source.startswith("models:/m-")
                                                  else None)

@@ -4,12 +4,20 @@ The gate's setting is the one ``agent-gspo evaluate`` runs under with the same c
 (:func:`components.evaluation.setting.planned_setting`), so ``evaluate`` then ``promote`` with
 the same ``--profile`` / ``--set`` compare like with like. ``evaluate_champion`` measures a
 champion that has no results under that setting first (the nightly pipeline does, so a change of
-data or protocol does not stall promotion); otherwise that is an error naming the command.
+data or protocol does not stall promotion); otherwise that is an error naming the command. That
+measurement is tracked like any evaluation (an MLflow run with the report as artifacts, the results
+on the champion's version) but its files go to a temporary folder, never to ``eval.out_dir``:
+that folder holds the evaluation published for the candidate, which must stay.
+
+When the gate's setting was measured under a ``mas`` protocol other than the one the candidate
+records for serving (:mod:`components.tracking.recorded`), a warning says so: the decision is then
+not about the system ``@champion`` would serve.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import tempfile
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -43,6 +51,7 @@ class PromoteJob(Job):
         reg = cfg.registry
         rule = GateRule(reg.accuracy_tolerance, reg.max_token_ratio, reg.min_accuracy)
         log.info("promote %s under setting %s (%s)", ref.uri, setting.key(), setting.describe())
+        _warn_if_not_served_protocol(ref.name, ref.version, setting.protocol, cfg.tracking.uri)
 
         def gate():
             return promote(client, ref.name, ref.version, setting_key=setting.key(), setting_text=setting.describe(),
@@ -57,5 +66,30 @@ class PromoteJob(Job):
 
             log.info("champion v%s has no results under setting %s: evaluating it first", exc.champion,
                      setting.key())
-            EvaluateJob(cfg=cfg, model=f"models:/{ref.name}/{exc.champion}", limit=self.limit, baselines=[]).run()
+            with tempfile.TemporaryDirectory(prefix=f"agent-gspo-champion-v{exc.champion}-") as out:
+                measured = EvaluateJob(cfg=cfg, model=f"models:/{ref.name}/{exc.champion}", limit=self.limit,
+                                       baselines=[], out_dir=out).run()
+            log.info("champion v%s measured in MLflow run %s (its report is among the run's artifacts; %s "
+                     "keeps the candidate's evaluation)", exc.champion, measured.run_id, cfg.eval.out_dir)
             return gate()
+
+
+def _warn_if_not_served_protocol(name: str, version: str, evaluated: dict[str, Any], uri: str) -> None:
+    """One warning line when the gate's numbers come from another ``mas`` protocol than the
+    candidate serves with (its recorded settings); the gate still decides."""
+    from components.tracking.recorded import protocol_differences, recorded_mas
+
+    recorded = recorded_mas(name, version, uri=uri)
+    if recorded is None:
+        return
+    diffs = protocol_differences(evaluated, recorded)
+    if diffs:
+        log.warning("warning: the gate compares numbers measured under mas %s, but models:/%s/%s records "
+                    "another protocol for serving (evaluated->served: %s): the decision is not about the system "
+                    "it serves; evaluate and promote with --set mas.<key>=<served value> to compare that",
+                    _brief(evaluated), name, version, ", ".join(diffs))
+
+
+def _brief(protocol: dict[str, Any]) -> str:
+    return (f"{protocol.get('agents')} agents x {protocol.get('rounds')} rounds {protocol.get('topology')} "
+            f"{protocol.get('protocol')}")

@@ -1,12 +1,14 @@
 """Backend plumbing shared by logging, model storage and promotion.
 
 Bounded HTTP retries (MLflow reads these env vars on every request, so setting them at run
-time takes effect), a fast reachability probe, error translation to :class:`TrackingError`
-naming the URI, and the git commit for provenance tags.
+time takes effect) and database engine attempts, a fast reachability probe, error translation to
+:class:`TrackingError` naming the URI (MLflow, HTTP, OS and SQLAlchemy errors, and a missing
+database driver), and the git commit for provenance tags.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 from collections.abc import Callable, Mapping
@@ -14,8 +16,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import requests
+import sqlalchemy.exc
 from mlflow.exceptions import MlflowException
 
+from components.env import TRACKING_DEFAULTS
 from components.tracking.errors import TrackingError
 
 HTTP_RETRY_DEFAULTS: dict[str, str] = {
@@ -23,11 +27,47 @@ HTTP_RETRY_DEFAULTS: dict[str, str] = {
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
 }
+DB_ATTEMPTS_ENV = "AGENT_GSPO_MLFLOW_DB_ATTEMPTS"
+"""How often MLflow tries to create its SQLAlchemy engine (default in :mod:`components.env`)."""
+DB_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mssql", "oracle"})
+"""URI schemes MLflow opens as a SQLAlchemy database (``<scheme>+<driver>://`` too)"""
+BACKEND_ERRORS: tuple[type[BaseException], ...] = (MlflowException, requests.RequestException, OSError,
+                                                    sqlalchemy.exc.SQLAlchemyError)
+"""What a failing tracking backend raises (a database one raises SQLAlchemy's errors unwrapped)"""
 T = TypeVar("T")
 
 
+def configure_db_attempts() -> None:
+    """Bound MLflow's SQLAlchemy engine attempts to ``$AGENT_GSPO_MLFLOW_DB_ATTEMPTS`` (default 3).
+
+    MLflow retries a database that does not answer 10 times with exponential sleeps (~100 s),
+    from the module constant ``mlflow.store.db.utils.MAX_RETRY_COUNT``, which no variable sets;
+    it is read at each retry, so setting it here takes effect for every later store.
+    """
+    raw = os.environ.get(DB_ATTEMPTS_ENV, TRACKING_DEFAULTS[DB_ATTEMPTS_ENV])
+    try:
+        attempts = max(1, int(raw))
+    except ValueError:
+        raise TrackingError(f"${DB_ATTEMPTS_ENV} = {raw!r}: expected a whole number of attempts >= 1") from None
+    import mlflow.store.db.utils as db_utils
+
+    db_utils.MAX_RETRY_COUNT = attempts
+    db_logger = logging.getLogger(db_utils.__name__)
+    if not any(isinstance(f, _QuietEngineRetries) for f in db_logger.filters):
+        db_logger.addFilter(_QuietEngineRetries())
+
+
+class _QuietEngineRetries(logging.Filter):
+    """Drop MLflow's multi-line "engine could not be created ... will be retried" warnings: the
+    last attempt's error becomes the command's one-line :class:`TrackingError`, naming the cause."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SQLAlchemy engine could not be created")
+
+
 def configure_http_retries(overrides: Mapping[str, str] | None = None) -> None:
-    """Bound MLflow's HTTP retries: set :data:`HTTP_RETRY_DEFAULTS` unless already in the env.
+    """Bound MLflow's retries: HTTP (:data:`HTTP_RETRY_DEFAULTS` unless already in the env) and the
+    database engine attempts (:func:`configure_db_attempts`).
 
     ``overrides`` are set unconditionally (tests use them to fail fast).
     """
@@ -35,10 +75,11 @@ def configure_http_retries(overrides: Mapping[str, str] | None = None) -> None:
         os.environ.setdefault(key, value)
     for key, value in (overrides or {}).items():
         os.environ[key] = str(value)
+    configure_db_attempts()
 
 
 def _is_http(uri: str) -> bool:
-    return uri.startswith(("http://", "https://"))
+    return uri.lower().startswith(("http://", "https://"))  # URI schemes are case-insensitive (RFC 3986)
 
 
 def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
@@ -69,14 +110,61 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
                             f"{response.text[:200]!r}")
 
 
+def is_database_uri(uri: str) -> bool:
+    """Is ``uri`` one MLflow opens with SQLAlchemy (``sqlite:``, ``postgresql+psycopg:`` ...)?"""
+    scheme, sep, _ = uri.partition(":")
+    return bool(sep) and scheme.split("+", 1)[0].lower() in DB_SCHEMES
+
+
+_NOISE = ("(Background on this error at", "[SQL:", "[parameters:")
+"""SQLAlchemy's extra lines: a link, and the statement with its bound values (which may hold data)"""
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc``'s text as one line: SQLAlchemy's link and statement lines dropped, the rest joined."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    return "; ".join(line for line in lines if line and not line.startswith(_NOISE)) or type(exc).__name__
+
+
+def backend_error(uri: str, operation: str, exc: BaseException) -> TrackingError:
+    """The one-line :class:`TrackingError` for ``exc`` raised by ``operation`` on ``uri``."""
+    hint = ""
+    if isinstance(exc, ImportError):
+        hint = (" (the database driver is not installed: install it, or name an installed driver "
+                "in the URI, <scheme>+<driver>://...)")
+    elif isinstance(exc, sqlalchemy.exc.ArgumentError) and uri.lower().startswith("sqlite:"):
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return TrackingError(f"{operation} failed on MLflow tracking URI {uri}: {type(exc).__name__}: {text} "
+                             "(a sqlite URI is sqlite:///relative/path.db or sqlite:////absolute/path.db)")
+    elif "database is locked" in str(exc):  # raw, or wrapped by MLflow in an MlflowException
+        hint = " (another process holds a write lock on the database; retry when it is done)"
+    return TrackingError(f"{operation} failed on MLflow tracking URI {uri}: {type(exc).__name__}: "
+                         f"{one_line(exc)}{hint}")
+
+
 def guarded(uri: str, operation: str, fn: Callable[[], T]) -> T:
-    """Run ``fn``; turn MLflow / HTTP / OS failures into :class:`TrackingError` naming ``uri``
+    """Run ``fn``; turn backend failures (:data:`BACKEND_ERRORS`, and for a database URI a missing
+    driver's ``ImportError``) into a one-line :class:`TrackingError` naming ``uri``
     (password redacted; the original exception is not chained, its text may hold the password)."""
     try:
         return fn()
-    except (MlflowException, requests.RequestException, OSError) as exc:
+    except BACKEND_ERRORS as exc:
         # MlflowException messages hold the request URL (with any password): keep only the redacted text
-        raise TrackingError(f"{operation} failed on MLflow tracking URI {uri}: {type(exc).__name__}: {exc}") from None
+        raise backend_error(uri, operation, exc) from None
+    except ImportError as exc:
+        if not (is_database_uri(uri) and _raised_by_sqlalchemy(exc)):  # not a driver: a bug, keep its traceback
+            raise
+        raise backend_error(uri, operation, exc) from None
+
+
+def _raised_by_sqlalchemy(exc: BaseException) -> bool:
+    """Did SQLAlchemy raise ``exc`` (loading a dialect's driver), rather than our code or MLflow's?"""
+    tb = exc.__traceback__
+    while tb is not None:
+        if f"{os.sep}sqlalchemy{os.sep}" in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def git_commit(path: str | os.PathLike[str] | None = None) -> str | None:

@@ -95,21 +95,36 @@ def write_result(client: MlflowClient, name: str, version: str, key: str, settin
         client.set_model_version_tag(name, version, tag, value)
 
 
-def _number(tags: Mapping[str, str], tag: str, where: str) -> float:
+def _number(tags: Mapping[str, str], tag: str, where: str, *, fraction: bool = False) -> float:
+    """The tag as a number the gate can compare: finite, >= 0, and <= 1 when ``fraction`` (an
+    accuracy). A stored NaN or infinity would silently switch a check off (``x > nan`` is False),
+    so it is an error naming ``where`` (the version or registered model) and the tag."""
     try:
-        return float(tags[tag])
+        value = float(tags[tag])
     except (TypeError, ValueError):
         raise PromotionError(f"{where}: tag {tag} = {tags[tag]!r} is not a number") from None
+    if not math.isfinite(value):
+        problem = "is not finite"
+    elif fraction and not 0.0 <= value <= 1.0:
+        problem = "is outside [0, 1]"
+    elif value < 0:
+        problem = "is negative"
+    else:
+        return value
+    raise PromotionError(f"{where}: tag {tag} = {tags[tag]!r} {problem} (a corrupted or hand-edited tag: "
+                         "correct or delete it)")
 
 
 def read_result(tags: Mapping[str, str], key: str, where: str) -> GateResult | None:
-    """The result under ``key`` in a version's tags, or None when it was never evaluated so."""
+    """The result under ``key`` in a version's tags, or None when it was never evaluated so.
+
+    ``where`` names the version in errors (e.g. ``candidate 'policy' v2``)."""
     acc, tok = result_tag(key, "accuracy"), result_tag(key, "tokens_total")
     if acc not in tags or tok not in tags:
         return None
     n = tags.get(result_tag(key, "n"), "0")
-    return GateResult(_number(tags, acc, where), _number(tags, tok, where), int(n) if n.isdigit() else 0,
-                      tags.get(result_tag(key, "run_id")) or None)
+    return GateResult(_number(tags, acc, where, fraction=True), _number(tags, tok, where),
+                      int(n) if n.isdigit() else 0, tags.get(result_tag(key, "run_id")) or None)
 
 
 def evaluated_settings(tags: Mapping[str, str]) -> list[str]:
@@ -119,11 +134,13 @@ def evaluated_settings(tags: Mapping[str, str]) -> list[str]:
 
 
 def read_reference(model_tags: Mapping[str, str], key: str, where: str) -> Reference | None:
-    """The lineage reference under ``key`` from the registered model's tags, if any."""
+    """The lineage reference under ``key`` from the registered model's tags, if any, validated like
+    a result (``where`` names the registered model in errors)."""
     acc, tok = reference_tag(key, "best_accuracy"), reference_tag(key, "min_tokens")
     if acc not in model_tags or tok not in model_tags:
         return None
-    return Reference(_number(model_tags, acc, where), model_tags.get(reference_tag(key, "best_accuracy_version"), "?"),
+    return Reference(_number(model_tags, acc, where, fraction=True),
+                     model_tags.get(reference_tag(key, "best_accuracy_version"), "?"),
                      _number(model_tags, tok, where), model_tags.get(reference_tag(key, "min_tokens_version"), "?"))
 
 

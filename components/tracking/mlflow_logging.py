@@ -33,13 +33,13 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import mlflow
-import requests
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from components.redact import redact
 from components.tracking.backend import (
+    BACKEND_ERRORS,
     HTTP_RETRY_DEFAULTS,
     check_reachable,
     configure_http_retries,
@@ -67,6 +67,8 @@ __all__ = [
     "is_metric_name", "log_policy_model", "resolve_model_uri", "validate_metrics",
 ]
 METRICS_PER_BATCH = 1000  # MLflow's MAX_METRICS_PER_BATCH
+RESUMED_FROM_TAG = "agent_gspo.resumed_from_run"
+"""tag of a run that continues a training whose earlier MLflow run this server does not have"""
 T = TypeVar("T")
 
 
@@ -97,7 +99,8 @@ class Tracker:
     """
 
     def __init__(self, uri: str, experiment: str, run_name: str | None = None,
-                 tags: Mapping[str, Any] | None = None, nested: bool = False, run_id: str | None = None) -> None:
+                 tags: Mapping[str, Any] | None = None, nested: bool = False, run_id: str | None = None,
+                 new_run_if_missing: bool = False) -> None:
         self.uri = uri
         self.experiment = experiment
         self.run_name = run_name
@@ -106,18 +109,23 @@ class Tracker:
         self.client: MlflowClient | None = None
         self.run_id: str | None = run_id
         """given: continue that run (a resumed training job); else a new run is started"""
+        self.new_run_if_missing = new_run_if_missing
+        """a given ``run_id`` this server does not have (deleted, or logged to another server) starts a
+        new run, tagged :data:`RESUMED_FROM_TAG`, with a warning; else that is a :class:`TrackingError`"""
+        self.resumed_from: str | None = None
+        """the run id that was asked for and replaced by a new run (see ``new_run_if_missing``)"""
         self.experiment_id: str | None = None
 
     @classmethod
     def from_config(cls, config: Any, run_name: str | None = None, tags: Mapping[str, Any] | None = None,
-                    nested: bool = False, run_id: str | None = None) -> Tracker:
+                    nested: bool = False, run_id: str | None = None, new_run_if_missing: bool = False) -> Tracker:
         """A Tracker at ``config.tracking.uri`` / ``config.tracking.experiment``, tagged with the
         config hash and profile (``config`` is :class:`components.config.Config`)."""
         base = {"config.sha256": config.hash(), "config.profile": config.profile}
         if sha := git_commit():
             base["git.commit"] = sha
         return cls(config.tracking.uri, config.tracking.experiment, run_name, {**base, **(tags or {})}, nested,
-                   run_id=run_id)
+                   run_id=run_id, new_run_if_missing=new_run_if_missing)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Tracker:
@@ -126,14 +134,34 @@ class Tracker:
             os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         check_reachable(self.uri)
         mlflow.set_tracking_uri(self.uri)
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self.client = self._guard("open the tracking store", lambda: MlflowClient(tracking_uri=self.uri))
         self.experiment_id = self._guard("get or create experiment", self._experiment_id)
         resume = self.run_id
+        if resume is not None and self.new_run_if_missing and self._run_missing(resume):
+            self.resumed_from, resume = resume, None
+            self.tags[RESUMED_FROM_TAG] = self.resumed_from
         run = self._guard("start run", lambda: mlflow.start_run(
             run_id=resume, experiment_id=None if resume else self.experiment_id,
             run_name=None if resume else self.run_name, tags=self.tags or None, nested=self.nested))
         self.run_id = run.info.run_id
+        if self.resumed_from is not None:
+            print(f"warning: MLflow run {self.resumed_from} is not on {redact(self.uri)} (the tracking URI moved, "
+                  f"or the run was deleted): the resumed training logs to a new run {self.run_id} (tagged "
+                  f"{RESUMED_FROM_TAG}); the metrics of the earlier steps stay with run {self.resumed_from} on "
+                  "the server that had it", file=sys.stderr)
         return self
+
+    def _run_missing(self, run_id: str) -> bool:
+        """Does this server lack ``run_id`` (never logged here, or deleted)? Any other failure to look
+        it up is left to ``start_run``, which reports it as before."""
+        assert self.client is not None
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException as exc:
+            return exc.error_code == "RESOURCE_DOES_NOT_EXIST"
+        except BACKEND_ERRORS:
+            return False
+        return run.info.lifecycle_stage == "deleted"
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -150,7 +178,7 @@ class Tracker:
                     mlflow.end_run(status=status)  # pops the run first: MLflow's exit hook won't retry it
                 elif self.client is not None and self.run_id is not None:  # left in another thread
                     self.client.set_terminated(self.run_id, status=status)
-        except (MlflowException, requests.RequestException, OSError) as err:
+        except BACKEND_ERRORS as err:
             # the run's work is done (and an exception of the block, if any, is on its way): one line,
             # not MLflow's traceback, and no masking of that exception
             first = redact(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -46,6 +47,7 @@ REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors", "pydantic"
 HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 DEFAULT_CACHE = "~/.cache/agent-gspo/registry"
 _COMPLETE = ".agent-gspo-complete"
+log = logging.getLogger(__name__)
 
 
 def _pinned_requirements() -> list[str]:
@@ -65,6 +67,32 @@ def _check_hf_folder(folder: Path, what: str) -> None:
     if not ((folder / "config.json").exists() or (folder / "adapter_config.json").exists()):
         raise ModelUriError(f"{what}: {folder} has no config.json / adapter_config.json "
                             f"(expected a folder written by save_pretrained)")
+
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "adapter_model.safetensors", "adapter_model.bin")
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+def _check_loadable(folder: Path, what: str) -> None:
+    """``folder`` holds what ``from_pretrained`` loads: config, weights (every shard an index names)
+    and a tokenizer. A presence check, cheap for any model size; what it misses (a corrupt file)
+    the loader reports."""
+    _check_hf_folder(folder, what)
+    indexes = [folder / name for name in WEIGHT_INDEXES if (folder / name).is_file()]
+    for index in indexes:
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ModelUriError(f"{what}: {index} is not a weight index ({type(exc).__name__}: {exc})") from None
+        missing = sorted(s for s in shards if not (folder / str(s)).is_file())
+        if missing:
+            raise ModelUriError(f"{what}: {folder} lacks weight shards its {index.name} names: "
+                                f"{', '.join(missing[:5])}")
+    if not indexes and not any((folder / name).is_file() for name in WEIGHT_FILES):
+        raise ModelUriError(f"{what}: {folder} has no weights ({', '.join(WEIGHT_FILES)} or a sharded index)")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelUriError(f"{what}: {folder} has no tokenizer ({', '.join(TOKENIZER_FILES)})")
 
 
 def system_signature(settings: Mapping[str, Any]) -> ModelSignature:
@@ -157,12 +185,13 @@ def resolve_model_uri(uri: str | os.PathLike[str], *, dst_dir: str | os.PathLike
                       tracking_uri: str | None = None) -> Path | str:
     """Turn a model reference into something ``from_pretrained`` accepts.
 
-    * an existing local folder -> ``Path`` (must hold config.json or adapter_config.json);
+    * an existing local folder -> ``Path`` (must hold a config, weights and a tokenizer);
     * ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` -> the alias is resolved to a
       version first, its artifacts are downloaded once into
       ``<dst_dir or $AGENT_GSPO_MODEL_CACHE or ~/.cache/agent-gspo/registry>/<name>/<version>-<key>``
       (key: hash of the registry URI and the version's source run)
-      (atomically; re-used afterwards) and the HF folder inside is returned as ``Path``;
+      (atomically, marked complete only once it holds a loadable model; a cached copy that no
+      longer does is downloaded again) and the HF folder inside is returned as ``Path``;
     * anything shaped like a hub id (``org/name``) -> returned unchanged as ``str``.
     Raises :class:`ModelUriError` for a missing folder / model / alias, :class:`TrackingError`
     when the registry is unreachable.
@@ -170,7 +199,7 @@ def resolve_model_uri(uri: str | os.PathLike[str], *, dst_dir: str | os.PathLike
     text = os.fspath(uri)
     local = Path(text).expanduser()
     if local.exists():
-        _check_hf_folder(local, f"model {text!r}")
+        _check_loadable(local, f"model {text!r}")
         return local
     if text.startswith("models:/"):
         return _download_registered(text, dst_dir, tracking_uri)
@@ -185,7 +214,7 @@ def _download_registered(text: str, dst_dir: str | os.PathLike[str] | None, trac
     uri = tracking_uri or mlflow.get_tracking_uri()
     configure_http_retries()
     check_reachable(uri)
-    client = MlflowClient(tracking_uri=uri, registry_uri=tracking_uri)
+    client = guarded(uri, "open the registry", lambda: MlflowClient(tracking_uri=uri, registry_uri=tracking_uri))
     mv = get_model_version(client, text, uri=uri)
     cache = Path(dst_dir or os.environ.get("AGENT_GSPO_MODEL_CACHE", DEFAULT_CACHE)).expanduser()
     # "<name>/<version>" alone is not an identity: every registry has its own version 1. Key the
@@ -193,12 +222,32 @@ def _download_registered(text: str, dst_dir: str | os.PathLike[str] | None, trac
     # re-created database's) version 1 is never served from this cache.
     ident = hashlib.sha256(f"{uri}|{mv.run_id}|{mv.source}".encode()).hexdigest()[:16]
     target = cache / re.sub(r"[^\w.\-]", "_", name) / f"{mv.version}-{ident}"
-    if not (target / _COMPLETE).exists():
-        with atomic_dir(target) as staging:
-            guarded(uri, f"download {text}", lambda: mlflow.artifacts.download_artifacts(
-                artifact_uri=f"models:/{name}/{mv.version}", dst_path=str(staging),
-                tracking_uri=uri, registry_uri=tracking_uri))
-            (staging / _COMPLETE).write_text(f"{name}/{mv.version}\n")
-    folder = _hf_folder_in(target)
-    _check_hf_folder(folder, f"model {text!r}")
+    where = (f"model {text!r} (download cache {target}: a cache, safe to delete; $AGENT_GSPO_MODEL_CACHE "
+             "moves it)")
+    if (target / _COMPLETE).exists():
+        try:
+            return _loadable_in(target, where)
+        except ModelUriError as exc:  # a file went missing from the cache since: never reuse it
+            log.warning("warning: %s; downloading it again", exc)
+    with atomic_dir(target) as staging:
+        guarded(uri, f"download {text}", lambda: mlflow.artifacts.download_artifacts(
+            artifact_uri=f"models:/{name}/{mv.version}", dst_path=str(staging),
+            tracking_uri=uri, registry_uri=tracking_uri))
+        try:  # checked before it is marked complete: a broken download is not cached
+            _loadable_in(staging, where)
+        except ModelUriError as exc:  # named as the cache folder it would have become
+            detail = str(exc).replace(str(staging), str(target))
+            raise ModelUriError(f"{detail}: the registry's artifacts of {name} v{mv.version} ({mv.source}) are "
+                                "incomplete; nothing was cached, repair or re-register the version") from None
+        (staging / _COMPLETE).write_text(f"{name}/{mv.version}\n")
+    return _loadable_in(target, where)
+
+
+def _loadable_in(root: Path, where: str) -> Path:
+    """The HF folder inside the downloaded model ``root``, checked loadable (``where`` names it in errors)."""
+    try:
+        folder = _hf_folder_in(root)
+    except (ModelUriError, OSError, yaml.YAMLError) as exc:
+        raise ModelUriError(f"{where}: {exc}") from None
+    _check_loadable(folder, where)
     return folder

@@ -16,7 +16,12 @@ must not win. Every number compared was measured under ONE evaluation setting, t
 * no ``@champion`` but there was one (deleted version or alias): the candidate is compared with the
   lineage reference; without one under this setting the gate refuses rather than lower the bar;
 * never a champion: the candidate becomes ``@champion`` iff accuracy >= ``min_accuracy``, else
-  it is ``rejected`` (no alias).
+  it is ``rejected`` (no alias);
+* a candidate whose ``ModelVersion.status`` is not ``READY`` (registration pending or failed) is
+  refused; a ``@champion`` that is not ``READY`` counts as no champion, with a warning.
+
+Stored numbers (results and the lineage reference) must be finite, accuracies in [0, 1] and
+tokens >= 0; anything else is an error naming the version or registered model and the tag.
 
 The decision, reason, setting and numbers are written as ``promotion.*`` tags on the candidate.
 Re-running for the same candidate with the same outcome writes nothing and returns ``unchanged``.
@@ -26,6 +31,7 @@ so concurrent promotions serialise.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +55,9 @@ from components.tracking.registry import LockHandle, LockKind, alias_version, ge
 Decision = Literal["champion", "challenger", "rejected", "unchanged"]
 CHAMPION, CHALLENGER = "champion", "challenger"
 EPS = 1e-9  # float slack so 0.51 - 0.01 >= 0.50 holds
+READY = "READY"
+"""the only ModelVersion.status whose artifacts are complete (not PENDING_ / FAILED_REGISTRATION)"""
+log = logging.getLogger(__name__)
 
 
 class CandidateNotEvaluated(PromotionError):
@@ -120,8 +129,12 @@ def promote(client: MlflowClient, name: str, candidate_version: str | int, *, se
     version = str(candidate_version)
 
     def _run() -> PromotionDecision:
-        tags = get_version(client, name, version).tags  # fail fast, before taking the lock
-        cand = read_result(tags, setting_key, f"{name!r} v{version}")
+        mv = get_version(client, name, version)  # fail fast, before taking the lock
+        if str(mv.status) != READY:
+            raise PromotionError(f"candidate models:/{name}/{version} has status {mv.status}, not {READY} (its "
+                                 "registration did not complete): it cannot become @champion; register it again")
+        tags = mv.tags
+        cand = read_result(tags, setting_key, f"candidate {name!r} v{version}")
         if cand is None:
             have = ", ".join(evaluated_settings(tags)) or "none"
             raise CandidateNotEvaluated(
@@ -152,7 +165,7 @@ def _champion_bar(client: MlflowClient, name: str, key: str, text: str, champ_ve
     if champion_result_fn is not None:
         champ = champion_result_fn(champ_version)
     else:
-        champ = read_result(get_version(client, name, champ_version).tags, key, f"{name!r} v{champ_version}")
+        champ = read_result(get_version(client, name, champ_version).tags, key, f"champion {name!r} v{champ_version}")
     if champ is None:
         raise ChampionNotEvaluated(
             f"champion models:/{name}/{champ_version} has no evaluation under the gate's setting {key} ({text}); "
@@ -168,6 +181,10 @@ def _decide_and_apply(client: MlflowClient, name: str, version: str, cand: GateR
     """The critical section: aliases, references and the candidate's promotion tags are read under the lock."""
     old_tags = get_version(client, name, version).tags
     champ_mv = alias_version(client, name, CHAMPION)
+    if champ_mv is not None and str(champ_mv.status) != READY:
+        log.warning("warning: @champion of %r is v%s with status %s, not %s: treated as no champion (the "
+                    "lineage reference, if any, still sets the bar)", name, champ_mv.version, champ_mv.status, READY)
+        champ_mv = None
     chall_mv = alias_version(client, name, CHALLENGER)
     chall_version = str(chall_mv.version) if chall_mv is not None else None
     champ_version = str(champ_mv.version) if champ_mv is not None else None  # int on sqlite

@@ -30,6 +30,7 @@ MAX_VERSION = 2**63 - 1
 """the registry stores versions as 64-bit integers"""
 MISSING = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND")
 SHOWN = 8
+USERINFO_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#]*@")
 
 
 @dataclass(frozen=True)
@@ -126,12 +127,25 @@ def resolve_version(text: str, *, uri: str, client: MlflowClient | None = None) 
     return VersionRef(mv.name, str(mv.version))
 
 
+def registry_identity(uri: str) -> str:
+    """``uri`` without its credentials: the user-info (``user:password@``) dropped and secret query
+    values masked (:func:`components.redact.redact`). Two spellings of one registry compare equal
+    whether the password is in the URI or in ``$MLFLOW_TRACKING_PASSWORD``."""
+    from components.redact import redact
+
+    return USERINFO_RE.sub(r"\1", redact(uri))
+
+
 def write_registration(folder: str | Path, ref: VersionRef, *, uri: str, run_id: str | None) -> Path:
-    """Record in a policy folder which registry version it became (see :data:`REGISTERED_FILE`)."""
+    """Record in a policy folder which registry version it became (see :data:`REGISTERED_FILE`).
+
+    The URI is stored redacted: the folder is a pipeline output that gets copied and shared."""
     from components.io import write_json_atomic
+    from components.redact import redact
 
     path = Path(folder) / REGISTERED_FILE
-    write_json_atomic(path, {"name": ref.name, "version": ref.version, "tracking_uri": uri, "run_id": run_id})
+    write_json_atomic(path, {"name": ref.name, "version": ref.version, "tracking_uri": redact(uri),
+                             "run_id": run_id})
     return path
 
 
@@ -145,7 +159,7 @@ def registration_of(folder: str | Path, *, uri: str) -> VersionRef | None:
     if not path.is_file():
         return None
     rec = json.loads(path.read_text())
-    if rec.get("tracking_uri") != uri:
+    if registry_identity(str(rec.get("tracking_uri"))) != registry_identity(uri):
         return None
     client = registry_client(uri)
     try:

@@ -6,6 +6,7 @@ aqua; what is checked is where the numbers land, not what they are.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,6 @@ def test_evaluate_links_run_and_version_and_promote_compares_like_with_like(
     decision = PromoteJob(cfg=two, candidate=f"models:/{name}/{v3}", evaluate_champion=True).run()
     assert decision.decision == "champion" and decision.compared_to == v2 and decision.setting != key
     assert read_result(client.get_model_version(name, v2).tags, decision.setting, "v2") is not None
+    # the champion's measurement went elsewhere: eval.out_dir still holds the candidate's published evaluation
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["meta"]["model"] == f"models:/{name}/{v3}"

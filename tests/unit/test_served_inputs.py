@@ -75,14 +75,16 @@ def test_question_longer_than_the_model_holds_is_refused_in_tokens(system: Serve
 
 @pytest.mark.usefixtures("no_generation")
 def test_max_new_tokens_has_an_upper_bound(system: ServedSystem) -> None:
-    message = refused(system, [OK], {"max_new_tokens": 1_000_000_000})
-    m = re.match(r"invalid params: max_new_tokens=1000000000: at most (\d+) \(the model holds 2048 tokens", message)
+    message = refused(system, [OK], {"max_new_tokens": 30_000})  # within the schema's 32768, beyond the window
+    m = re.match(r"invalid params: max_new_tokens=30000: at most (\d+) \(the model holds 2048 tokens", message)
     assert m, message
     limit = int(m[1])
     assert 16 < limit < 2048
     assert system.mas_for({"max_new_tokens": limit})[0].max_message_tokens == limit  # the bound itself is allowed
     refused(system, [OK], {"max_new_tokens": limit + 1})
     assert refused(system, [OK], {"max_new_tokens": 0}).startswith("invalid params: max_new_tokens=0")
+    assert refused(system, [OK], {"max_new_tokens": 10**9}).startswith(
+        "invalid params: max_new_tokens=1000000000: Input should be less than or equal to 32768")
 
 
 @pytest.mark.usefixtures("no_generation")

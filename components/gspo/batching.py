@@ -70,7 +70,7 @@ def pack_messages(messages: Sequence[Message], pad_id: int) -> SequenceBatch:
 
 
 def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0,
-                        silence_id: int | None = None) -> torch.Tensor:
+                        silence_id: int | None = None, silence_from: int = 1) -> torch.Tensor:
     """Per-token log-probs of each row's completion under ``model``: ``[B, C]`` float32 (0 under padding).
 
     ``temperature`` divides the logits as the sampler did, so π_old equals the behaviour policy
@@ -80,6 +80,8 @@ def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperatur
     ``silence_id``: the silence token may only start a reply (the decoder masks it later on), so at
     completion positions t >= 1 the distribution is renormalised without it:
     log p(y) - log(1 - p(silence)), the log-prob under the masked softmax the sampler used.
+    ``silence_from`` is the first masked position: 1 for a team, 0 for a lone agent (the decoder
+    never lets a lone agent be silent).
 
     The last ``K = W - min_r p_r + 1`` logits are kept (W = batch width); window column
     ``p_r - 1 + t - (W - K)`` predicts row r's completion token t. Only the N valid completion
@@ -101,8 +103,8 @@ def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperatur
         labels = torch.cat([labels, torch.full_like(labels, silence_id)], dim=1)  # [N, 2]
     lp = logprobs_at(logits, rows, cols, labels, temperature=temp)  # [N, K]
     logp = lp[:, 0]
-    if silence_id is not None:  # renormalise without the silence token where the decoder masked it (t >= 1)
-        logp = logp - torch.where(t > 0, torch.log1p(-lp[:, 1].clamp(max=-1e-6).exp()), 0.0)
+    if silence_id is not None:  # renormalise without the silence token where the decoder masked it
+        logp = logp - torch.where(t >= silence_from, torch.log1p(-lp[:, 1].clamp(max=-1e-6).exp()), 0.0)
     return torch.zeros((b, c), dtype=logp.dtype, device=logp.device).index_put((rows, t), logp)
 
 

@@ -19,8 +19,6 @@ point leaves either no ``step-*`` folder or a complete one; :func:`latest_checkp
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
 import pickle
@@ -28,7 +26,6 @@ import random
 import re
 import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,18 +34,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from components.errors import UserError
+from components.gspo.checkpoint_errors import CheckpointError, _reading, _weights_problem, applying, incompatible
 from components.gspo.distributed import barrier
 from components.gspo.engines import TrainEngine
+from components.io import apply_umask_modes, environment_error
 
 CHECKPOINTS = "checkpoints"
 _STEP_RE = re.compile(r"^step-(\d{6,})$")
 _TMP_PREFIX = ".tmp-step-"
 FORMAT_VERSION = 1
-
-
-class CheckpointError(UserError):
-    """A checkpoint folder that is missing, incomplete or does not fit the engine."""
 
 
 @dataclass(frozen=True)
@@ -66,50 +60,6 @@ class CheckpointMeta:
     created: float
     """unix time"""
     version: int = FORMAT_VERSION
-
-
-def _unparseable(exc: BaseException) -> bool:
-    """Is ``exc`` a loader failing on the bytes it read (not on applying them)? The loaders have
-    no common error type: safetensors raises its own, torch's zip reader a RuntimeError naming
-    itself, pickle and JSON theirs, a truncated file an EOFError."""
-    if isinstance(exc, EOFError | pickle.UnpicklingError | json.JSONDecodeError | UnicodeDecodeError | OSError):
-        return True
-    if type(exc).__name__ == "SafetensorError":
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and ("PytorchStreamReader" in text or "zip archive" in text
-                                               or "unexpected EOF" in text or "invalid load key" in text)
-
-
-@contextlib.contextmanager
-def _reading(file: Path, checkpoint: Path) -> Iterator[None]:
-    """A checkpoint file that cannot be parsed (truncated, emptied, wrong contents) is bad input:
-    one :class:`CheckpointError` naming it and what to do, never a loader's traceback, and never
-    a silent fresh start. Whatever the loader raises (safetensors, torch's zip reader, pickle,
-    JSON) counts: its message becomes the reason."""
-    try:
-        yield
-    except UserError:
-        raise
-    except Exception as exc:
-        if not _unparseable(exc):
-            raise  # the file read fine and applying it failed (a bug, or a setting that changed): not corruption
-        reason = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise CheckpointError(f"{file}: corrupt or unreadable checkpoint file ({type(exc).__name__}: {reason}); "
-                              f"resume from an earlier step (remove {checkpoint}) or start over with --overwrite"
-                              ) from exc
-
-
-FULL_BELOW_BYTES = 1 << 20
-"""free space under which a failed checkpoint write is taken for a full device"""
-
-
-def _device_full(path: Path) -> bool:
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < FULL_BELOW_BYTES
 
 
 def step_dir_name(step: int) -> str:
@@ -146,6 +96,9 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    missing = [k for k in ("python", "numpy", "torch") if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ValueError(f"RNG state lacks {missing}")
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
@@ -200,6 +153,7 @@ def save_checkpoint(out_dir: str | os.PathLike[str], step: int, engine: TrainEng
             meta = CheckpointMeta(step=step, engine=engine.kind, world_size=info.world_size, extra_format=fmt,
                                   created=time.time())
             (tmp / "meta.json").write_text(json.dumps(meta.__dict__, indent=2) + "\n")
+            apply_umask_modes(tmp)  # transformers writes model.safetensors 0600
             _fsync_tree(tmp)
             if final.exists():
                 trash = root / f".trash-{final.name}-{os.getpid()}"
@@ -212,11 +166,11 @@ def save_checkpoint(out_dir: str | os.PathLike[str], step: int, engine: TrainEng
     except BaseException as exc:
         # safetensors and torch.save wrap ENOSPC in their own errors (torch's does not even say so):
         # a write that failed on a full device is reported as what it is, before the cleanup frees space
-        full = isinstance(exc, Exception) and not isinstance(exc, OSError) and _device_full(root)
+        mapped = environment_error(exc, tmp, device=root)
         if info.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
-        if full:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from exc
+        if mapped is not None:
+            raise mapped from exc
         raise
     barrier()
     return final
@@ -260,11 +214,40 @@ def read_meta(path: str | os.PathLike[str]) -> CheckpointMeta:
     with _reading(meta_path, Path(path)):
         raw = json.loads(meta_path.read_text())
     try:
-        return CheckpointMeta(**raw)
+        meta = CheckpointMeta(**raw)
     except TypeError as exc:  # fields missing or unknown: written by something else, or edited
         raise CheckpointError(f"{meta_path}: corrupt or unreadable checkpoint file (not checkpoint metadata: "
                               f"{exc}); resume from an earlier step (remove {path}) or start over with "
                               "--overwrite") from exc
+    problem = _meta_problem(meta, Path(path).name)
+    if problem:
+        raise incompatible(meta_path, Path(path), problem)
+    return meta
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _meta_problem(meta: CheckpointMeta, folder: str) -> str | None:
+    """What is wrong with the fields of a parsed ``meta.json`` (None: nothing); the step must be the
+    one in the folder's name (a folder renamed or a file copied from another checkpoint)."""
+    if not _is_int(meta.step) or meta.step < 0:
+        return f"step {meta.step!r} is not a step number"
+    if meta.engine not in ("torch", "deepspeed"):
+        return f"engine {meta.engine!r} is not torch or deepspeed"
+    if not _is_int(meta.world_size) or meta.world_size < 1:
+        return f"world_size {meta.world_size!r} is not a number of ranks"
+    if meta.extra_format not in ("json", "pickle"):
+        return f"extra_format {meta.extra_format!r} is not json or pickle"
+    if not isinstance(meta.created, int | float) or isinstance(meta.created, bool):
+        return f"created {meta.created!r} is not a time"
+    if not _is_int(meta.version) or not 1 <= meta.version <= FORMAT_VERSION:
+        return f"format version {meta.version!r}; this code reads 1 to {FORMAT_VERSION}"
+    named = _STEP_RE.match(folder)
+    if named and int(named.group(1)) != meta.step:
+        return f"step {meta.step} but the folder is {folder}"
+    return None
 
 
 def load_hf_weights(module: nn.Module, model_dir: Path) -> None:
@@ -295,10 +278,16 @@ def load_hf_weights(module: nn.Module, model_dir: Path) -> None:
     else:
         raise CheckpointError(f"{model_dir}: no model.safetensors(.index.json) or adapter_model.safetensors")
     state: dict[str, torch.Tensor] = {}
+    own_shapes = {k: tuple(v.shape) for k, v in module.state_dict().items()}
     for name in files:
         with _reading(model_dir / name, model_dir.parent):
-            state.update(load_file(str(model_dir / name)))
-    missing, unexpected = module.load_state_dict(state, strict=False)
+            part = load_file(str(model_dir / name))
+        problem = _weights_problem(part, own_shapes)
+        if problem:
+            raise incompatible(model_dir / name, model_dir.parent, problem)
+        state.update(part)
+    with applying(model_dir, model_dir.parent):
+        missing, unexpected = module.load_state_dict(state, strict=False)
     if unexpected:
         raise CheckpointError(f"{model_dir}: weights not in the model: {unexpected[:5]}")
     own = module.state_dict(keep_vars=True)
@@ -308,20 +297,24 @@ def load_hf_weights(module: nn.Module, model_dir: Path) -> None:
         raise CheckpointError(f"{model_dir}: checkpoint lacks weights {untied[:5]}")
 
 
+def extra_file(path: str | os.PathLike[str]) -> Path:
+    """The caller-state file of a checkpoint (``extra.json`` or ``extra.pkl``, as ``meta.json`` says)."""
+    return Path(path) / ("extra.pkl" if read_meta(path).extra_format == "pickle" else "extra.json")
+
+
 def read_extra(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The caller state of a checkpoint (``extra.json`` / ``extra.pkl``), without loading anything
     else: a resume checks its config hash before the engine state is applied."""
     path = Path(path)
-    meta = read_meta(path)
-    extra_file = path / ("extra.pkl" if meta.extra_format == "pickle" else "extra.json")
-    with _reading(extra_file, path):
-        if meta.extra_format == "pickle":
-            with open(extra_file, "rb") as fh:
+    file = extra_file(path)
+    with _reading(file, path):
+        if file.suffix == ".pkl":
+            with open(file, "rb") as fh:
                 extra = pickle.load(fh)
         else:
-            extra = json.loads(extra_file.read_text())
+            extra = json.loads(file.read_text())
     if not isinstance(extra, dict):
-        raise CheckpointError(f"{extra_file}: corrupt or unreadable checkpoint file (a {type(extra).__name__}, "
+        raise CheckpointError(f"{file}: corrupt or unreadable checkpoint file (a {type(extra).__name__}, "
                               f"not a mapping); resume from an earlier step (remove {path}) or start over with "
                               "--overwrite")
     return extra
@@ -344,14 +337,14 @@ def load_checkpoint(path: str | os.PathLike[str], engine: TrainEngine) -> dict[s
     if not engine.restores_weights:
         load_hf_weights(engine.module, path / "model")
     state_file = path / "engine" / "engine_state.pt"  # the torch engine's one file; DeepSpeed's is a folder
-    with _reading(state_file if state_file.is_file() else path / "engine", path):
+    with applying(state_file if state_file.is_file() else path / "engine", path):
         engine.load_checkpoint_state(path / "engine")
     rng_file = path / "rng" / f"rank-{engine.dist.rank:05d}.pt"
     if not rng_file.is_file():
         rng_file = path / "rng" / "rank-00000.pt"
     if not rng_file.is_file():
         raise CheckpointError(f"{path}/rng: no RNG state file")
-    with _reading(rng_file, path):
+    with applying(rng_file, path):
         set_rng_state(torch.load(rng_file, weights_only=False))
     extra = read_extra(path)
     barrier()  # every rank finished reading before anyone may prune or overwrite
@@ -359,7 +352,7 @@ def load_checkpoint(path: str | os.PathLike[str], engine: TrainEngine) -> dict[s
 
 
 __all__ = [
-    "CheckpointError", "CheckpointMeta", "latest_checkpoint", "list_checkpoints", "load_checkpoint",
-    "load_hf_weights", "prune_checkpoints", "read_extra", "read_meta", "rng_state", "save_checkpoint", "set_rng_state",
-    "step_dir_name",
+    "CheckpointError", "CheckpointMeta", "applying", "extra_file", "incompatible", "latest_checkpoint",
+    "list_checkpoints", "load_checkpoint", "load_hf_weights", "prune_checkpoints", "read_extra", "read_meta",
+    "rng_state", "save_checkpoint", "set_rng_state", "step_dir_name",
 ]

@@ -225,6 +225,13 @@ class TorchEngine(TrainEngine):
                 "steps": self._steps, "skipped_steps": self.skipped_steps, "master": self.master.state_dict()}
 
     def load_state_dict_from_checkpoint(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict_for_checkpoint`; a state without its parts is a ValueError (the
+        checkpoint loader names the file) before anything is applied."""
+        missing = [k for k in ("optimizer", "scheduler", "steps") if not isinstance(state, dict) or k not in state]
+        if missing:
+            raise ValueError(f"torch engine state lacks {missing}")
+        if not all(isinstance(state[k], dict) for k in ("optimizer", "scheduler")):
+            raise ValueError("torch engine state: optimizer and scheduler states must be mappings")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self._steps = int(state["steps"])

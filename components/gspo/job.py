@@ -19,8 +19,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +29,7 @@ from typing import Any
 from components.config import Config
 from components.data.item import Item
 from components.errors import UserError, run_command
+from components.gspo.run_folder import check_fresh_start, check_resumable, delete_earlier_run, exclusive
 
 StepCallback = Callable[[int, dict[str, float]], None]
 
@@ -70,90 +69,10 @@ def _maybe_tracker(cfg: Config, enabled: bool, run_name: str, run_id: str | None
         return
     from components.tracking import Tracker
 
-    with Tracker.from_config(cfg, run_name, {"stage": "train"}, run_id=run_id) as tracker:
+    # a resumed run whose MLflow run is not on this server (the URI moved, the run was deleted) goes on
+    # in a new run: the checkpoint holds the weights, the tracking server only a record of them
+    with Tracker.from_config(cfg, run_name, {"stage": "train"}, run_id=run_id, new_run_if_missing=True) as tracker:
         yield tracker
-
-
-def _check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
-    """Earlier checkpoints are deleted only when asked: a fresh run into a used folder is refused.
-
-    ``step-*`` folders without ``meta.json`` count too: the atomic rename never leaves one, so
-    they are damaged checkpoints, and starting over (with or without ``--resume``) would silently
-    replace them. Checked before the model loads, as is that ``out`` can be written at all."""
-    from components.gspo.checkpoint import CHECKPOINTS, list_checkpoints
-
-    found = list_checkpoints(out)
-    root = out / CHECKPOINTS
-    damaged = sorted(p.name for p in root.iterdir() if p.name.startswith("step-") and p not in found) \
-        if root.is_dir() else []
-    if found and not resume and not overwrite:
-        raise UserError(f"{out} holds checkpoints of an earlier run (newest {found[-1].name}): pass --resume to "
-                        f"continue it, or --overwrite to delete them and start over (or choose another --out)")
-    newest = found[-1].name if found else ""
-    newer = [d for d in damaged if d > newest]  # step-NNNNNN names sort as their steps
-    if newer and not overwrite:
-        what = f"newer than the last complete one ({newest})" if found else "and none is complete"
-        raise UserError(f"{root} holds {', '.join(newer)} without meta.json (damaged checkpoints {what}): resuming "
-                        "would replace them silently; move them away to resume from an earlier step, or pass "
-                        "--overwrite to delete every checkpoint and start over (or choose another --out)")
-    leftovers = [name for name in RUN_OUTPUTS if (out / name).exists()]
-    if leftovers and not found and not damaged and not overwrite:
-        raise UserError(f"{out} holds the outputs of an earlier run ({', '.join(leftovers)}) but no checkpoint to "
-                        "resume: a new run would leave them in place until it finishes (a crash would leave another "
-                        "run's final policy looking like this one's); pass --overwrite to delete them and start "
-                        "over (or choose another --out)")
-    if resume and not found and not damaged and _launch_rank() == 0:
-        print(f"--resume: no checkpoint in {root}: starting from step 1", file=sys.stderr)
-
-
-RUN_OUTPUTS = ("final", "metrics.json", "history.json", "plots")
-"""what a finished run leaves in ``--out`` besides its checkpoints (``--overwrite`` deletes them too)"""
-
-
-def _delete_earlier_run(out: Path) -> None:
-    """``--overwrite``: the earlier run's checkpoints *and* outputs go before the new run starts, so a
-    crash part-way can never leave the old ``final/`` next to the new run's checkpoints."""
-    from components.gspo.checkpoint import CHECKPOINTS
-
-    for name in (CHECKPOINTS, *RUN_OUTPUTS):
-        path = out / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
-
-
-def _launch_rank() -> int:
-    """This process's global rank as the launcher set it (0 without one); before
-    :func:`init_distributed`, which checks the variables against each other."""
-    from components.gspo.distributed import _env_int
-
-    return _env_int("RANK") if os.environ.get("RANK") else 0
-
-
-@contextlib.contextmanager
-def _exclusive(out: Path) -> Iterator[None]:
-    """One training per output folder: rank 0 holds ``<out>/.train.lock`` for the whole run.
-
-    Two runs into one folder would interleave their checkpoints, and an ``--overwrite`` would
-    delete a running one's work while both report success. ``flock`` is released by the kernel
-    when the holder dies, so a crashed run never blocks the ``--resume`` that follows it."""
-    import filelock
-
-    if _launch_rank() != 0:  # the other ranks of one run: rank 0 holds it for them
-        yield
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(out / ".train.lock"), thread_local=False)
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        raise UserError(f"{out}: another training is running in this folder (it holds {out / '.train.lock'}); "
-                        "wait for it to finish, or choose another --out") from None
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def _progress_line(step: int, total: int, m: dict[str, float]) -> str:
@@ -188,8 +107,10 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_ste
         raise UserError(f"--max-steps must be >= 1, got {total}")
 
     check_writable_dir(out, "training output folder (--out / gspo.out_dir)")
-    with _exclusive(out):
-        _check_fresh_start(out, resume, overwrite)
+    with exclusive(out):
+        check_fresh_start(out, resume, overwrite)
+        if resume:
+            check_resumable(out, cfg)
         return _train(cfg, out, total, resume=resume, overwrite=overwrite, data_dir=data_dir, track=track,
                       on_step=on_step, items=items)
 
@@ -197,9 +118,10 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False, max_ste
 def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool, data_dir: Path | None,
            track: bool, on_step: StepCallback | None, items: list[Item] | None) -> TrainResult:
     """:func:`train` once the folder is checked and held."""
-    from components.gspo.checkpoint import latest_checkpoint, load_checkpoint, read_extra, save_checkpoint
+    from components.gspo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from components.gspo.distributed import init_distributed, shutdown_distributed
     from components.gspo.engines import build_engine, planned_updates
+    from components.gspo.resume import load_train_state
     from components.gspo.trainer import GSPOTrainer, seed_everything
     from components.mas.engine import RolloutEngine
     from components.mas.environment import Environment
@@ -231,14 +153,13 @@ def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool,
         run_id = None
         ckpt = latest_checkpoint(out) if resume else None
         if ckpt is not None:
-            trainer.check_config(read_extra(ckpt))  # a changed setting is named before any state is applied
-            extra = load_checkpoint(ckpt, engine)
-            trainer.load_state(extra)
+            extra = load_checkpoint(ckpt, engine)  # its state and settings were checked before the model loaded
+            load_train_state(trainer, extra, ckpt)
             run_id = extra.get("mlflow_run_id")
             if info.is_main:
                 print(f"resumed from {ckpt} at step {trainer.step_idx}", file=sys.stderr)
         elif overwrite and info.is_main:
-            _delete_earlier_run(out)
+            delete_earlier_run(out)
         if ckpt is None and cfg.budget.enabled and cfg.budget.fraction is not None:  # a resumed run restores B
             mean = trainer.calibrate_budget(cfg.budget.fraction, cfg.budget.calibration_questions)
             if info.is_main:
@@ -252,7 +173,7 @@ def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool,
         use_tracker = track and info.is_main
         with _maybe_tracker(cfg, use_tracker, f"train-{cfg.profile}", run_id) as tracker, \
                 _outbox(tracker, pending) as outbox:
-            if tracker is not None and run_id is None:
+            if tracker is not None and tracker.run_id != run_id:  # a new run (also one replacing a lost run)
                 tracker.log_params(cfg.flat())
             first_step = trainer.step_idx
             while trainer.step_idx < total:
@@ -321,7 +242,7 @@ def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any,
     """
     from components.gspo.distributed import barrier
     from components.gspo.plots import write_training_plots
-    from components.io import atomic_dir, write_json_atomic
+    from components.io import atomic_dir, naming_environment_errors, write_json_atomic
 
     final = out / "final"
     main = engine.dist.is_main
@@ -330,11 +251,14 @@ def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any,
         earlier = _registered_by_this_run(final, cfg, tracker.run_id)  # read before final/ is rewritten
     with engine.gathered_parameters(), (atomic_dir(final) if main else contextlib.nullcontext()) as tmp:
         if main:
-            module = engine.module
-            if cfg.model.lora_rank and hasattr(module, "merge_and_unload"):
-                module = module.merge_and_unload()  # a plain HF folder: evaluation needs no peft
-            module.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
+            # a full disk / quota / read-only file system is exit 2 naming final/, also when transformers or
+            # tokenizers wrap it in their own error; checked inside, before the staging folder's cleanup frees space
+            with naming_environment_errors(final, device=out):
+                module = engine.module
+                if cfg.model.lora_rank and hasattr(module, "merge_and_unload"):
+                    module = module.merge_and_unload()  # a plain HF folder: evaluation needs no peft
+                module.save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
     barrier()  # no rank leaves (and tears the process group down) while rank 0 may still need it
     if not main:
         return
@@ -344,9 +268,12 @@ def _finalise(cfg: Config, out: Path, engine: Any, tokenizer: Any, trainer: Any,
     summary = {"steps": trainer.step_idx, "config_hash": cfg.hash(), "budget_calibration": trainer.budget_calibration,
                "final": {k: v for k, v in last.items() if "/" in k and not k.startswith("silence/")},
                "first": {k: v for k, v in first.items() if "/" in k and not k.startswith("silence/")}}
-    write_json_atomic(out / "metrics.json", summary)
-    write_json_atomic(out / "history.json", trainer.history)
-    result.plots = write_training_plots(trainer.history, out / "plots")
+    with naming_environment_errors(out / "metrics.json", device=out):
+        write_json_atomic(out / "metrics.json", summary)
+    with naming_environment_errors(out / "history.json", device=out):
+        write_json_atomic(out / "history.json", trainer.history)
+    with naming_environment_errors(out / "plots", device=out):
+        result.plots = write_training_plots(trainer.history, out / "plots")
     if tracker is None:
         return
     from components.tracking.outbox import retry_until

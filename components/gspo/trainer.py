@@ -40,6 +40,7 @@ from components.gspo.batching import completion_logprobs, minibatch_indices
 from components.gspo.distributed import DistInfo
 from components.gspo.loss import LossOutput, get_policy_loss
 from components.gspo.memory import PhasePeaks
+from components.gspo.resume import check_resume_config, resume_hash, resume_settings
 from components.gspo.step_batch import StepBatch
 from components.mas.records import Episode
 from components.reward.budget import DualBudgetController
@@ -81,22 +82,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _hashed_settings(cfg: Config) -> dict[str, Any]:
-    """The ``section.key`` settings the config hash covers (``tracking.*`` is not hashed)."""
-    return {k: v for k, v in cfg.flat().items() if not k.startswith("tracking.")}
-
-
-def _settings_diff(then: Any, now: dict[str, Any]) -> str:
-    """``: gspo.lr 2e-05 -> 1e-05, ...`` naming what changed since a checkpoint was written
-    (empty for checkpoints written before they recorded their settings)."""
-    if not isinstance(then, dict):
-        return ""
-    changed = [f"{k} {then.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r}"
-               for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
-    shown = ", ".join(changed[:8]) + (f", ... ({len(changed)} in all)" if len(changed) > 8 else "")
-    return f": {shown}" if changed else ""
-
-
 class GSPOTrainer:
     """Runs GSPO steps: an environment plays episodes, a training engine updates the policy.
 
@@ -125,6 +110,8 @@ class GSPOTrainer:
         self.history: list[dict[str, float]] = []
         self.temperature = cfg.mas.temperature if cfg.mas.temperature > 0 else 1.0
         self.silence_id: int | None = getattr(getattr(env, "engine", None), "silence_id", None)
+        # where the sampler masked silence: from the 2nd token in a team, everywhere for a lone agent
+        self.silence_from = 1 if getattr(getattr(env, "engine", None), "silence_first", True) else 0
         """masked after a reply's first token by the decoder, so the trainer masks it too"""
         self.ref_model = self._reference_model() if self._wants_reference() else None
         self._last_kl_base: dict[str, float] = {}
@@ -157,11 +144,13 @@ class GSPOTrainer:
         if not (self.cfg.gspo.kl_beta > 0 if needed is None else needed):
             return None
         if self.ref_model is not None:
-            return completion_logprobs(self.ref_model, batch, self.temperature, self.silence_id)
+            return completion_logprobs(self.ref_model, batch, self.temperature,
+                                       self.silence_id, silence_from=self.silence_from)
         from components.models.lora import disabled_adapters
 
         with disabled_adapters(self.engine.module) as base:
-            return completion_logprobs(base, batch, self.temperature, self.silence_id)
+            return completion_logprobs(base, batch, self.temperature,
+                                       self.silence_id, silence_from=self.silence_from)
 
     @property
     def device(self) -> torch.device:
@@ -170,15 +159,13 @@ class GSPOTrainer:
     def state(self) -> dict[str, Any]:
         """Everything besides weights/optimizer/RNG that a resumed run needs."""
         return {"step": self.step_idx, "cursor": self.sampler.cursor, "controller": self.controller.state_dict(),
-                "history": self.history, "config_hash": self.cfg.hash(), "config_settings": _hashed_settings(self.cfg),
-                "budget_calibration": self.budget_calibration}
+                "history": self.history, "config_hash": self.cfg.hash(), "resume_hash": resume_hash(self.cfg),
+                "config_settings": resume_settings(self.cfg), "budget_calibration": self.budget_calibration}
 
     def check_config(self, state: dict[str, Any]) -> None:
-        """Refuse a checkpoint written under other settings, naming them (before any state is loaded)."""
-        if state.get("config_hash") not in (None, self.cfg.hash()):
-            raise UserError("checkpoint was written with a different config (config hash differs"
-                            + _settings_diff(state.get("config_settings"), _hashed_settings(self.cfg))
-                            + "); resume with the same params/profile or start a fresh --out folder")
+        """Refuse a checkpoint written under settings that change the trained weights, naming them
+        (before any state is loaded); the others may change (:mod:`components.gspo.resume`)."""
+        check_resume_config(state, self.cfg)
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.check_config(state)
@@ -200,7 +187,8 @@ class GSPOTrainer:
         seqs = batch.sequences
         old = torch.zeros_like(seqs.completion_mask)
         for rows in (m.to(self.device) for part in micro[1:] for m in part):
-            old[rows] = completion_logprobs(self.engine.module, seqs.select(rows), self.temperature, self.silence_id)
+            old[rows] = completion_logprobs(self.engine.module, seqs.select(rows), self.temperature,
+                                       self.silence_id, silence_from=self.silence_from)
         return old
 
     def calibrate_budget(self, fraction: float, questions: int) -> float:
@@ -237,7 +225,7 @@ class GSPOTrainer:
         idx = torch.cat(later if later else micro[0])[:rows].to(self.device)
         sub = batch.sequences.select(idx)
         logp = old_logp[idx] if later else completion_logprobs(self.engine.module, sub, self.temperature,
-                                                               self.silence_id)
+                                                               self.silence_id, silence_from=self.silence_from)
         base = ref_logp[idx] if ref_logp is not None else self._ref_logprobs(sub, needed=True)
         assert base is not None
         d = (base - logp) * sub.completion_mask
@@ -267,7 +255,8 @@ class GSPOTrainer:
             def micro_loss(rows: torch.Tensor, first: bool = k == 0) -> torch.Tensor:
                 rows = rows.to(self.device)
                 sub = seqs.select(rows)
-                logp = completion_logprobs(self.engine.module, sub, self.temperature, self.silence_id)
+                logp = completion_logprobs(self.engine.module, sub, self.temperature,
+                                       self.silence_id, silence_from=self.silence_from)
                 out: LossOutput = self.loss_fn(
                     logp, logp.detach() if first else old_logp[rows], batch.advantages[rows], sub.completion_mask,
                     eps_low=g.eps_low, eps_high=g.eps_high, kl_beta=g.kl_beta,

@@ -179,7 +179,9 @@ class RolloutEngine:
                                     "load the policy with load_policy(..., silence_marker=...) (it adds the token)")
         # mas.static_cache: a static KV cache everywhere, compiled (inductor) only on CUDA: on CPU
         # compile time dwarfs any gain, and the uncompiled static path decodes the same ids
-        stops = StopIds(self.eos, pad, self.silence_id, silence_first=not solo and cfg.agents > 1)
+        self.silence_first = not solo and cfg.agents > 1
+        """silence may start a reply (a team); a lone agent has no one to leave the word to: masked at every step"""
+        stops = StopIds(self.eos, pad, self.silence_id, silence_first=self.silence_first)
         backend = "inductor" if cfg.static_cache and self.device.type == "cuda" else None
         self.decoder = Decoder(model, stops, device=self.device, static_cache=bool(cfg.static_cache),
                                compile_backend=backend, logits_processor=logits_processor)

@@ -117,6 +117,38 @@ def test_damaged_checkpoints_and_unusable_folders_fail_by_name(prepared_data: Pa
         assert str(target) in lines[0] and "corrupt or unreadable checkpoint file" in lines[0], lines
     assert _snapshot(out) == before
 
+    # files that parse but hold the wrong contents: the same one error naming them, never a traceback
+    import torch
+
+    step2 = Path("checkpoints") / "step-000002"
+    meta = json.loads((out / step2 / "meta.json").read_text())
+    for name, part, write in (
+            ("empty-extra", "extra.json", lambda f: f.write_text("{}")),
+            ("no-hash", "extra.json", lambda f: f.write_text(json.dumps(
+                {k: v for k, v in json.loads(f.read_text()).items() if k != "config_hash"}))),
+            ("empty-optimizer", "engine/engine_state.pt", lambda f: torch.save({}, f)),
+            ("empty-rng", "rng/rank-00000.pt", lambda f: torch.save({}, f)),
+            ("meta-step", "meta.json", lambda f: f.write_text(json.dumps(meta | {"step": 99})))):
+        copy = tmp_path / f"contents-{name}"
+        shutil.copytree(out, copy)
+        write(copy / step2 / part)
+        res = _run(prepared_data, copy, "--resume")
+        lines = [line for line in res.stderr.splitlines() if line.startswith("agent-gspo train: error:")]
+        assert res.returncode == 2 and "Traceback" not in res.stderr and "resumed from" not in res.stderr, \
+            res.stderr[-3000:]
+        assert lines[0].startswith(f"agent-gspo train: error: {copy / step2 / part}: corrupt or incompatible "
+                                   "checkpoint ("), lines
+
+    # settings that cannot change the trained weights may change on --resume (fewer checkpoints kept
+    # after a full disk, a moved run folder, evaluation and registry settings)
+    free = tmp_path / "free-settings"
+    shutil.copytree(out, free)
+    res = _run(prepared_data, free, "--resume", "--max-steps", "3", "--set", "gspo.keep_checkpoints=1",
+               "--set", "gspo.checkpoint_every=3", "--set", "gspo.out_dir=elsewhere", "--set", "eval.limit=3",
+               "--set", "registry.model_name=other", "--set", "search.trials=3")
+    assert res.returncode == 0 and "resumed from" in res.stderr, res.stderr[-3000:]
+    assert [p.name for p in list_checkpoints(free)] == ["step-000003"]
+
     no_meta = tmp_path / "no-meta"
     shutil.copytree(out, no_meta)
     for meta in (no_meta / "checkpoints").glob("step-*/meta.json"):
@@ -137,6 +169,15 @@ def test_damaged_checkpoints_and_unusable_folders_fail_by_name(prepared_data: Pa
     res = _run(prepared_data, a_file)
     assert res.returncode == 2 and f"{a_file}: exists and is not a folder" in res.stderr, res.stderr[-2000:]
     assert "Loading" not in res.stderr  # refused before the model loads
+    for name in ("checkpoints", "final"):  # not after a whole training step, with a traceback
+        holder = tmp_path / f"{name}-a-file"
+        holder.mkdir()
+        (holder / name).write_text("x")
+        for extra in ((), ("--resume",), ("--overwrite",)):
+            res = _run(prepared_data, holder, "--max-steps", "1", *extra)
+            assert res.returncode == 2 and f"{holder / name}: exists and is not a folder" in res.stderr, res.stderr
+            assert "Loading" not in res.stderr and "Traceback" not in res.stderr
+        assert (holder / name).read_text() == "x"
 
     empty = _run(prepared_data, tmp_path / "new", "--resume", "--max-steps", "1")
     assert empty.returncode == 0 and "no checkpoint in" in empty.stderr and "starting from step 1" in empty.stderr
@@ -192,3 +233,37 @@ def test_a_resume_at_the_last_step_does_not_register_the_model_again(prepared_da
     versions = MlflowClient(f"sqlite:///{db}").search_model_versions("name='resume-once'")
     assert [str(v.version) for v in versions] == ["1"]
     assert json.loads((out / "final" / "registered_model.json").read_text())["version"] == "1"
+
+
+def test_a_tracked_run_resumes_after_its_tracking_server_moved(prepared_data: Path, tmp_path: Path) -> None:
+    """The checkpoint's MLflow run is not on the new server: the run goes on in a new run there, tagged
+    with the old id, with one warning naming both (the earlier steps' metrics stay on the old server)."""
+    from mlflow import MlflowClient
+
+    out = tmp_path / "run"
+
+    def tracked(uri: str, *extra: str) -> subprocess.CompletedProcess:
+        sets = [s for s in _sets(prepared_data, out) if not s.startswith("tracking.uri=")] + ["gspo.steps=3"]
+        return subprocess.run([sys.executable, "-m", "components.cli", "train", "--params", str(ROOT / "params.yaml"),
+                               "--out", str(out), *[a for s in sets for a in ("--set", s)], *extra],
+                              cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+                                                 "MLFLOW_TRACKING_URI": uri},
+                              capture_output=True, text=True, timeout=600)
+
+    first_uri, second_uri = f"sqlite:///{tmp_path / 'first.db'}", f"sqlite:///{tmp_path / 'second.db'}"
+    first = tracked(first_uri, "--max-steps", "2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    (old_run,) = MlflowClient(first_uri).search_runs([MlflowClient(first_uri).get_experiment_by_name(
+        "agent-gspo").experiment_id])
+    old = old_run.info.run_id
+    moved = tracked(second_uri, "--resume")
+    assert moved.returncode == 0, moved.stderr[-3000:]
+    warnings = [line for line in moved.stderr.splitlines() if line.startswith("warning: MLflow run")]
+    assert len(warnings) == 1 and old in warnings[0] and "earlier steps stay" in warnings[0], moved.stderr[-3000:]
+    client = MlflowClient(second_uri)
+    (new_run,) = client.search_runs([client.get_experiment_by_name("agent-gspo").experiment_id])
+    assert f"new run {new_run.info.run_id}" in warnings[0]
+    assert new_run.info.status == "FINISHED" and new_run.data.tags["agent_gspo.resumed_from_run"] == old
+    assert new_run.data.params  # a new run gets the config as params, like any first run
+    assert [m.step for m in client.get_metric_history(new_run.info.run_id, "train/reward")][-1] == 3
+    assert "step 3/3" in moved.stdout and (out / "final" / "model.safetensors").is_file()

@@ -274,7 +274,7 @@ def test_a_wrapped_write_error_on_a_full_device_is_reported_as_enospc(tmp_path: 
     writer's own error stays (a bug is not dressed up as a full disk)."""
     import errno
 
-    import components.gspo.checkpoint as ck
+    import components.io as io
 
     eng = torch_engine()
 
@@ -282,11 +282,11 @@ def test_a_wrapped_write_error_on_a_full_device_is_reported_as_enospc(tmp_path: 
         raise RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file")
 
     monkeypatch.setattr(eng, "save_checkpoint_state", wrapped)
-    monkeypatch.setattr(ck, "_device_full", lambda path: True)
+    monkeypatch.setattr(io, "_device_full", lambda path: True)
     with pytest.raises(OSError) as err:
         save_checkpoint(tmp_path, 1, eng, extra={})
     assert err.value.errno == errno.ENOSPC and err.value.filename.endswith(".tmp-step-000001")
-    monkeypatch.setattr(ck, "_device_full", lambda path: False)
+    monkeypatch.setattr(io, "_device_full", lambda path: False)
     with pytest.raises(RuntimeError, match="PytorchStreamWriter"):
         save_checkpoint(tmp_path, 1, eng, extra={})
     assert not list((tmp_path / "checkpoints").iterdir())

@@ -233,3 +233,35 @@ def test_exploration_keeps_the_ratio_exact(tiny):
         behaviour[row, : m.completion_tokens] = torch.tensor(m.logprobs)
     assert ((logp - behaviour) * batch.completion_mask).abs().max() < 1e-4
     assert ((unmasked - behaviour) * batch.completion_mask).abs().max() > 1e-3  # the mask matters
+
+
+def test_a_lone_agent_never_silent_keeps_the_ratio_exact_too():
+    """mas.agents=1: the decoder masks silence at every step, the first included; the trainer's
+    log-probs must renormalise there too (was: only from the 2nd token, so π_old held silence mass the
+    sampler never had and the gradient moved the silence row of a team that cannot use it)."""
+    from components.gspo.trainer import GSPOTrainer
+
+    model, tok = build_tiny_model(seed=0)
+    engine = RolloutEngine(model, tok, MasConfig(agents=1, rounds=1, max_message_tokens=8, temperature=1.0))
+    set_silence_prior(model, engine.first_round_prompts([ITEM]), engine.silence_id, 0.3)
+    assert engine.silence_first is False
+    msgs = [m for e in engine.rollout([ITEM] * 4, 4, seed=1) for m in e.messages]
+    assert not any(m.silent for m in msgs)
+    batch = pack_messages(msgs, int(tok.pad_token_id))
+    with torch.no_grad():
+        logp = completion_logprobs(model, batch, 1.0, engine.silence_id, silence_from=0)
+        team_rule = completion_logprobs(model, batch, 1.0, engine.silence_id)
+    behaviour = torch.zeros_like(logp)
+    for row, m in enumerate(msgs):
+        behaviour[row, : m.completion_tokens] = torch.tensor(m.logprobs)
+    assert ((logp - behaviour) * batch.completion_mask).abs().max() < 1e-4
+    assert ((team_rule - behaviour) * batch.completion_mask).abs().max() > 1e-2  # the first token differs
+    from types import SimpleNamespace
+
+    from components.config import load_config
+    from components.gspo.distributed import DistInfo
+
+    cfg = load_config(None, None, ["mas.agents=1"])
+    trainer = GSPOTrainer(cfg, SimpleNamespace(module=model), SimpleNamespace(engine=engine), [ITEM],
+                          DistInfo(0, 1, 0, True), pad_id=0)
+    assert trainer.silence_from == 0  # the trainer masks where this engine's sampler did

@@ -82,9 +82,9 @@ def test_pi_old_is_scored_on_the_update_micro_batches_and_only_for_later_minibat
         calls: list[tuple[tuple[int, ...], list[int], bool]] = []
         real = trainer_mod.completion_logprobs
 
-        def spy(model, batch, temperature=1.0, silence_id=None, _real=real, _calls=calls):
+        def spy(model, batch, temperature=1.0, silence_id=None, _real=real, _calls=calls, **kwargs):
             _calls.append((tuple(batch.input_ids.shape), batch.input_ids[:, 0].tolist(), torch.is_grad_enabled()))
-            return _real(model, batch, temperature, silence_id)
+            return _real(model, batch, temperature, silence_id, **kwargs)
 
         monkeypatch.setattr(trainer_mod, "completion_logprobs", spy)
         res = run.trainer.train_step()
@@ -144,9 +144,9 @@ def test_kl_from_base_reuses_pi_old_and_costs_one_base_forward(monkeypatch):
     calls: list[tuple[bool, int, bool]] = []
     real = trainer_mod.completion_logprobs
 
-    def spy(model, batch, temperature=1.0, silence_id=None):
+    def spy(model, batch, temperature=1.0, silence_id=None, **kwargs):
         calls.append((model is ref, batch.input_ids.shape[0], torch.is_grad_enabled()))
-        return real(model, batch, temperature, silence_id)
+        return real(model, batch, temperature, silence_id, **kwargs)
 
     monkeypatch.setattr(trainer_mod, "completion_logprobs", spy)
     first = run.trainer.train_step().metrics["gspo/kl_base"]

@@ -422,9 +422,12 @@ class _StderrHandler(logging.StreamHandler):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for name, value in vars(args).items():  # every string option is a path or a name: "" would mean the default
-        if isinstance(value, str) and not value.strip() and name != "profile":  # (--profile "" has its own message)
-            parser.error(f"--{name.replace('_', '-')}: empty value (omit the option for its default)")
+    empty = [name for name, value in vars(args).items()  # every string option is a path or a name: "" would
+             if isinstance(value, str) and not value.strip() and name != "profile"]  # mean its default
+    if empty:  # (--profile "" has its own message)
+        print(f"agent-gspo {args.command}: error: --{empty[0].replace('_', '-')}: empty path or name "
+              "(omit the option for its default)", file=sys.stderr)
+        return 2
     _log_progress(args.command)
 
     def command() -> int:

@@ -309,7 +309,7 @@ def validate(
             try:
                 frame = pd.read_parquet(path)
             except (pa.ArrowException, OSError) as exc:  # corrupt: one line naming the file, not a traceback
-                from components.data.prepare import unreadable_prepared
+                from components.data.outputs import unreadable_prepared
 
                 raise unreadable_prepared(path, name, exc) from None
             results.append(validate_frame(name, split, frame))

@@ -30,8 +30,9 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from components.data.spec import RECORD_COLUMNS, DataError, DataWriteError, get_spec
@@ -46,10 +47,35 @@ from components.io import (
     swap_in,
 )
 
-if TYPE_CHECKING:
-    from components.data.prepare import CheckedBenchmark
-
 MANIFEST = "manifest.json"
+
+
+@dataclass
+class CheckedBenchmark:
+    """One benchmark read, normalised and validated in memory; nothing written yet."""
+
+    name: str
+    source: str
+    tables: dict[str, pa.Table]
+    """split -> records, in parquet shape."""
+    input_sha256: dict[str, str]
+    suites: list[Any]
+    """:class:`components.data.expectations.SuiteResult` per split."""
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(r.success for r in self.suites)
+
+
+def unreadable_prepared(path: Path, benchmark: str, exc: BaseException) -> DataError:
+    """The one-line error for a prepared file pyarrow cannot read (also used by ``validate``)."""
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    detail = detail.replace(f"Could not open Parquet input source '{path}': ", "")  # the path is named once
+    return DataError(f"{path}: corrupt or unreadable prepared file ({detail}); re-run "
+                     f"`agent-gspo prepare --benchmarks {benchmark}`")
+
+
 
 
 def manifest_sha256(data_dir: Path) -> str | None:

@@ -41,11 +41,13 @@ from components.data.item import Item
 from components.data.outputs import (  # noqa: F401  (MANIFEST, BenchmarkResult, manifest_sha256: re-exported)
     MANIFEST,
     BenchmarkResult,
+    CheckedBenchmark,
     StagedBenchmark,
     check_prepare,
     commit,
     manifest_sha256,
     stage_benchmark,
+    unreadable_prepared,
     write_locks,
 )
 from components.data.sources import load_benchmark, resolve_mirror
@@ -81,24 +83,6 @@ def records_to_table(records: list[Record]) -> pa.Table:
     """Records (meta as dict) -> arrow table with ``meta`` JSON-encoded (sorted keys, UTF-8)."""
     rows = [{**r, "meta": json.dumps(r["meta"], ensure_ascii=False, sort_keys=True)} for r in records]
     return pa.Table.from_pylist(rows, schema=PARQUET_SCHEMA)
-
-
-@dataclass
-class CheckedBenchmark:
-    """One benchmark read, normalised and validated in memory; nothing written yet."""
-
-    name: str
-    source: str
-    tables: dict[str, pa.Table]
-    """split -> records, in parquet shape."""
-    input_sha256: dict[str, str]
-    suites: list[Any]
-    """:class:`components.data.expectations.SuiteResult` per split."""
-    seconds: float
-
-    @property
-    def ok(self) -> bool:
-        return all(r.success for r in self.suites)
 
 
 def check_benchmark(
@@ -258,14 +242,6 @@ def read_prepared(path: Path, benchmark: str) -> pa.Table:
         return pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
         raise unreadable_prepared(path, benchmark, exc) from None
-
-
-def unreadable_prepared(path: Path, benchmark: str, exc: BaseException) -> DataError:
-    """The one-line error for a prepared file pyarrow cannot read (also used by ``validate``)."""
-    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    detail = detail.replace(f"Could not open Parquet input source '{path}': ", "")  # the path is named once
-    return DataError(f"{path}: corrupt or unreadable prepared file ({detail}); re-run "
-                     f"`agent-gspo prepare --benchmarks {benchmark}`")
 
 
 def load_manifest(data_dir: str | os.PathLike[str]) -> dict[str, Any]:

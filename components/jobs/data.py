@@ -79,7 +79,7 @@ class PrepareJob(Job):
 
     def check_one(self, name: str) -> Any:
         """Read and validate one benchmark, write nothing: the suites' outcome
-        (:class:`components.data.prepare.CheckedBenchmark` without its records, small enough to pass
+        (:class:`components.data.outputs.CheckedBenchmark` without its records, small enough to pass
         between Prefect tasks). The flow checks every benchmark before any is written."""
         import dataclasses
 

@@ -95,21 +95,11 @@ def naming_environment_errors(target: str | os.PathLike[str],
 
 
 @contextlib.contextmanager
-def _naming(target: Path) -> Iterator[None]:
-    """An OSError creating the temporary name (read-only file system, full disk, no permission)
-    names ``target``: the user asked for that path and never sees the temporary one."""
-    try:
-        yield
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(target)) from None
-
-
-@contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``target``; rename it over ``target`` only on success."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _naming(target):
+    with naming_environment_errors(target):  # the user never sees the temporary name
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
@@ -158,7 +148,7 @@ def staging_dir(target: str | os.PathLike[str]) -> Path:
     if it never swaps it in."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _naming(target):
+    with naming_environment_errors(target):  # the user never sees the temporary name
         return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".staging", dir=target.parent))
 
 

@@ -20,7 +20,6 @@ from test_data_robustness import humaneval_rows, multiarith_items, snapshot, wri
 import components.data.outputs as outputs
 from components.cli import main
 from components.config import load_config
-from components.data.adapters import load_mirror
 from components.data.outputs import StagedBenchmark
 from components.data.prepare import load_split, prepare
 from components.data.sources import load_benchmark
@@ -258,15 +257,6 @@ def test_a_corrupt_manifest_is_refused_not_rebuilt(prepared: Path, tmp_path: Pat
     err = _one_line_error(capsys)
     assert f"{prepared / 'manifest.json'}:1: corrupt manifest" in err and "delete it and re-run" in err
     assert snapshot(prepared) == before  # humaneval's entry is not silently dropped
-
-
-def test_an_mmlu_csv_with_a_bom_names_the_bom(tmp_path: Path) -> None:
-    for split in ("test", "val", "dev"):
-        (tmp_path / f"mmlu/data/{split}").mkdir(parents=True)
-        (tmp_path / f"mmlu/data/{split}/anatomy_{split}.csv").write_bytes(b'"What?",a,b,c,d,A\n')
-    (tmp_path / "mmlu/data/val/anatomy_val.csv").write_bytes(b'\xef\xbb\xbf"Ok?",a,b,c,d,A\n')
-    with pytest.raises(DataError, match=r"mmlu: .*anatomy_val\.csv:1: starts with a UTF-8 BOM"):
-        load_mirror("mmlu", tmp_path)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "loop", "device", "dangling"])

@@ -98,12 +98,16 @@ def test_null_multiarith_item_is_a_data_error(tmp_path: Path) -> None:
         load_mirror("multiarith", mirror)
 
 
-def test_latin1_mmlu_csv_is_a_data_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("val", "expected"), [
+    (b'"Ok?",a,b,c,d,A\n"Caf\xe9?",a,b,c,d,B\n', r"mmlu: .*anatomy_val\.csv:2: not UTF-8"),  # latin-1
+    (b'\xef\xbb\xbf"Ok?",a,b,c,d,A\n', r"mmlu: .*anatomy_val\.csv:1: starts with a UTF-8 BOM"),  # was: row width
+])
+def test_an_mmlu_csv_that_is_not_plain_utf8_is_a_data_error(tmp_path: Path, val: bytes, expected: str) -> None:
     for split in ("test", "val", "dev"):
         (tmp_path / f"mmlu/data/{split}").mkdir(parents=True)
         (tmp_path / f"mmlu/data/{split}/anatomy_{split}.csv").write_bytes(b'"What?",a,b,c,d,A\n')
-    (tmp_path / "mmlu/data/val/anatomy_val.csv").write_bytes(b'"Ok?",a,b,c,d,A\n"Caf\xe9?",a,b,c,d,B\n')
-    with pytest.raises(DataError, match=r"mmlu: .*anatomy_val\.csv:2: not UTF-8"):
+    (tmp_path / "mmlu/data/val/anatomy_val.csv").write_bytes(val)
+    with pytest.raises(DataError, match=expected):
         load_mirror("mmlu", tmp_path)
 
 

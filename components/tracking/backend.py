@@ -120,10 +120,22 @@ _NOISE = ("(Background on this error at", "[SQL:", "[parameters:")
 """SQLAlchemy's extra lines: a link, and the statement with its bound values (which may hold data)"""
 
 
+MAX_ERROR_CHARS = 500
+"""a backend's message is cut here: an MLflow server's 400 echoes the whole request (a logged table, a
+long parameter), which would bury the one line that says what failed"""
+
+
 def one_line(exc: BaseException) -> str:
-    """``exc``'s text as one line: SQLAlchemy's link and statement lines dropped, the rest joined."""
+    """``exc``'s text as one line: SQLAlchemy's link and statement lines dropped, the rest joined, cut
+    to :data:`MAX_ERROR_CHARS` (saying how much was left out). Redacted before the cut, which could
+    otherwise leave a password without the ``@`` that marks it."""
+    from components.redact import redact
+
     lines = [line.strip() for line in str(exc).splitlines()]
-    return "; ".join(line for line in lines if line and not line.startswith(_NOISE)) or type(exc).__name__
+    text = redact("; ".join(line for line in lines if line and not line.startswith(_NOISE)) or type(exc).__name__)
+    if len(text) > MAX_ERROR_CHARS:
+        text = f"{text[:MAX_ERROR_CHARS]}... ({len(text) - MAX_ERROR_CHARS} more characters)"
+    return text
 
 
 def backend_error(uri: str, operation: str, exc: BaseException) -> TrackingError:

@@ -128,3 +128,30 @@ def test_the_cli_prints_one_line_and_exits_2(locked_db: Path, monkeypatch: pytes
     assert code == 2
     assert err[-1].startswith("agent-gspo promote: error: open the registry failed on MLflow tracking URI")
     assert "Traceback" not in "\n".join(err) and "database is locked" in err[-1]
+
+
+def test_a_backend_message_echoing_a_huge_request_is_cut(tmp_path: Path) -> None:
+    """MLflow's refusal to change a logged parameter echoes both values: the error stays one short line."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    client = mlflow.MlflowClient(uri)
+    run = client.create_run(client.create_experiment("e"))
+    client.log_param(run.info.run_id, "k", "x" * 5_000)
+    with pytest.raises(TrackingError) as info:
+        guarded(uri, "logging a parameter", lambda: client.log_param(run.info.run_id, "k", "z" * 5_000))
+    text = str(info.value)
+    assert "logging a parameter failed on MLflow tracking URI" in text and "more characters)" in text
+    assert len(text) < 1_000 and "\n" not in text
+
+
+def test_a_password_at_the_cut_is_redacted_before_it() -> None:
+    from mlflow.exceptions import MlflowException
+
+    from components.tracking.backend import MAX_ERROR_CHARS
+
+    secret = "http://user:hunter2hunter2@mlflow.example:5000/api"
+    pad = "y" * (MAX_ERROR_CHARS - 20)  # the cut falls inside the URL, before its '@'
+    with pytest.raises(TrackingError) as info:
+        guarded("http://mlflow.example:5000", "op", lambda: (_ for _ in ()).throw(MlflowException(pad + secret)))
+    assert "hunter2" not in str(info.value)

@@ -159,6 +159,12 @@ class BudgetConfig(_Section):
                              f"bounds lambda_tok by [-lambda_max, lambda_max] (remove budget.lambda_min)")
         if self.lambda_min > self.lambda_max:
             raise ValueError(f"budget.lambda_min={self.lambda_min!r} is above budget.lambda_max={self.lambda_max!r}")
+        # unlike lr, mode or lambda_max (a profile's budget left in place when an experiment turns it
+        # off), fraction is null in every profile: set with the budget off, it is a mistake
+        if self.fraction is not None and not self.enabled:
+            raise ValueError(f"budget.fraction={self.fraction!r} is read only with budget.enabled=true (with the "
+                             "budget off no B is calibrated or tracked): set budget.enabled=true or "
+                             "budget.fraction=null")
         return self
 
 
@@ -204,6 +210,15 @@ class DeepSpeedConfig(_Section):
         if self.hostfile is not None and self.launcher != "deepspeed":
             raise ValueError(f"deepspeed.hostfile is read only with deepspeed.launcher=deepspeed (launcher is "
                              f"{self.launcher!r}): set deepspeed.launcher=deepspeed or deepspeed.hostfile=null")
+        # launcher none is one process: no other rank or node would ever start (a torchrun started by
+        # hand takes its world size from its own options, never from these keys)
+        extra = [f"deepspeed.{k}={v}" for k, v in (("nproc_per_node", self.nproc_per_node),
+                                                    ("num_nodes", self.num_nodes)) if v > 1]
+        if extra and self.launcher == "none":
+            reset = " and ".join(f"{e.split('=')[0]}=1" for e in extra)
+            raise ValueError(f"{' and '.join(extra)} {'is' if len(extra) == 1 else 'are'} read only with a launcher "
+                             "(deepspeed.launcher is 'none': one process, the others would never start): set "
+                             f"deepspeed.launcher=torchrun or deepspeed.launcher=deepspeed, or {reset}")
         return self
 
 

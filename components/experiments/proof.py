@@ -30,7 +30,8 @@ from components.experiments.results import EvalCell, ResultsFileError, _Strict
 
 Log = Callable[[str], None]
 SYSTEMS = ("mas_untrained", "mas_prior", "agent_gspo", "lambda0")
-LAMBDA0 = ("reward.lambda_tok=0", "budget.enabled=false", "reward.lambda_turn=0", "reward.lambda_rep=0")
+LAMBDA0 = ("reward.lambda_tok=0", "budget.enabled=false", "budget.fraction=null", "reward.lambda_turn=0",
+           "reward.lambda_rep=0")
 """the λ=0 variant: task reward only"""
 
 

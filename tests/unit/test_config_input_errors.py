@@ -79,10 +79,46 @@ def test_unknown_profile_lists_each_name_once(tmp_path):
     ("eval.benchmarks=[nope]", r"eval.benchmarks.0: Input should be 'mmlu'"),
     ("mas.adjacency=[[1]]", "mas.adjacency is read only with topology 'custom'"),
     ("deepspeed.hostfile=hosts.txt", "deepspeed.hostfile is read only with deepspeed.launcher=deepspeed"),
+    # launcher none is one process: the other ranks would never be started
+    ("deepspeed.nproc_per_node=4", r"deepspeed.nproc_per_node=4 is read only with a launcher \(deepspeed.launcher "
+                                   r"is 'none'.*\): set deepspeed.launcher=torchrun or deepspeed.launcher=deepspeed, "
+                                   r"or deepspeed.nproc_per_node=1$"),
+    ("deepspeed.num_nodes=2", r"deepspeed.num_nodes=2 is read only with a launcher .* or deepspeed.num_nodes=1$"),
 ])
 def test_overrides_that_would_be_ignored_or_crash_later_are_refused(override, expected):
     with pytest.raises(ConfigError, match=expected):
         load_config(ROOT / "params.yaml", None, [override])
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["budget.enabled=false", "budget.fraction=0.5"],
+     r"budget.fraction=0.5 is read only with budget.enabled=true \(with the budget off no B is calibrated or "
+     r"tracked\): set budget.enabled=true or budget.fraction=null$"),
+    (["deepspeed.num_nodes=2", "deepspeed.nproc_per_node=8"],
+     r"deepspeed.nproc_per_node=8 and deepspeed.num_nodes=2 are read only with a launcher .*: set "
+     r"deepspeed.launcher=torchrun or deepspeed.launcher=deepspeed, or deepspeed.nproc_per_node=1 and "
+     r"deepspeed.num_nodes=1$"),
+])
+def test_a_setting_whose_switch_is_off_is_refused_naming_both_keys(overrides, expected, capsys, monkeypatch):
+    """Were silently ignored: no B calibrated with the budget off; one process with launcher none."""
+    with pytest.raises(ConfigError, match=expected):
+        load_config(ROOT / "params.yaml", None, overrides)
+    monkeypatch.chdir(ROOT)
+    argv = ["validate", "--params", str(ROOT / "params.yaml")]
+    assert main([*argv, *(a for o in overrides for a in ("--set", o))]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and overrides[-1].split("=")[0] in err and "read only with" in err, err
+
+
+@pytest.mark.parametrize(("profile", "overrides"), [
+    (None, ["budget.fraction=0.5"]),  # the budget on: B = fraction x the untrained policy's tokens
+    (None, ["deepspeed.launcher=torchrun", "deepspeed.num_nodes=2", "deepspeed.nproc_per_node=2"]),
+    # a profile's budget.mode / lr / kp / lambda_max left in place when an experiment turns the budget off
+    ("results", ["reward.lambda_tok=0", "budget.enabled=false", "reward.lambda_turn=0", "reward.lambda_rep=0"]),
+])
+def test_the_allowed_neighbours_of_the_refused_combinations_load(profile, overrides):
+    cfg = load_config(ROOT / "params.yaml", profile, overrides)
+    assert cfg.flat()[overrides[-1].split("=")[0]] is not None
 
 
 def test_budget_bounds_and_custom_adjacency_values_are_checked():

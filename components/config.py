@@ -60,7 +60,11 @@ class DataConfig(_Section):
     out_dir: Name = Field("data", description="folder for prepared parquet files and manifest.json")
     report_dir: Name = Field("reports", description="folder for validation reports")
     train_sources: list[str] = Field(default_factory=lambda: ["gsm8k/train"], min_length=1,
-                                     description="benchmark/split pairs used as training questions")
+                                     description="benchmark/split pairs used as training questions (never "
+                                                 "the items the evaluation samples)")
+    train_mix: Literal["pooled", "balanced"] = Field(
+        "pooled", description="pooled: one shuffle over all training questions; balanced: an equal share of "
+                              "questions per benchmark, in turn")
 
     @field_validator("train_sources")
     @classmethod

@@ -50,7 +50,7 @@ from components.evaluation.metrics import (
 )
 from components.evaluation.publish import check_out_dir, publish
 from components.evaluation.report import render_markdown, write_reports
-from components.evaluation.sampling import derived_seed, sample_items
+from components.evaluation.sampling import EVAL_SPLIT, derived_seed, sample_items
 from components.mas.environment import grade_episodes
 from components.mas.voting import vote
 
@@ -61,7 +61,7 @@ BASE_WEIGHTS = ("mas_untrained", "mas_prior")
 """baselines that run the untrained base model, not the evaluated policy"""
 MAS_SYSTEMS = (MAIN_SYSTEM, *BASE_WEIGHTS)
 """systems whose episodes are agents x rounds of messages (a silence grid means something)"""
-SPLIT = "test"
+SPLIT = EVAL_SPLIT
 
 
 class EvalInputError(UserError):

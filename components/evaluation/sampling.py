@@ -15,6 +15,9 @@ from collections.abc import Sequence
 from components.data.item import Item
 from components.errors import UserError
 
+EVAL_SPLIT = "test"
+"""the split every benchmark is evaluated on (training never uses its sampled items)"""
+
 
 class SamplingError(UserError):
     """Bad sampling input: a non-positive limit or duplicate item ids."""

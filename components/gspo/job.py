@@ -46,8 +46,14 @@ class TrainResult:
 
 
 def load_train_items(cfg: Config, data_dir: Path | None = None) -> list[Item]:
-    """Training questions from the prepared parquet of ``data.train_sources`` ("bench/split")."""
+    """Training questions from the prepared parquet of ``data.train_sources`` ("bench/split").
+
+    Never the items the evaluation samples: a source that is an evaluated split (``test`` of a
+    benchmark in ``eval.benchmarks``) loses the ``eval.limit`` items ``eval.seed`` draws from it, so
+    training on "the rest of HumanEval" cannot leak the items the results are measured on.
+    """
     from components.data.prepare import load_split
+    from components.evaluation.sampling import EVAL_SPLIT, sample_items
 
     data_dir = Path(data_dir or cfg.data.out_dir)
     items: list[Item] = []
@@ -58,7 +64,14 @@ def load_train_items(cfg: Config, data_dir: Path | None = None) -> list[Item]:
         path = data_dir / bench / f"{split}.parquet"
         if not path.exists():
             raise UserError(f"data.train_sources: {path} not found; run `agent-gspo prepare` first")
-        items.extend(load_split(data_dir, bench, split))
+        rows = load_split(data_dir, bench, split)
+        if split == EVAL_SPLIT and bench in cfg.eval.benchmarks:
+            held = {i.id for i in sample_items(rows, cfg.eval.limit, cfg.eval.seed, where=str(path))}
+            rows = [i for i in rows if i.id not in held]
+            if not rows:
+                raise UserError(f"data.train_sources: {source!r} is evaluated whole (eval.limit="
+                                f"{cfg.eval.limit!r}, eval.seed={cfg.eval.seed}): no item is left to train on")
+        items.extend(rows)
     return items
 
 

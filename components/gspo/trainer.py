@@ -52,19 +52,35 @@ class QuestionSampler:
     """Deterministic pass over the training items: shuffled per epoch with ``seed + epoch``.
 
     ``cursor`` counts items handed out so far; it is saved with every checkpoint so a resumed
-    run draws exactly the questions an uninterrupted run would.
+    run draws exactly the questions an uninterrupted run would. ``mix="balanced"`` takes the
+    benchmarks in turn (question ``c`` from benchmark ``c mod B``, in order of first appearance),
+    each with its own per-epoch shuffle, so a 64-item source mixed with a 7,473-item one gets half
+    the questions instead of under 1 %; the cursor alone still fixes every draw.
     """
 
     items: Sequence[Item]
     seed: int
     cursor: int = 0
+    mix: str = "pooled"
+
+    def __post_init__(self) -> None:
+        if self.mix not in ("pooled", "balanced"):
+            raise ValueError(f"mix must be 'pooled' or 'balanced', got {self.mix!r}")
+        groups: dict[str, list[Item]] = {}
+        for item in self.items:
+            groups.setdefault(item.benchmark, []).append(item)
+        self._groups = list(groups.values()) if self.mix == "balanced" else [list(self.items)]
 
     def next_batch(self, n: int) -> list[Item]:
         out = []
         for _ in range(n):
-            epoch, pos = divmod(self.cursor, len(self.items))
-            order = np.random.default_rng(self.seed + epoch).permutation(len(self.items))
-            out.append(self.items[int(order[pos])])
+            turn, k = divmod(self.cursor, len(self._groups))
+            group = self._groups[k]
+            epoch, pos = divmod(turn, len(group))
+            # pooled keeps its historical stream (seed + epoch); balanced seeds each benchmark apart
+            stream = self.seed + epoch if self.mix == "pooled" else [self.seed, k, epoch]
+            order = np.random.default_rng(stream).permutation(len(group))
+            out.append(group[int(order[pos])])
             self.cursor += 1
         return out
 
@@ -103,7 +119,7 @@ class GSPOTrainer:
         if problem:  # the launcher's world size (the config check covers only launches it configures)
             raise UserError(f"{problem}; the world size here is WORLD_SIZE={dist.world_size} (set by the launcher)")
         self.cfg, self.engine, self.env, self.dist, self.pad_id = cfg, engine, env, dist, pad_id
-        self.sampler = QuestionSampler(items, cfg.gspo.seed)
+        self.sampler = QuestionSampler(items, cfg.gspo.seed, mix=cfg.data.train_mix)
         self.controller = DualBudgetController.from_config(cfg.budget, cfg.reward)
         self.loss_fn = get_policy_loss(cfg.gspo.level)
         self.step_idx = 0
@@ -197,7 +213,7 @@ class GSPOTrainer:
         question distribution the dual controller then tracks. Questions come from their own seeded
         stream, so training sees the same questions with or without calibration. Returns that mean."""
         g, cfg = self.cfg.gspo, self.cfg
-        sampler = QuestionSampler(self.sampler.items, g.seed + 104_729)
+        sampler = QuestionSampler(self.sampler.items, g.seed + 104_729, mix=self.sampler.mix)
         mine = sampler.next_batch(questions)[self.dist.rank:: self.dist.world_size]
         self.engine.eval()
         with torch.no_grad(), self.engine.gathered_parameters():

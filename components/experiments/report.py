@@ -205,12 +205,20 @@ def _provenance(results: Mapping[str, ResultsFile]) -> list[str]:
         out.append(f"| {name} | {r.description or r.label} | {over} | {b} | {r.profile} | {r.model} | "
                    f"`{r.config_hash[:12]}` | `{r.item_ids_sha256[:12]}` | `{(r.git_commit or 'unknown')[:10]}` | "
                    f"{r.wall_seconds:.0f} | {runs} |")
-    samples = {r.item_ids_sha256 for r in results.values()}
-    manifests = {r.data_manifest_sha256 for r in results.values()}
+    samples = _by_value(results, "item_ids_sha256")
+    manifests = _by_value(results, "data_manifest_sha256")
     out.append("")
-    if len(samples) > 1 or len(manifests) > 1:
-        out.append("**WARNING: the experiments were not all evaluated on the same items / data "
-                   f"({len(samples)} item samples, {len(manifests)} data manifests); comparisons mix samples.**")
+    if len(samples) > 1:
+        out.append(f"**WARNING: the experiments were not all evaluated on the same items ({len(samples)} item "
+                   f"samples: {_groups(samples)}); comparisons mix samples.**")
+    elif len(manifests) > 1:
+        # same ids, other manifest: a re-prepared data folder. The manifest pins every prepared file
+        # (output_sha256) and where it came from, so only comparing the manifests says whether the
+        # items' contents differ; the report has their sha256 only and cannot tell.
+        out.append(f"**WARNING: the experiments were evaluated on the same item ids (sha256 "
+                   f"`{next(iter(samples))[:12]}`) of {len(manifests)} prepared data versions (data/manifest.json "
+                   f"sha256: {_groups(manifests)}): compare those manifests' `output_sha256` before trusting "
+                   "a comparison across them.**")
     else:
         limit = next(iter(results.values())).limit
         out.append(f"All experiments were evaluated on the same seeded sample ({limit or 'all'} items per benchmark, "
@@ -225,6 +233,18 @@ def _provenance(results: Mapping[str, ResultsFile]) -> list[str]:
                 f"{', '.join(keys)}): " + "; ".join(", ".join(g) for g in groups.values())
                 + ". Rows from different groups are not comparable, and a claim that compares them is INCONCLUSIVE.**"]
     return [*out, ""]
+
+
+def _by_value(results: Mapping[str, ResultsFile], field: str) -> dict[str, list[str]]:
+    """Experiment names grouped by the value of ``field`` (first appearance order)."""
+    groups: dict[str, list[str]] = {}
+    for name, r in results.items():
+        groups.setdefault(str(getattr(r, field)), []).append(name)
+    return groups
+
+
+def _groups(groups: dict[str, list[str]]) -> str:
+    return "; ".join(f"`{value[:12]}` ({', '.join(names)})" for value, names in groups.items())
 
 
 def _claims_md(claims: list[cl.Claim]) -> list[str]:

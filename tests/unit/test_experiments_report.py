@@ -114,8 +114,19 @@ def test_same_results_same_report_and_sample_mismatch_is_flagged(tmp_path):
     assert a.replace("a.png", "") == b.replace("b.png", "").replace("(b/", "(a/")
     assert "same seeded sample" in a
     write_results(results / "lambda0.json", trained("lambda0", 0.3, 50_000, item_ids="b" * 64))
-    assert "WARNING: the experiments were not all evaluated on the same items" in build_report(
-        results, tmp_path / "c.md").markdown
+    md = build_report(results, tmp_path / "c.md").markdown
+    assert "WARNING: the experiments were not all evaluated on the same items (2 item samples: " in md
+    assert "`bbbbbbbbbbbb` (lambda0)" in md
+
+
+def test_same_items_from_another_data_version_are_named(tmp_path):
+    """Same ids, another data/manifest.json: the warning says which experiments used which version."""
+    results = _passing(tmp_path / "r")
+    res = load_results(results / "lambda0.json")
+    write_results(results / "lambda0.json", res.model_copy(update={"data_manifest_sha256": "f" * 64}))
+    md = build_report(results, tmp_path / "c.md").markdown
+    assert "evaluated on the same item ids" in md and "2 prepared data versions" in md
+    assert "`ffffffffffff` (lambda0)" in md and "same seeded sample" not in md
 
 
 def test_collapse_is_reported(tmp_path):

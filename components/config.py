@@ -114,10 +114,15 @@ class MasConfig(_Section):
     temperature: float = Field(0.8, ge=0.0, le=2.0, description="sampling temperature")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
     static_cache: bool = Field(False, description="static KV cache (+ torch.compile on CUDA) for decoding")
+    must_answer: bool = Field(
+        False, description="agent 0 may not be silent in round 0, so a team always answers (adaptive protocol: an "
+                           "all-silent first round ends the episode with no answer)")
 
     @model_validator(mode="after")
     def _custom_needs_matrix(self) -> MasConfig:
         n = self.agents
+        if self.must_answer and n < 2:
+            raise ValueError("mas.must_answer needs a team (mas.agents >= 2): a lone agent is never silent")
         if self.topology == "custom":
             if self.adjacency is None or len(self.adjacency) != n or any(len(r) != n for r in self.adjacency):
                 raise ValueError(f"topology 'custom' needs mas.adjacency as a {n}x{n} matrix of 0/1")

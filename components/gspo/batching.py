@@ -33,17 +33,22 @@ class SequenceBatch:
     """[B, C] long (pad where completion_mask is 0)"""
     completion_mask: torch.Tensor
     """[B, C] float"""
+    no_silence: torch.Tensor | None = None
+    """[B] bool: rows whose first token could not be silence either (``Message.silence_allowed``
+    False); None when every row could"""
 
     def to(self, device: torch.device | str) -> SequenceBatch:
+        ns = None if self.no_silence is None else self.no_silence.to(device)
         return SequenceBatch(*(t.to(device) for t in (self.input_ids, self.prompt_lens, self.completion_ids,
-                                                       self.completion_mask)))
+                                                       self.completion_mask)), ns)
 
     def select(self, idx: torch.Tensor) -> SequenceBatch:
         """Rows ``idx``, trimmed to their own ``max p_r + C`` columns (small mini-batches stay cheap)."""
         idx = idx.to(self.input_ids.device)
         lens = self.prompt_lens[idx]
         width = int(lens.max()) + self.completion_ids.shape[1]
-        return SequenceBatch(self.input_ids[idx, :width], lens, self.completion_ids[idx], self.completion_mask[idx])
+        ns = None if self.no_silence is None else self.no_silence[idx]
+        return SequenceBatch(self.input_ids[idx, :width], lens, self.completion_ids[idx], self.completion_mask[idx], ns)
 
 
 def pack_messages(messages: Sequence[Message], pad_id: int) -> SequenceBatch:
@@ -66,7 +71,9 @@ def pack_messages(messages: Sequence[Message], pad_id: int) -> SequenceBatch:
             completion_ids[i, :lc] = input_ids[i, lp:lp + lc]
             completion_mask[i, :lc] = 1.0
     lens = torch.tensor([len(m.prompt_ids) for m in messages], dtype=torch.long)
-    return SequenceBatch(input_ids, lens, completion_ids, completion_mask)
+    no_silence = torch.tensor([not m.silence_allowed for m in messages], dtype=torch.bool)
+    return SequenceBatch(input_ids, lens, completion_ids, completion_mask,
+                         no_silence if bool(no_silence.any()) else None)
 
 
 def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0,
@@ -81,7 +88,7 @@ def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperatur
     completion positions t >= 1 the distribution is renormalised without it:
     log p(y) - log(1 - p(silence)), the log-prob under the masked softmax the sampler used.
     ``silence_from`` is the first masked position: 1 for a team, 0 for a lone agent (the decoder
-    never lets a lone agent be silent).
+    never lets a lone agent be silent); rows in ``batch.no_silence`` are masked from 0 as well.
 
     The last ``K = W - min_r p_r + 1`` logits are kept (W = batch width); window column
     ``p_r - 1 + t - (W - K)`` predicts row r's completion token t. Only the N valid completion
@@ -104,7 +111,10 @@ def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperatur
     lp = logprobs_at(logits, rows, cols, labels, temperature=temp)  # [N, K]
     logp = lp[:, 0]
     if silence_id is not None:  # renormalise without the silence token where the decoder masked it
-        logp = logp - torch.where(t >= silence_from, torch.log1p(-lp[:, 1].clamp(max=-1e-6).exp()), 0.0)
+        masked = t >= silence_from
+        if batch.no_silence is not None:
+            masked = masked | batch.no_silence[rows]
+        logp = logp - torch.where(masked, torch.log1p(-lp[:, 1].clamp(max=-1e-6).exp()), 0.0)
     return torch.zeros((b, c), dtype=logp.dtype, device=logp.device).index_put((rows, t), logp)
 
 

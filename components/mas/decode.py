@@ -18,8 +18,9 @@ rollout batch anyway, so these are for diagnostics and off-policy checks. A call
 
 Silence (:mod:`components.models.silence`): the silence token may only be a reply's first token.
 Its logit is masked at every later step (and at every step when ``StopIds.silence_first`` is off,
-for lone solvers), exactly as the trainer masks it (:func:`components.gspo.batching.completion_logprobs`),
-so behaviour, π_old and π_θ are the same distribution. A row that starts with it stops there.
+for lone solvers; at the first step too on the rows ``generate`` is told may not be silent), exactly
+as the trainer masks it (:func:`components.gspo.batching.completion_logprobs`), so behaviour,
+π_old and π_θ are the same distribution. A row that starts with it stops there.
 """
 
 from __future__ import annotations
@@ -139,11 +140,12 @@ class Decoder:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: Sampling, generator: torch.Generator | None = None,
-                 plan: PrefixPlan | None = None) -> Generation:
+                 plan: PrefixPlan | None = None, no_silence: list[bool] | None = None) -> Generation:
         """Sample a completion for every prompt (B id lists of any lengths) in one batched decode.
 
         Rows stop at EOS, at a stop reply, or after ``sampling.max_new_tokens``. ``plan``: reusable
-        prompt prefixes (see prefill.py; exact, so they never change the ids).
+        prompt prefixes (see prefill.py; exact, so they never change the ids). ``no_silence``: per
+        row, True masks the silence token at the first step too (``mas.must_answer``'s speaker).
         """
         b = len(prompts)
         if b == 0:
@@ -166,6 +168,9 @@ class Decoder:
         done = torch.zeros(b, dtype=torch.bool, device=device)
         lengths = torch.zeros(b, dtype=torch.long, device=device)
         silence_prob: torch.Tensor | None = None
+        first_masked = None  # [B] bool: rows that may not start with silence
+        if no_silence is not None and any(no_silence) and stops.silence is not None:
+            first_masked = torch.tensor(no_silence, dtype=torch.bool, device=device)
         steps = 0
         for t in range(n_new):
             logits = out.logits[:, -1, :].float()
@@ -175,6 +180,8 @@ class Decoder:
                 logits[:, stops.eos] = float("-inf")
             if stops.silence is not None and (t > 0 or not stops.silence_first):
                 logits[:, stops.silence] = float("-inf")
+            elif t == 0 and first_masked is not None:
+                logits[:, stops.silence] = logits[:, stops.silence].masked_fill(first_masked, float("-inf"))
             logp_all = torch.log_softmax(logits / sampling.temp, dim=-1)
             if t == 0 and stops.silence is not None:
                 silence_prob = logp_all[:, stops.silence].exp()

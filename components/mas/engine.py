@@ -17,6 +17,11 @@ Protocols (``mas.protocol``):
   and are counted in ``Episode.calls_skipped``.
 * ``broadcast``: every agent is prompted in every round, silent or not (the comparison baseline).
 
+``mas.must_answer``: agent 0 may not start its round-0 reply with the silence token (masked in the
+decoder and, through ``Message.silence_allowed``, in the trainer), so a team always gives an answer.
+Without it an adaptive team can fall silent as a whole, an absorbing state for GSPO: every episode
+of a group then scores 0 with the same cost, so no advantage is left to leave it (README).
+
 Turn order (``mas.turn_order``, cyclic topologies): ``simultaneous`` = one batched call per round;
 agents see the others' messages of earlier rounds only. ``in_turn`` = one call per agent, each
 seeing what the earlier agents of the same round said (N calls per round; on split information it
@@ -222,8 +227,12 @@ class RolloutEngine:
             visible[k].delivered.add(agent)
         return _Row(st, agent, role, ids, len(frame.prefix))
 
+    def must_speak(self, agent: int, round_idx: int) -> bool:
+        """``mas.must_answer``: agent 0 may not be silent in round 0, so every episode has an answer."""
+        return bool(self.cfg.must_answer) and self.silence_first and agent == 0 and round_idx == 0
+
     def _generate(self, rows: list[_Row], sampling: Sampling, generator: torch.Generator,
-                  store: PrefixStore | None) -> Generation:
+                  store: PrefixStore | None, no_silence: list[bool] | None = None) -> Generation:
         """One batched decode per prompt-length bucket (see :func:`length_buckets`), results in row order."""
         ids: list[list[int]] = [[] for _ in rows]
         lps: list[list[float]] = [[] for _ in rows]
@@ -231,7 +240,8 @@ class RolloutEngine:
         steps = reused = 0
         for bucket in length_buckets([len(r.prompt) for r in rows]):
             plan = PrefixPlan([rows[i].prefix_len for i in bucket], store)
-            gen = self.decoder.generate([rows[i].prompt for i in bucket], sampling, generator, plan)
+            extra = {} if no_silence is None else {"no_silence": [no_silence[i] for i in bucket]}
+            gen = self.decoder.generate([rows[i].prompt for i in bucket], sampling, generator, plan, **extra)
             for k, (i, row_ids, row_lps) in enumerate(zip(bucket, gen.ids, gen.logprobs, strict=True)):
                 ids[i], lps[i] = row_ids, row_lps
                 silence[i] = gen.silence_prob[k] if gen.silence_prob else 0.0
@@ -242,19 +252,20 @@ class RolloutEngine:
     def _run_call(self, rows: list[_Row], call: int, round_idx: int, sampling: Sampling,
                   generator: torch.Generator, store: PrefixStore | None, stats: RolloutStats) -> None:
         t0 = time.perf_counter()
-        gen = self._generate(rows, sampling, generator, store)
+        speak = [self.must_speak(row.agent, round_idx) for row in rows]
+        gen = self._generate(rows, sampling, generator, store, speak if any(speak) else None)
         stats.generate_s += time.perf_counter() - t0
         stats.calls += 1
         stats.decode_steps += gen.steps
         stats.prefix_tokens_reused += gen.reused_tokens
         silence = gen.silence_prob or [0.0] * len(rows)
-        for row, ids, lps, p_silent in zip(rows, gen.ids, gen.logprobs, silence, strict=True):
+        for row, ids, lps, p_silent, must in zip(rows, gen.ids, gen.logprobs, silence, speak, strict=True):
             body = ids[:-1] if ids and ids[-1] == self.eos else list(ids)
             st, silent = row.state, self.is_silent(ids)
             msg = Message(question_id=st.item.id, group_index=st.group_index, agent_id=row.agent, role=row.role,
                           round=round_idx, prompt_ids=row.prompt, completion_ids=list(ids), logprobs=list(lps),
                           silent=silent, text="" if silent else self.tok.decode(body, skip_special_tokens=False),
-                          private=row.agent == st.holder, silence_prob=float(p_silent),
+                          private=row.agent == st.holder, silence_prob=float(p_silent), silence_allowed=not must,
                           truncated=not silent and len(body) == len(ids) >= sampling.max_new_tokens)
             st.turns.append(_Turn(msg, call, body))
             st.last_call[row.agent] = call

@@ -49,6 +49,9 @@ class Message:
     """this agent was given the item's private fact (split-information items)"""
     silence_prob: float = 0.0
     """probability the policy gave the silence token as this reply's first token (exploration rate)"""
+    silence_allowed: bool = True
+    """the silence token could start this reply (False: ``mas.must_answer``'s agent 0 in round 0);
+    the trainer masks it where the decoder did"""
     truncated: bool = False
     """cut by the message cap (``mas.max_message_tokens``) before its EOS: what "cap hit" counts (a
     silent reply, or one whose EOS fell exactly on the cap, was not cut)"""

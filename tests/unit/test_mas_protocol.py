@@ -49,7 +49,7 @@ class Script:
         text = self.engine.tok.decode(prompt)
         return next(k for k in range(8) if f"agent {k + 1} of" in text)
 
-    def generate(self, prompts, sampling, generator=None, plan=None) -> Generation:
+    def generate(self, prompts, sampling, generator=None, plan=None, no_silence=None) -> Generation:
         agents = [self._agent(p) for p in prompts]
         self.calls.append(sorted(agents))
         ids = []
@@ -265,3 +265,62 @@ def test_a_lone_agent_never_silent_keeps_the_ratio_exact_too():
     trainer = GSPOTrainer(cfg, SimpleNamespace(module=model), SimpleNamespace(engine=engine), [ITEM],
                           DistInfo(0, 1, 0, True), pad_id=0)
     assert trainer.silence_from == 0  # the trainer masks where this engine's sampler did
+
+
+def _force_silence(engine: RolloutEngine):
+    """A logits processor that makes silence all but certain as a reply's first token."""
+    def bias(logits: torch.Tensor, step: int) -> torch.Tensor:
+        if step == 0:
+            logits[:, engine.silence_id] += 1e4
+        return logits
+    return bias
+
+
+def test_must_answer_keeps_agent_0_speaking_in_round_0_and_the_ratio_exact():
+    """mas.must_answer: with silence forced on every reply, agent 0's round-0 reply still speaks (the
+    decoder masks silence there), the others fall silent, and the episode ends with agent 0's answer.
+    The trainer masks the same first token (Message.silence_allowed), so its log-probs equal the
+    behaviour log-probs; scored as an ordinary team row they would not."""
+    model, tok = build_tiny_model(seed=0)
+    cfg = MasConfig(agents=3, rounds=2, max_message_tokens=8, temperature=1.0, must_answer=True)
+    engine = RolloutEngine(model, tok, cfg)
+    engine.decoder.logits_processor = _force_silence(engine)
+    eps = engine.rollout([ITEM] * 3, 2, seed=1)
+    for ep in eps:
+        assert [(m.agent_id, m.round, m.silent, m.silence_allowed) for m in ep.messages] == [
+            (0, 0, False, False), (1, 0, True, True), (2, 0, True, True)]
+        assert ep.messages[0].silence_prob == 0.0 and ep.messages[1].silence_prob > 0.99
+        assert ep.calls_skipped == 3  # round 1: agents 1, 2 retired, agent 0 has nothing new
+    engine.decoder.logits_processor = None
+    msgs = [m for e in engine.rollout([ITEM] * 4, 4, seed=2) for m in e.messages]
+    assert any(not m.silence_allowed for m in msgs) and any(m.silence_allowed for m in msgs)
+    set_silence_prior(model, engine.first_round_prompts([ITEM]), engine.silence_id, 0.5)
+    msgs = [m for e in engine.rollout([ITEM] * 4, 4, seed=3) for m in e.messages]
+    assert not any(m.silent for m in msgs if not m.silence_allowed)
+    batch = pack_messages(msgs, int(tok.pad_token_id))
+    assert batch.no_silence is not None and batch.no_silence.tolist() == [not m.silence_allowed for m in msgs]
+    team_rows = pack_messages(msgs, int(tok.pad_token_id))
+    team_rows.no_silence = None
+    with torch.no_grad():
+        logp = completion_logprobs(model, batch, 1.0, engine.silence_id)
+        unmasked_first = completion_logprobs(model, team_rows, 1.0, engine.silence_id)
+        picked = completion_logprobs(model, batch.select(torch.tensor([0, 3, 5])), 1.0, engine.silence_id)
+    behaviour = torch.zeros_like(logp)
+    for row, m in enumerate(msgs):
+        behaviour[row, : m.completion_tokens] = torch.tensor(m.logprobs)
+    assert ((logp - behaviour) * batch.completion_mask).abs().max() < 1e-4
+    assert ((unmasked_first - behaviour) * batch.completion_mask).abs().max() > 1e-2  # P(silence) 0.5 matters
+    assert (picked - logp[[0, 3, 5], : picked.shape[1]]).abs().max() < 1e-5  # select keeps the rows' masks
+
+
+def test_must_answer_off_lets_the_whole_team_fall_silent_and_needs_a_team():
+    from pydantic import ValidationError
+
+    model, tok = build_tiny_model(seed=0)
+    engine = RolloutEngine(model, tok, MasConfig(agents=3, rounds=2, max_message_tokens=8))
+    engine.decoder.logits_processor = _force_silence(engine)
+    ep = engine.rollout([ITEM], 1, seed=1)[0]
+    assert all(m.silent and m.silence_allowed for m in ep.messages) and len(ep.messages) == 3
+    assert pack_messages(ep.messages, 0).no_silence is None
+    with pytest.raises(ValidationError, match="must_answer needs a team"):
+        MasConfig(agents=1, must_answer=True)

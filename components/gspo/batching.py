@@ -77,7 +77,8 @@ def pack_messages(messages: Sequence[Message], pad_id: int) -> SequenceBatch:
 
 
 def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0,
-                        silence_id: int | None = None, silence_from: int = 1) -> torch.Tensor:
+                        silence_id: int | None = None, silence_from: int = 1,
+                        first_banned: torch.Tensor | None = None) -> torch.Tensor:
     """Per-token log-probs of each row's completion under ``model``: ``[B, C]`` float32 (0 under padding).
 
     ``temperature`` divides the logits as the sampler did, so π_old equals the behaviour policy
@@ -88,7 +89,9 @@ def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperatur
     completion positions t >= 1 the distribution is renormalised without it:
     log p(y) - log(1 - p(silence)), the log-prob under the masked softmax the sampler used.
     ``silence_from`` is the first masked position: 1 for a team, 0 for a lone agent (the decoder
-    never lets a lone agent be silent); rows in ``batch.no_silence`` are masked from 0 as well.
+    never lets a lone agent be silent); rows in ``batch.no_silence`` are masked from 0 as well, and
+    with ``first_banned`` ([V] bool, the decoder's mask for them) their first token is renormalised
+    without every banned id: log p(y) - log(1 - p(banned)), from a log-sum-exp over those rows only.
 
     The last ``K = W - min_r p_r + 1`` logits are kept (W = batch width); window column
     ``p_r - 1 + t - (W - K)`` predicts row r's completion token t. Only the N valid completion
@@ -111,10 +114,17 @@ def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperatur
     lp = logprobs_at(logits, rows, cols, labels, temperature=temp)  # [N, K]
     logp = lp[:, 0]
     if silence_id is not None:  # renormalise without the silence token where the decoder masked it
-        masked = t >= silence_from
+        masked, first = t >= silence_from, None
         if batch.no_silence is not None:
-            masked = masked | batch.no_silence[rows]
+            first = batch.no_silence[rows] & (t == 0)  # [N]
+            masked = masked | batch.no_silence[rows] if first_banned is None else masked & ~first
         logp = logp - torch.where(masked, torch.log1p(-lp[:, 1].clamp(max=-1e-6).exp()), 0.0)
+        if first_banned is not None and first is not None and bool(first.any()):
+            k = first.nonzero(as_tuple=True)[0]  # [n0] positions: first tokens of rows that had to speak
+            z = logits[rows[k], cols[k]].float() / temp  # [n0, V]
+            banned = first_banned.to(z.device)[: z.shape[-1]]
+            p_banned = (torch.logsumexp(z[:, banned], -1) - torch.logsumexp(z, -1)).exp()  # [n0]
+            logp = logp.index_put((k,), logp[k] - torch.log1p(-p_banned.clamp(max=1 - 1e-6)))
     return torch.zeros((b, c), dtype=logp.dtype, device=logp.device).index_put((rows, t), logp)
 
 

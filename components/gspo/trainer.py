@@ -129,6 +129,8 @@ class GSPOTrainer:
         # where the sampler masked silence: from the 2nd token in a team, everywhere for a lone agent
         self.silence_from = 1 if getattr(getattr(env, "engine", None), "silence_first", True) else 0
         """masked after a reply's first token by the decoder, so the trainer masks it too"""
+        self.first_banned = getattr(getattr(env, "engine", None), "first_banned", None)
+        """[V] bool: what ``mas.must_answer``'s speaker could not start with (the decoder's mask)"""
         self.ref_model = self._reference_model() if self._wants_reference() else None
         self._last_kl_base: dict[str, float] = {}
         self.budget_calibration: dict[str, float | str] | None = None
@@ -161,12 +163,14 @@ class GSPOTrainer:
             return None
         if self.ref_model is not None:
             return completion_logprobs(self.ref_model, batch, self.temperature,
-                                       self.silence_id, silence_from=self.silence_from)
+                                       self.silence_id, silence_from=self.silence_from,
+                                       first_banned=self.first_banned)
         from components.models.lora import disabled_adapters
 
         with disabled_adapters(self.engine.module) as base:
             return completion_logprobs(base, batch, self.temperature,
-                                       self.silence_id, silence_from=self.silence_from)
+                                       self.silence_id, silence_from=self.silence_from,
+                                       first_banned=self.first_banned)
 
     @property
     def device(self) -> torch.device:
@@ -204,7 +208,8 @@ class GSPOTrainer:
         old = torch.zeros_like(seqs.completion_mask)
         for rows in (m.to(self.device) for part in micro[1:] for m in part):
             old[rows] = completion_logprobs(self.engine.module, seqs.select(rows), self.temperature,
-                                       self.silence_id, silence_from=self.silence_from)
+                                       self.silence_id, silence_from=self.silence_from,
+                                       first_banned=self.first_banned)
         return old
 
     def calibrate_budget(self, fraction: float, questions: int) -> float:
@@ -241,7 +246,8 @@ class GSPOTrainer:
         idx = torch.cat(later if later else micro[0])[:rows].to(self.device)
         sub = batch.sequences.select(idx)
         logp = old_logp[idx] if later else completion_logprobs(self.engine.module, sub, self.temperature,
-                                                               self.silence_id, silence_from=self.silence_from)
+                                                               self.silence_id, silence_from=self.silence_from,
+                                                               first_banned=self.first_banned)
         base = ref_logp[idx] if ref_logp is not None else self._ref_logprobs(sub, needed=True)
         assert base is not None
         d = (base - logp) * sub.completion_mask
@@ -272,7 +278,8 @@ class GSPOTrainer:
                 rows = rows.to(self.device)
                 sub = seqs.select(rows)
                 logp = completion_logprobs(self.engine.module, sub, self.temperature,
-                                       self.silence_id, silence_from=self.silence_from)
+                                       self.silence_id, silence_from=self.silence_from,
+                                       first_banned=self.first_banned)
                 out: LossOutput = self.loss_fn(
                     logp, logp.detach() if first else old_logp[rows], batch.advantages[rows], sub.completion_mask,
                     eps_low=g.eps_low, eps_high=g.eps_high, kl_beta=g.kl_beta,

@@ -130,8 +130,11 @@ class Decoder:
     """
 
     def __init__(self, model, stops: StopIds, *, device: str | torch.device = "cpu", static_cache: bool = False,
-                 compile_backend: str | None = None, logits_processor: LogitsProcessor | None = None) -> None:
+                 compile_backend: str | None = None, logits_processor: LogitsProcessor | None = None,
+                 first_banned: torch.Tensor | None = None) -> None:
         self.model, self.stops, self.device = model, stops, torch.device(device)
+        self.first_banned = None if first_banned is None else first_banned.to(self.device)
+        """[V] bool: ids a ``no_silence`` row may not start with (None: the silence token only)"""
         self.static_cache = static_cache
         self.logits_processor = logits_processor
         self.step_fn = model if compile_backend is None else torch.compile(model, backend=compile_backend,
@@ -145,7 +148,8 @@ class Decoder:
 
         Rows stop at EOS, at a stop reply, or after ``sampling.max_new_tokens``. ``plan``: reusable
         prompt prefixes (see prefill.py; exact, so they never change the ids). ``no_silence``: per
-        row, True masks the silence token at the first step too (``mas.must_answer``'s speaker).
+        row, True masks the first step's silence token (``mas.must_answer``'s speaker), or every id
+        of ``first_banned`` when the decoder has it.
         """
         b = len(prompts)
         if b == 0:
@@ -180,6 +184,8 @@ class Decoder:
                 logits[:, stops.eos] = float("-inf")
             if stops.silence is not None and (t > 0 or not stops.silence_first):
                 logits[:, stops.silence] = float("-inf")
+            elif t == 0 and first_masked is not None and self.first_banned is not None:
+                logits = logits.masked_fill(first_masked[:, None] & self.first_banned[None, :], float("-inf"))
             elif t == 0 and first_masked is not None:
                 logits[:, stops.silence] = logits[:, stops.silence].masked_fill(first_masked, float("-inf"))
             logp_all = torch.log_softmax(logits / sampling.temp, dim=-1)

@@ -17,8 +17,9 @@ Protocols (``mas.protocol``):
   and are counted in ``Episode.calls_skipped``.
 * ``broadcast``: every agent is prompted in every round, silent or not (the comparison baseline).
 
-``mas.must_answer``: agent 0 may not start its round-0 reply with the silence token (masked in the
-decoder and, through ``Message.silence_allowed``, in the trainer), so a team always gives an answer.
+``mas.must_answer``: agent 0 may not start its round-0 reply with the silence token, EOS or a
+whitespace-only token (masked in the decoder and, through ``Message.silence_allowed``, in the
+trainer), so its reply is never silent and a team always gives an answer.
 Without it an adaptive team can fall silent as a whole, an absorbing state for GSPO: every episode
 of a group then scores 0 with the same cost, so no advantage is left to leave it (README).
 
@@ -188,8 +189,11 @@ class RolloutEngine:
         """silence may start a reply (a team); a lone agent has no one to leave the word to: masked at every step"""
         stops = StopIds(self.eos, pad, self.silence_id, silence_first=self.silence_first)
         backend = "inductor" if cfg.static_cache and self.device.type == "cuda" else None
+        self.first_banned = self._must_speak_banned() if cfg.must_answer and self.silence_first else None
+        """[V] bool: ids the ``mas.must_answer`` speaker may not start with (see :meth:`must_speak`)"""
         self.decoder = Decoder(model, stops, device=self.device, static_cache=bool(cfg.static_cache),
-                               compile_backend=backend, logits_processor=logits_processor)
+                               compile_backend=backend, logits_processor=logits_processor,
+                               first_banned=self.first_banned)
         self.last_stats = RolloutStats()
 
     # -- silence ---------------------------------------------------------------------------------
@@ -230,6 +234,19 @@ class RolloutEngine:
     def must_speak(self, agent: int, round_idx: int) -> bool:
         """``mas.must_answer``: agent 0 may not be silent in round 0, so every episode has an answer."""
         return bool(self.cfg.must_answer) and self.silence_first and agent == 0 and round_idx == 0
+
+    def _must_speak_banned(self) -> torch.Tensor:
+        """[V] bool: the silence token, EOS and every id that decodes to whitespace only. A reply
+        that starts with none of them says something (:meth:`is_silent` is False). Banning the
+        silence token alone was not enough: trained with it, agent 0 learned to end its round-0
+        reply at once (EOS first: an empty reply, which is silence) in every episode (README)."""
+        vocab = len(self.tok)
+        texts = self.tok.batch_decode([[i] for i in range(vocab)], skip_special_tokens=False)
+        banned = torch.tensor([t.strip() == "" for t in texts], dtype=torch.bool)
+        rows = self.model.get_output_embeddings().weight.shape[0]
+        banned = torch.cat([banned, torch.zeros(max(0, rows - vocab), dtype=torch.bool)])[:rows]
+        banned[[self.eos, self.silence_id]] = True
+        return banned
 
     def _generate(self, rows: list[_Row], sampling: Sampling, generator: torch.Generator,
                   store: PrefixStore | None, no_silence: list[bool] | None = None) -> Generation:

@@ -50,8 +50,8 @@ class Message:
     silence_prob: float = 0.0
     """probability the policy gave the silence token as this reply's first token (exploration rate)"""
     silence_allowed: bool = True
-    """the silence token could start this reply (False: ``mas.must_answer``'s agent 0 in round 0);
-    the trainer masks it where the decoder did"""
+    """the reply could be silent (False: ``mas.must_answer``'s agent 0 in round 0, whose first token
+    could be neither the silence token, EOS nor whitespace); the trainer masks where the decoder did"""
     truncated: bool = False
     """cut by the message cap (``mas.max_message_tokens``) before its EOS: what "cap hit" counts (a
     silent reply, or one whose EOS fell exactly on the cap, was not cut)"""

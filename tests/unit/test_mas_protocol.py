@@ -267,11 +267,11 @@ def test_a_lone_agent_never_silent_keeps_the_ratio_exact_too():
     assert trainer.silence_from == 0  # the trainer masks where this engine's sampler did
 
 
-def _force_silence(engine: RolloutEngine):
-    """A logits processor that makes silence all but certain as a reply's first token."""
+def _force_silence(engine: RolloutEngine, *also: int):
+    """A logits processor that makes silence (or one of ``also``) all but certain as a first token."""
     def bias(logits: torch.Tensor, step: int) -> torch.Tensor:
         if step == 0:
-            logits[:, engine.silence_id] += 1e4
+            logits[:, [engine.silence_id, *also]] += 1e4
         return logits
     return bias
 
@@ -284,32 +284,57 @@ def test_must_answer_keeps_agent_0_speaking_in_round_0_and_the_ratio_exact():
     model, tok = build_tiny_model(seed=0)
     cfg = MasConfig(agents=3, rounds=2, max_message_tokens=8, temperature=1.0, must_answer=True)
     engine = RolloutEngine(model, tok, cfg)
-    engine.decoder.logits_processor = _force_silence(engine)
+    space = tok.encode(" ", add_special_tokens=False)[0]
+    assert engine.first_banned is not None and engine.first_banned[[engine.eos, engine.silence_id, space]].all()
+    assert not engine.first_banned[tok.encode("5", add_special_tokens=False)[0]]
+    # silence, an empty reply (EOS first) and a whitespace start are the ways to say nothing: all forced
+    engine.decoder.logits_processor = _force_silence(engine, engine.eos, space)
     eps = engine.rollout([ITEM] * 3, 2, seed=1)
     for ep in eps:
+        first = ep.messages[0]
+        assert (first.agent_id, first.round, first.silent, first.silence_allowed) == (0, 0, False, False)
+        assert first.silence_prob == 0.0 and first.completion_ids[0] not in (engine.eos, engine.silence_id, space)
+        others = [m for m in ep.messages if m.round == 0 and m.agent_id > 0]
+        assert all(m.silence_allowed and m.completion_ids[0] in (engine.eos, engine.silence_id, space) for m in others)
+    engine.decoder.logits_processor = _force_silence(engine)
+    for ep in engine.rollout([ITEM] * 3, 2, seed=1):
         assert [(m.agent_id, m.round, m.silent, m.silence_allowed) for m in ep.messages] == [
             (0, 0, False, False), (1, 0, True, True), (2, 0, True, True)]
-        assert ep.messages[0].silence_prob == 0.0 and ep.messages[1].silence_prob > 0.99
         assert ep.calls_skipped == 3  # round 1: agents 1, 2 retired, agent 0 has nothing new
     engine.decoder.logits_processor = None
     msgs = [m for e in engine.rollout([ITEM] * 4, 4, seed=2) for m in e.messages]
     assert any(not m.silence_allowed for m in msgs) and any(m.silence_allowed for m in msgs)
     set_silence_prior(model, engine.first_round_prompts([ITEM]), engine.silence_id, 0.5)
+    with torch.no_grad():  # EOS as likely a first token as silence: masking it must show in the ratio
+        model.get_output_embeddings().weight[engine.eos] = model.get_output_embeddings().weight[engine.silence_id]
     msgs = [m for e in engine.rollout([ITEM] * 4, 4, seed=3) for m in e.messages]
     assert not any(m.silent for m in msgs if not m.silence_allowed)
     batch = pack_messages(msgs, int(tok.pad_token_id))
     assert batch.no_silence is not None and batch.no_silence.tolist() == [not m.silence_allowed for m in msgs]
     team_rows = pack_messages(msgs, int(tok.pad_token_id))
     team_rows.no_silence = None
+    banned = engine.first_banned
     with torch.no_grad():
-        logp = completion_logprobs(model, batch, 1.0, engine.silence_id)
-        unmasked_first = completion_logprobs(model, team_rows, 1.0, engine.silence_id)
-        picked = completion_logprobs(model, batch.select(torch.tensor([0, 3, 5])), 1.0, engine.silence_id)
+        logp = completion_logprobs(model, batch, 1.0, engine.silence_id, first_banned=banned)
+        unmasked_first = completion_logprobs(model, team_rows, 1.0, engine.silence_id, first_banned=banned)
+        silence_only = completion_logprobs(model, batch, 1.0, engine.silence_id)
+        picked = completion_logprobs(model, batch.select(torch.tensor([0, 3, 5])), 1.0, engine.silence_id,
+                                     first_banned=banned)
     behaviour = torch.zeros_like(logp)
     for row, m in enumerate(msgs):
         behaviour[row, : m.completion_tokens] = torch.tensor(m.logprobs)
     assert ((logp - behaviour) * batch.completion_mask).abs().max() < 1e-4
     assert ((unmasked_first - behaviour) * batch.completion_mask).abs().max() > 1e-2  # P(silence) 0.5 matters
+    assert ((silence_only - behaviour) * batch.completion_mask).abs().max() > 1e-2  # so does P(EOS)
+    from types import SimpleNamespace
+
+    from components.config import load_config
+    from components.gspo.distributed import DistInfo
+    from components.gspo.trainer import GSPOTrainer
+
+    trainer = GSPOTrainer(load_config(None, None, ["mas.must_answer=true"]), SimpleNamespace(module=model),
+                          SimpleNamespace(engine=engine), [ITEM], DistInfo(0, 1, 0, True), pad_id=0)
+    assert trainer.first_banned is banned  # the trainer masks what this engine's sampler masked
     assert (picked - logp[[0, 3, 5], : picked.shape[1]]).abs().max() < 1e-5  # select keeps the rows' masks
 
 

@@ -5,6 +5,7 @@ and an exit code for every entry point (``agent-gspo``, the per-rank training la
 from __future__ import annotations
 
 import errno
+import os
 import signal
 import sys
 import threading
@@ -44,6 +45,11 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+PARENT_REPORTS_INTERRUPT = "AGENT_GSPO_PARENT_REPORTS_INTERRUPT"
+"""set to 1 in the environment of processes that ``agent-gspo`` launched and streams (training ranks,
+:func:`components.gspo.launch.launch_env`): on Ctrl-C or SIGTERM they exit 130 / 143 without their
+own line, since the whole process group got the signal and the parent prints the one line"""
+
 ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 """OS errors that say where a write failed (disk full, quota, read-only), not a bug: one line, exit 2"""
 
@@ -63,7 +69,8 @@ def run_command(prog: str, fn: Callable[[], int], *, resumable: bool = False) ->
     except KeyboardInterrupt as exc:
         name, code = ("SIGTERM", 143) if isinstance(exc, Terminated) else ("SIGINT", 130)
         hint = "; `--resume` continues from the newest checkpoint" if resumable else ""
-        print(f"{prog}: interrupted ({name}){hint}", file=sys.stderr)
+        if os.environ.get(PARENT_REPORTS_INTERRUPT) != "1":
+            print(f"{prog}: interrupted ({name}){hint}", file=sys.stderr)
         return code
     except OSError as exc:
         if exc.errno not in ENVIRONMENT_ERRNOS:

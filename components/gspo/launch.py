@@ -37,10 +37,12 @@ from typing import Any
 
 from components.config import Config
 from components.env import OFFLINE_DEFAULTS
-from components.errors import UserError
+from components.errors import PARENT_REPORTS_INTERRUPT, UserError
 from components.redact import redact
 
 MODULE = "components.gspo.train_main"
+TORCHRUN_MODULE = "components.gspo.torchrun_entry"
+"""torchrun with a quiet interrupt (the launcher for ``deepspeed.launcher=torchrun``)"""
 DS_ENV_FILE_NAME = ".deepspeed_env"
 """the file name the DeepSpeed runner reads from ``~`` and the working directory"""
 FORWARD_PREFIXES = ("AGENT_GSPO_", "HF_", "TRANSFORMERS_", "MLFLOW_", "PREFECT_", "DVC_", "TORCH_", "NCCL_",
@@ -85,9 +87,9 @@ def launcher_command(cfg: Config, train_args: Sequence[str]) -> list[str]:
     """
     ds = cfg.deepspeed
     if ds.launcher == "torchrun":
-        exe = shutil.which("torchrun")
-        base = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
-        cmd = base + [f"--nnodes={ds.num_nodes}", f"--nproc_per_node={ds.nproc_per_node}"]
+        # torchrun itself, minus the traceback an interrupt ends it with (see torchrun_entry.py)
+        cmd = [sys.executable, "-m", TORCHRUN_MODULE, f"--nnodes={ds.num_nodes}",
+               f"--nproc_per_node={ds.nproc_per_node}"]
         if ds.num_nodes > 1:
             # static rendezvous on node 0: each node says which it is, node 0's agent hosts the store
             cmd += [f"--node_rank={_node_rank(ds.num_nodes)}", f"--master_addr={os.environ['MASTER_ADDR']}",
@@ -169,6 +171,7 @@ def launch_env() -> dict[str, str]:
         pass
     env.setdefault("MASTER_ADDR", "127.0.0.1")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env[PARENT_REPORTS_INTERRUPT] = "1"  # ranks interrupted with us exit quietly: we print the one line
     return env
 
 
@@ -271,6 +274,10 @@ def check_master_port(cfg: Config) -> None:
     if not hosts_store:
         return
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as the rendezvous store binds: a port that only holds TIME_WAIT connections of the run
+        # just stopped is free for it (without this, a `--resume` right after Ctrl-C was refused
+        # for a minute); a socket listening on it still fails the bind
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("", ds.master_port))
         except OSError as exc:

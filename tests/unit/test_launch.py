@@ -258,3 +258,71 @@ def test_a_failed_launch_is_one_line_and_names_resume_only_with_a_checkpoint(tmp
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err, err
     assert "training exited with code 1; no checkpoint was written" in err and "--resume" not in err
+
+
+def test_torchrun_runs_through_the_quiet_entry_and_ranks_leave_the_interrupt_line_to_us() -> None:
+    import sys
+
+    from components.errors import PARENT_REPORTS_INTERRUPT
+    from components.gspo.launch import TORCHRUN_MODULE, launch_env
+
+    cmd = launcher_command(_cfg("deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=2"), [])
+    assert cmd[:3] == [sys.executable, "-m", TORCHRUN_MODULE]
+    assert launch_env()[PARENT_REPORTS_INTERRUPT] == "1"
+
+
+def test_torchrun_acts_on_the_first_death_signal_only(monkeypatch) -> None:
+    """The SIGTERM our CLI sends after Ctrl-C must not raise inside torchrun's worker shutdown."""
+    import signal
+
+    from torch.distributed.elastic.multiprocessing import api
+
+    from components.gspo import torchrun_entry
+
+    monkeypatch.setattr(api, "_terminate_process_handler", api._terminate_process_handler)
+    assert torchrun_entry.handle_first_signal_only() and torchrun_entry.handle_first_signal_only()
+    handler = api._terminate_process_handler
+    with pytest.raises(api.SignalException) as first:
+        handler(signal.SIGINT, None)
+    assert first.value.sigval == signal.SIGINT
+    assert handler(signal.SIGTERM, None) is None  # the shutdown the first one started goes on
+
+
+def test_a_launched_rank_exits_130_or_143_without_its_own_line(monkeypatch, capsys) -> None:
+    from components.errors import PARENT_REPORTS_INTERRUPT, Terminated, run_command
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    def terminated() -> int:
+        raise Terminated
+
+    assert run_command("agent-gspo train", interrupted) == 130
+    assert capsys.readouterr().err == "agent-gspo train: interrupted (SIGINT)\n"
+    monkeypatch.setenv(PARENT_REPORTS_INTERRUPT, "1")
+    assert run_command("agent-gspo train", interrupted) == 130
+    assert run_command("agent-gspo train", terminated) == 143
+    assert capsys.readouterr().err == ""
+
+
+def test_a_port_left_in_time_wait_by_the_run_just_stopped_is_not_in_use(monkeypatch) -> None:
+    """The rendezvous store binds with SO_REUSEADDR, so TIME_WAIT connections do not stop it; the
+    check must agree (was: `--resume` right after Ctrl-C refused with "in use" for ~60 s)."""
+    import socket
+
+    from components.gspo import launch
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the store's side closes first: its port is left in TIME_WAIT
+        client.close()
+    with socket.socket() as plain:  # what the check used to do
+        with pytest.raises(OSError):
+            plain.bind(("", port))
+    launch.check_master_port(_cfg("deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=2",
+                                  f"deepspeed.master_port={port}"))

@@ -89,9 +89,9 @@ def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperatur
     completion positions t >= 1 the distribution is renormalised without it:
     log p(y) - log(1 - p(silence)), the log-prob under the masked softmax the sampler used.
     ``silence_from`` is the first masked position: 1 for a team, 0 for a lone agent (the decoder
-    never lets a lone agent be silent); rows in ``batch.no_silence`` are masked from 0 as well, and
-    with ``first_banned`` ([V] bool, the decoder's mask for them) their first token is renormalised
-    without every banned id: log p(y) - log(1 - p(banned)), from a log-sum-exp over those rows only.
+    never lets a lone agent be silent). The first token of a row in ``batch.no_silence`` is
+    renormalised without every id of ``first_banned`` ([V] bool, the decoder's mask for those rows;
+    required with them): log p(y) - log(1 - p(banned)), a log-sum-exp over those positions only.
 
     The last ``K = W - min_r p_r + 1`` logits are kept (W = batch width); window column
     ``p_r - 1 + t - (W - K)`` predicts row r's completion token t. Only the N valid completion
@@ -116,8 +116,11 @@ def completion_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperatur
     if silence_id is not None:  # renormalise without the silence token where the decoder masked it
         masked, first = t >= silence_from, None
         if batch.no_silence is not None:
-            first = batch.no_silence[rows] & (t == 0)  # [N]
-            masked = masked | batch.no_silence[rows] if first_banned is None else masked & ~first
+            if first_banned is None:
+                raise ValueError("completion_logprobs: rows that had to speak (batch.no_silence) need "
+                                 "first_banned, the decoder's mask for their first token")
+            first = batch.no_silence[rows] & (t == 0)  # [N]: renormalised below, over the whole banned set
+            masked = masked & ~first
         logp = logp - torch.where(masked, torch.log1p(-lp[:, 1].clamp(max=-1e-6).exp()), 0.0)
         if first_banned is not None and first is not None and bool(first.any()):
             k = first.nonzero(as_tuple=True)[0]  # [n0] positions: first tokens of rows that had to speak

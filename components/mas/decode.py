@@ -134,7 +134,7 @@ class Decoder:
                  first_banned: torch.Tensor | None = None) -> None:
         self.model, self.stops, self.device = model, stops, torch.device(device)
         self.first_banned = None if first_banned is None else first_banned.to(self.device)
-        """[V] bool: ids a ``no_silence`` row may not start with (None: the silence token only)"""
+        """[V] bool: ids a ``no_silence`` row may not start with (the silence token among them)"""
         self.static_cache = static_cache
         self.logits_processor = logits_processor
         self.step_fn = model if compile_backend is None else torch.compile(model, backend=compile_backend,
@@ -148,8 +148,8 @@ class Decoder:
 
         Rows stop at EOS, at a stop reply, or after ``sampling.max_new_tokens``. ``plan``: reusable
         prompt prefixes (see prefill.py; exact, so they never change the ids). ``no_silence``: per
-        row, True masks the first step's silence token (``mas.must_answer``'s speaker), or every id
-        of ``first_banned`` when the decoder has it.
+        row, True masks every id of the decoder's ``first_banned`` at the first step
+        (``mas.must_answer``'s speaker).
         """
         b = len(prompts)
         if b == 0:
@@ -172,8 +172,10 @@ class Decoder:
         done = torch.zeros(b, dtype=torch.bool, device=device)
         lengths = torch.zeros(b, dtype=torch.long, device=device)
         silence_prob: torch.Tensor | None = None
-        first_masked = None  # [B] bool: rows that may not start with silence
+        first_masked = None  # [B] bool: rows that may not start with any id of first_banned
         if no_silence is not None and any(no_silence) and stops.silence is not None:
+            if self.first_banned is None:
+                raise ValueError("Decoder.generate: no_silence rows need the decoder's first_banned mask")
             first_masked = torch.tensor(no_silence, dtype=torch.bool, device=device)
         steps = 0
         for t in range(n_new):
@@ -184,10 +186,8 @@ class Decoder:
                 logits[:, stops.eos] = float("-inf")
             if stops.silence is not None and (t > 0 or not stops.silence_first):
                 logits[:, stops.silence] = float("-inf")
-            elif t == 0 and first_masked is not None and self.first_banned is not None:
-                logits = logits.masked_fill(first_masked[:, None] & self.first_banned[None, :], float("-inf"))
             elif t == 0 and first_masked is not None:
-                logits[:, stops.silence] = logits[:, stops.silence].masked_fill(first_masked, float("-inf"))
+                logits = logits.masked_fill(first_masked[:, None] & self.first_banned[None, :], float("-inf"))
             logp_all = torch.log_softmax(logits / sampling.temp, dim=-1)
             if t == 0 and stops.silence is not None:
                 silence_prob = logp_all[:, stops.silence].exp()

@@ -317,7 +317,9 @@ def test_must_answer_keeps_agent_0_speaking_in_round_0_and_the_ratio_exact():
     with torch.no_grad():
         logp = completion_logprobs(model, batch, 1.0, engine.silence_id, first_banned=banned)
         unmasked_first = completion_logprobs(model, team_rows, 1.0, engine.silence_id, first_banned=banned)
-        silence_only = completion_logprobs(model, batch, 1.0, engine.silence_id)
+        only_silence = torch.zeros_like(banned)
+        only_silence[engine.silence_id] = True
+        silence_only = completion_logprobs(model, batch, 1.0, engine.silence_id, first_banned=only_silence)
         picked = completion_logprobs(model, batch.select(torch.tensor([0, 3, 5])), 1.0, engine.silence_id,
                                      first_banned=banned)
     behaviour = torch.zeros_like(logp)
@@ -326,6 +328,8 @@ def test_must_answer_keeps_agent_0_speaking_in_round_0_and_the_ratio_exact():
     assert ((logp - behaviour) * batch.completion_mask).abs().max() < 1e-4
     assert ((unmasked_first - behaviour) * batch.completion_mask).abs().max() > 1e-2  # P(silence) 0.5 matters
     assert ((silence_only - behaviour) * batch.completion_mask).abs().max() > 1e-2  # so does P(EOS)
+    with pytest.raises(ValueError, match="first_banned"):  # rows that had to speak, scored without the mask
+        completion_logprobs(model, batch, 1.0, engine.silence_id)
     from types import SimpleNamespace
 
     from components.config import load_config
@@ -347,5 +351,9 @@ def test_must_answer_off_lets_the_whole_team_fall_silent_and_needs_a_team():
     ep = engine.rollout([ITEM], 1, seed=1)[0]
     assert all(m.silent and m.silence_allowed for m in ep.messages) and len(ep.messages) == 3
     assert pack_messages(ep.messages, 0).no_silence is None
+    from components.mas.decode import Sampling
+
+    with pytest.raises(ValueError, match="first_banned"):  # this engine built no mask to apply
+        engine.decoder.generate([ep.messages[0].prompt_ids], Sampling(2), no_silence=[True])
     with pytest.raises(ValidationError, match="must_answer needs a team"):
         MasConfig(agents=1, must_answer=True)

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from components.config import ALL_BENCHMARKS, BASELINE_NAMES, Config, ConfigError, format_errors, load_config
+from components.dvc_stage import follow_dvc
 from components.errors import UserError, run_command
 from components.jobs.base import ConfigSource
 
@@ -431,6 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log_progress(args.command)
 
     def command() -> int:
+        follow_dvc()  # a DVC stage stops when the `dvc` running it is killed (it does not pass SIGTERM on)
         cfg = load_config(args.params, args.profile, args.overrides)
         if getattr(args, "metrics", None):  # checked before the work, not after it (exit 2, no traceback)
             from components.io import check_output_file

@@ -57,6 +57,15 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         pass
 
 
+def group_gone(pgid: int) -> bool:
+    """Whether no process of group ``pgid`` is left (zombies awaiting their parent's wait count as left)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 def _tail(path: Path, n: int = 4000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else "(no log)"
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.servers import group_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,14 +41,6 @@ def _wait_for_training(out: Path, proc: subprocess.Popen, timeout: float = 300.0
         time.sleep(0.5)
 
 
-def _group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 @pytest.mark.parametrize(("sig", "to_group", "code", "name"), [
     (signal.SIGINT, True, 130, "SIGINT"),    # Ctrl-C: the terminal signals the whole foreground group
     (signal.SIGTERM, False, 143, "SIGTERM"),  # a scheduler stopping the command it started
@@ -67,7 +60,7 @@ def test_an_interrupted_torchrun_training_ends_with_one_line(prepared_data, tmp_
     lines = [line for line in err.splitlines() if ": interrupted (" in line]
     assert lines == [f"agent-gspo train: interrupted ({name}); `--resume` continues from the newest checkpoint"], err
     for _ in range(50):  # the launcher and its rank are gone too
-        if _group_gone(proc.pid):
+        if group_gone(proc.pid):
             break
         time.sleep(0.2)
-    assert _group_gone(proc.pid)
+    assert group_gone(proc.pid)

@@ -34,6 +34,14 @@ def test_dvc_repro_runs_the_smoke_chain_and_experiments_live_apart() -> None:
             assert not dep.startswith(("../", "/")), dep
 
 
+def test_every_defined_experiment_is_an_output_of_the_run_stage() -> None:
+    """`dvc repro experiments/dvc.yaml` writes results/<name>.json for every definition in params.yaml:
+    each must be a declared output, or DVC neither tracks nor restores it."""
+    definitions = yaml.safe_load((ROOT / "params.yaml").read_text())["experiments"]["definitions"]
+    outs = set(_paths(_stages("experiments/dvc.yaml")["run"]["outs"]))
+    assert outs == {f"results/{name}.json" for name in definitions}
+
+
 def _numbers_only(value, where: str) -> None:
     if isinstance(value, dict):
         for key, inner in value.items():

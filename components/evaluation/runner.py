@@ -61,7 +61,6 @@ BASE_WEIGHTS = ("mas_untrained", "mas_prior")
 """baselines that run the untrained base model, not the evaluated policy"""
 MAS_SYSTEMS = (MAIN_SYSTEM, *BASE_WEIGHTS)
 """systems whose episodes are agents x rounds of messages (a silence grid means something)"""
-SPLIT = EVAL_SPLIT
 
 
 class EvalInputError(UserError):
@@ -245,7 +244,7 @@ def _check_names(benchmarks: Sequence[str], baselines: Sequence[str]) -> None:
 
 def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None, baselines: list[str] | None = None,
              out_dir: Path | None = None, data_dir: Path | None = None, tracker=None,
-             systems: Sequence[System] | None = None, split: str = SPLIT) -> EvalReport:
+             systems: Sequence[System] | None = None, split: str = EVAL_SPLIT) -> EvalReport:
     """Evaluate ``model`` (default ``cfg.model.name``) and the baselines on ``cfg.eval.benchmarks``.
 
     ``limit`` (default ``eval.limit``) items per benchmark from the TEST split, a seeded sample

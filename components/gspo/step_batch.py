@@ -23,6 +23,7 @@ from components.gspo.advantages import group_advantages, make_group_ids
 from components.gspo.batching import SequenceBatch, pack_messages
 from components.gspo.distributed import DistInfo, all_gather_objects
 from components.mas.records import Episode, Message
+from components.mas.roles import DECIDER
 from components.reward.reward import message_rewards
 
 EPISODE_METRICS = ("reward", "accuracy", "tokens_total", "tokens_completion", "tokens_communicated", "turns",
@@ -45,6 +46,8 @@ class MessageRow(NamedTuple):
     """its agent held the private fact (split-information items)"""
     split_info: bool
     """its episode is a split-information episode"""
+    decider: bool
+    """the decision agent's turn (``mas.aggregation: decision_agent``), not a turn of a team agent"""
 
 
 def episode_row(ep: Episode, token_measure: str) -> dict[str, float]:
@@ -67,7 +70,8 @@ class StepBatch:
     advantages: torch.Tensor
     """[M] float32, on the sequences' device"""
     metrics: dict[str, float]
-    """all-rank means under the contract names, plus ``silence/agent<a>_round<r>`` and advantage counts"""
+    """all-rank means under the contract names, plus ``silence/agent<a>_round<r>`` (team agents),
+    ``silence/decider`` (with a decision agent) and advantage counts"""
     mean_tokens: float
     """all-rank mean tokens per episode under ``reward.token_measure`` (what the dual controller tracks)"""
 
@@ -83,7 +87,7 @@ class StepBatch:
             for m, credit in zip(ep.messages, credits, strict=True):
                 messages.append(m)
                 msg_rows.append(MessageRow(ep.question_id, m.agent_id, m.round, float(credit), m.silent,
-                                           m.truncated, m.private, ep_has_fact(ep)))
+                                           m.truncated, m.private, ep_has_fact(ep), m.role == DECIDER))
         ep_rows = [episode_row(ep, cfg.reward.token_measure) for ep in episodes]
         payload = (msg_rows, ep_rows)
         gathered = all_gather_objects(payload) if dist.world_size > 1 else [payload]
@@ -100,7 +104,10 @@ class StepBatch:
         metrics = {f"train/{k}": _mean([r[k] for r in all_eps]) for k in (*EPISODE_METRICS, "budget_tokens")}
         metrics |= {"train/zero_adv_groups": float(adv.zero_spread_groups), "train/adv_groups": float(adv.n_groups),
                     "train/episodes": float(len(all_eps)), "train/messages": float(len(all_msgs))}
-        metrics |= silence_by_agent_round((r.agent, r.round, r.silent) for r in all_msgs)
+        metrics |= silence_by_agent_round((r.agent, r.round, r.silent) for r in all_msgs if not r.decider)
+        deciders = [float(r.silent) for r in all_msgs if r.decider]
+        if deciders:  # its own key: as `silence/agent<N>_round<R>` it read as a team agent N
+            metrics["silence/decider"] = _mean(deciders)
         metrics["train/cap_hit_rate"] = _mean([float(r.capped) for r in all_msgs])
         split = [r for r in all_msgs if r.split_info]  # split-information episodes: silence by role
         if split:

@@ -26,14 +26,15 @@ METRIC_NAMES: frozenset[str] = frozenset({
 EXTRA_METRIC_NAMES: frozenset[str] = frozenset({
     "train/budget_tokens", "train/zero_adv_groups", "train/adv_groups", "gspo/loss", "gspo/kl_ref",
     "gspo/kl_base", "train/silence_prob", "train/calls_skipped", "train/cap_hit_rate", "train/episodes",
-    "train/messages", "silence/informed", "silence/uninformed",
+    "train/messages", "silence/informed", "silence/uninformed", "silence/decider",
     "perf/rss_rollout_gb", "perf/rss_update_gb", "perf/cuda_rollout_gb", "perf/cuda_update_gb",
 })
 """Diagnostics beyond the contract: the budget-measure token mean the dual controller sees, groups
 whose advantages were zero, the loss itself, the KL of π_old from the base policy, the silence
 token's mean first-token probability (the exploration rate), calls the protocol skipped, replies
 that reached the length cap, silence of the agents that held / did not hold the private fact
-on split-information items, and the peak memory of the rollout and of the updates
+on split-information items, silence of the decision agent (``mas.aggregation: decision_agent``),
+and the peak memory of the rollout and of the updates
 (``components.gspo.memory``) (search metrics are checked in components/search)."""
 
 EVAL_SUMMARY_NAMES: frozenset[str] = frozenset({

@@ -10,8 +10,9 @@
   between runs that did not move compares the base policy with itself: INCONCLUSIVE, never PASS.
 * Budget tracking is judged over the last :data:`WINDOW` or more training episodes, two-sided,
   and a met band counts as *held by the controller* only if λ_tok had settled over those steps
-  (:func:`controller_settled`): a band met while λ sat clipped at a bound, or while λ was still
-  sweeping, is where the policy happened to sit, not a set point the dual held (INCONCLUSIVE).
+  (:func:`controller_settled`): a band met while λ sat clipped at a bound, while λ was still
+  sweeping, or with token use on one side of B in every step, is where the policy happened to sit,
+  not a set point the dual held (INCONCLUSIVE).
 
 Hand-written: these are a few lines of arithmetic over lists (mean, sample standard deviation);
 scipy would add a dependency for nothing a reader could not check by eye.
@@ -149,6 +150,15 @@ def _window_steps(history: Sequence[Mapping[str, float]], key: str, window: int)
     return out[::-1]
 
 
+def _one_sided(steps: Sequence[Mapping[str, float]]) -> str:
+    """"above" / "below" when every step's token use (``train/budget_tokens``) lay on that side of its B
+    (``train/budget``), else "" (also when B was not logged or there are fewer than two steps)."""
+    errors = [float(h["train/budget_tokens"]) - float(h["train/budget"]) for h in steps if "train/budget" in h]
+    if len(errors) < 2 or len(errors) < len(steps) or not all(math.isfinite(e) for e in errors):
+        return ""
+    return "above" if all(e > 0 for e in errors) else "below" if all(e < 0 for e in errors) else ""
+
+
 def controller_settled(history: Sequence[Mapping[str, float]], window: int = WINDOW) -> tuple[bool | None, str]:
     """Had the dual controller settled over the steps :func:`last_episodes` judges?
 
@@ -161,7 +171,10 @@ def controller_settled(history: Sequence[Mapping[str, float]], window: int = WIN
     - λ sits exactly at the edge of its range over the run in at least half (and >= 2) of the judged
       steps (a value dual ascent repeats only when it is clipped); or
     - λ's net change across the window exceeds :data:`DRIFT` of the range it covered over the run:
-      the controller was still integrating an error the policy did not answer.
+      the controller was still integrating an error the policy did not answer; or
+    - token use lay on one side of B (``train/budget``) in every judged step: a controller holding B
+      sees errors of both signs, while a one-signed error only winds λ one way (a slow sweep over a
+      wide range passes the drift test; one run of the proof fell from -0.73 to -1.00 at 27 % under B).
     Either way tokens inside the band sit where the policy settled, not where λ held them.
     """
     steps = _window_steps(history, "train/budget_tokens", window)
@@ -185,5 +198,9 @@ def controller_settled(history: Sequence[Mapping[str, float]], window: int = WIN
         return False, (f"λ_tok still moving: {first:+.3f} -> {last:+.3f} over the {len(lam)} judged steps, "
                        f"{abs(last - first) / span:.0%} of its range over the run [{min(run):+.3f}, {max(run):+.3f}] "
                        f"(settled: <= {DRIFT:.0%})")
+    side = _one_sided(steps)
+    if side:
+        return False, (f"token use was {side} B in all {len(steps)} judged steps: λ_tok ({first:+.3f} -> {last:+.3f}) "
+                       "only wound one way, it did not regulate around B")
     return True, (f"λ_tok settled: {first:+.3f} -> {last:+.3f} over the {len(lam)} judged steps "
                   f"(<= {DRIFT:.0%} of its range over the run [{min(run):+.3f}, {max(run):+.3f}])")

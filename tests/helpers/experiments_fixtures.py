@@ -63,6 +63,8 @@ def make_results(name: str, eval_: dict[str, dict[str, dict]], *, kind: str = "g
             eval_.setdefault(system, {})[bench] = cell_of(col)
     budget = None
     if budget_target is not None:
+        if hist:  # the B the controller logged each step is the run's B (history() writes 100)
+            hist = [h | {"train/budget": budget_target} if "train/budget" in h else h for h in hist]
         budget = BudgetInfo(fraction=fraction, target=budget_target, measure="completion",
                             figure="tokens_completion_mean", system="mas_untrained", benchmarks=["gsm8k"],
                             baseline_mean=budget_target / fraction, source="baselines.json")

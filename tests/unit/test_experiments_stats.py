@@ -144,6 +144,23 @@ def test_controller_settled_rule():
     assert controller_settled(hist([math.inf, 0.0] + [0.1, 0.12] * 4))[0] is None
 
 
+def test_a_one_sided_error_is_not_a_settled_controller():
+    """Run F of the proof: λ fell steadily from -0.73 to -1.00 over the window while use stayed 27 % under
+    B; the net change is only 13 % of the [-1, +1] range λ covered, so the drift test alone passed it."""
+    lam = [1.0, 0.5, 0.0, -0.5, -0.731, -0.79, -0.842, -0.897, -0.952, -0.999, -1.0, -0.98]
+    def hist(tokens):
+        return [{"train/budget_tokens": t, "train/budget": 16.5, "train/episodes": 8.0, "train/lambda_tok": x}
+                for t, x in zip(tokens, lam, strict=True)]
+
+    ok, why = controller_settled(hist([30.0] * 4 + [12.0] * 8))
+    assert ok is False and "token use was below B in all 8 judged steps" in why and "-0.731 -> -0.980" in why
+    ok, why = controller_settled(hist([5.0] * 4 + [17.0] * 8))
+    assert ok is False and "above B in all 8" in why
+    assert controller_settled(hist([30.0] * 4 + [12.0, 17.0] * 4))[0] is True  # errors of both signs: held
+    no_b = [{k: v for k, v in h.items() if k != "train/budget"} for h in hist([30.0] * 4 + [12.0] * 8)]
+    assert controller_settled(no_b)[0] is True  # B not logged: this test cannot judge, the others passed
+
+
 def test_fixture_cell_is_consistent():
     c = cell(0.3, 1000)
     assert math.isclose(c["accuracy"], 0.3) and c["tokens_total"] == 1000

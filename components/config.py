@@ -478,6 +478,10 @@ def set_override(raw: dict[str, Any], text: str) -> None:
     node[keys[-1]] = value
 
 
+YAML11_BOOLEANS = frozenset({"yes", "no", "on", "off", "y", "n"})
+"""YAML 1.1 spellings of booleans, strings here (:mod:`components.yaml_strict`): named in the error"""
+
+
 def format_errors(exc: ValidationError, source: str) -> str:
     """A pydantic error as ``source: invalid configuration`` plus one line per key path."""
     lines = [f"{source}: invalid configuration"]
@@ -491,6 +495,8 @@ def format_errors(exc: ValidationError, source: str) -> str:
                 msg += f" (allowed: {', '.join(section.annotation.model_fields)})"
             elif len(err["loc"]) == 1:
                 msg += f" (allowed sections: {', '.join(k for k in Config.model_fields if k != 'profile')})"
+        elif err["type"] == "bool_type" and str(err.get("input")).lower() in YAML11_BOOLEANS:
+            msg += " (booleans are true or false, as in YAML 1.2)"
         shown = repr(err.get("input"))
         # at the root, or under a model-level validator, the input is a whole section: the message names the keys
         got = f" (got {shown if len(shown) <= 120 else shown[:117] + '...'})" if err["loc"] and not isinstance(

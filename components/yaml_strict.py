@@ -13,6 +13,9 @@ so the exponent form people write for learning rates became the *string* ``"1e-5
 schema refuses strings for numbers (a quoted ``'3'`` is a mistake to report, not to coerce), so
 the YAML 1.2 spelling must arrive as a number. Likewise ``steps: 010`` is ten, not YAML 1.1's
 octal 8, and ``1:30``, ``1_000`` and ``0b11`` are the strings they are in YAML 1.2 (1.1: 90, 1000, 3).
+Booleans are YAML 1.2's too: ``true``/``false`` (any of three casings); 1.1's ``yes``, ``no``, ``on`` and
+``off`` are strings, so ``model.name: off`` is the text it reads as, not ``False``, and ``must_answer: yes``
+is reported (a bool setting takes ``true``) rather than read as a boolean the user did not write.
 """
 
 from __future__ import annotations
@@ -90,6 +93,13 @@ StrictSafeLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
     list("-+.0123456789"))
 
+
+# YAML 1.2 booleans: drop 1.1's bool resolver (yes/no/on/off) and put the 1.2 one in its place
+StrictSafeLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in StrictSafeLoader.yaml_implicit_resolvers.items()}
+StrictSafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 StrictSafeLoader.add_constructor("tag:yaml.org,2002:int", StrictSafeLoader.construct_yaml_int)
 StrictSafeLoader.add_constructor("tag:yaml.org,2002:float", StrictSafeLoader.construct_yaml_float)

@@ -247,6 +247,7 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
             conflict.append(mismatch)
             refuse(trial, "config", "the study's recorded config changed")
         trial.set_user_attr(B.ATTR_RESERVED, B.reservation(study.get_trials(deepcopy=False), reserve_tokens))
+        trial.set_user_attr(B.ATTR_CONFIG_HASH, config_hash)
         trial.set_user_attr(B.ATTR_ADMITTED, True)
         mine.append(trial.number)
         overrides = space.suggest(trial)
@@ -331,7 +332,7 @@ def _spent(usage: B.Ledger, limits: B.Budget, running: int = 0) -> str:
 def _finish(study: optuna.Study, cfg: Config, url: str | optuna.storages.BaseStorage, name: str,
             usage: B.Ledger, stopped_by: list[str], mine: list[int], out_params: str) -> SearchResult:
     all_trials = study.get_trials(deepcopy=False)
-    best = select_best(all_trials)
+    best = select_best(study_config.own_trials(study, all_trials, name))
     if best is None:
         errors = list(dict.fromkeys(t.user_attrs[ATTR_ERROR] for t in all_trials if ATTR_ERROR in t.user_attrs))
         seen = f"; trial errors: {' | '.join(errors[:3])}" if errors else ""

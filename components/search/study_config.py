@@ -19,7 +19,10 @@ and the profile's *name* (its settings are in the hash).
 A study made before hashes were recorded and already holding trials cannot be checked: it is
 adopted with a warning. Two workers with different configs joining a fresh study at the same
 instant may both find nothing recorded; each reads the record back after writing it, and
-:func:`changed` lets a worker that lost that race stop before its next trial.
+:func:`changed` lets a worker that lost that race stop before its next trial. A trial it had already
+started then completes under its config, so every admitted trial also carries the hash it ran under
+(``search:config_hash``, a trial attribute) and the best is chosen among the trials of the recorded
+config only (:func:`own_trials`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import sys
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from components.config import Config, SearchConfig
 from components.search import budget as B
@@ -108,3 +112,19 @@ def changed(study: optuna.Study, mine: str, cfg: Config, url: str | optuna.stora
     if recorded == mine:
         return None
     return mismatch_error(name, url, str(recorded), mine, study.user_attrs.get(STUDY_CONFIG), config_view(cfg))
+
+
+def own_trials(study: optuna.Study, trials: list[FrozenTrial], name: str) -> list[FrozenTrial]:
+    """``trials`` of the study's recorded config; trials without a hash (older versions) count as its own.
+
+    A trial that ran under another config (a worker that lost the race above) is left out, with one
+    warning, so that its result cannot become the best of a config it did not run under."""
+    recorded = study.user_attrs.get(STUDY_CONFIG_HASH)
+    if recorded is None:
+        return trials
+    own = [t for t in trials if t.user_attrs.get(B.ATTR_CONFIG_HASH, recorded) == recorded]
+    if len(own) < len(trials):
+        foreign = [t.number for t in trials if t not in own]
+        print(f"search: study {name!r}: trial(s) {', '.join(map(str, foreign))} ran under another config (a worker "
+              f"with other settings joined at the same instant): left out of the best", file=sys.stderr)
+    return own

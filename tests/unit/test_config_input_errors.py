@@ -259,6 +259,22 @@ def test_integers_follow_yaml_1_2_not_1_1(tmp_path: Path) -> None:
     assert load_config(path, overrides=["gspo.seed=0777", "gspo.lr=1e-5"]).gspo.seed == 777
 
 
+def test_booleans_follow_yaml_1_2_not_1_1(tmp_path: Path) -> None:
+    """Was: `must_answer: yes` read as True and `model.name: off` as False ("Input should be a valid string
+    (got False)" for a value the user typed as text), YAML 1.1's Norway problem."""
+    path = _file(tmp_path, "p.yaml", "mas:\n  must_answer: TRUE\ndata:\n  use_hub: False\n")
+    cfg = load_config(path)
+    assert cfg.mas.must_answer is True and cfg.data.use_hub is False
+    for word in ("yes", "no", "on", "off", "Yes", "OFF"):
+        with pytest.raises(ConfigError, match=rf"mas.must_answer: Input should be a valid boolean \(booleans are "
+                                              rf"true or false, as in YAML 1.2\) \(got '{word}'\)"):
+            load_config(path, overrides=[f"mas.must_answer={word}"])
+    assert load_config(path, overrides=["model.name=off"]).model.name == "off"
+    assert load_config(path, overrides=["data.mirror=no"]).data.mirror == "no"
+    with pytest.raises(ConfigError, match="booleans are true or false"):
+        load_config(_file(tmp_path, "q.yaml", "data:\n  use_hub: on\n"))
+
+
 def test_an_empty_mirror_or_option_is_refused(capsys) -> None:
     """Was: `data.mirror: ""` meant "no mirror" (the hub on a networked machine) and `--mirror ""` the default."""
     with pytest.raises(ConfigError, match="data.mirror: String should have at least 1 character"):

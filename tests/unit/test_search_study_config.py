@@ -102,3 +102,25 @@ def test_a_worker_that_lost_the_race_to_record_its_config_stops(tmp_path: Path) 
     with pytest.raises(SearchError, match="another config"):
         run_search(_cfg(tmp_path), trial_fn, trials=5, storage=storage)
     assert calls == [0]
+
+
+def test_a_trial_run_under_the_losing_config_is_never_the_best(tmp_path: Path, capsys) -> None:
+    """Was: the losing worker's trial, already started when the other worker's record landed, completed
+    and stayed in the study; the winner's best could be that trial, run under settings it does not have."""
+    from components.search.study import TrialOutcome
+    from components.search.study_config import STUDY_CONFIG, STUDY_CONFIG_HASH, config_hash, config_view
+
+    storage = optuna.storages.InMemoryStorage()
+    winner = _cfg(tmp_path, max_tokens_per_episode=10_000.0)
+
+    def loser_trial(cfg: Config, trial: optuna.Trial) -> TrialOutcome:
+        trial.study.set_user_attr(STUDY_CONFIG, config_view(winner))  # the winner's record lands now
+        trial.study.set_user_attr(STUDY_CONFIG_HASH, config_hash(winner))
+        return TrialOutcome(dev_accuracy=1.0, mean_tokens_per_episode=1.0, tokens_spent=10, seconds=0.0)
+
+    with pytest.raises(SearchError, match="another config"):
+        run_search(_cfg(tmp_path), loser_trial, trials=5, storage=storage)
+    capsys.readouterr()
+    result = run_search(winner, SyntheticTrial(), trials=2, storage=storage)
+    assert result.best_trial != 0 and result.best_dev_accuracy < 1.0  # the loser's perfect trial is left out
+    assert "trial(s) 0 ran under another config" in capsys.readouterr().err

@@ -22,11 +22,15 @@ OFFLINE_DEFAULTS: dict[str, str] = {
 }
 TRACKING_DEFAULTS: dict[str, str] = {
     "AGENT_GSPO_MLFLOW_DB_ATTEMPTS": "3",
+    "PGCONNECT_TIMEOUT": "10",
 }
 """Bounds on MLflow's retries against a database backend that does not answer. MLflow (3.17) tries
 to create its SQLAlchemy engine ``mlflow.store.db.utils.MAX_RETRY_COUNT`` = 10 times, sleeping
 0.1 * (2**n - 1) s in between (about 100 s in all), and reads no variable for it:
-:func:`components.tracking.backend.configure_http_retries` sets that constant from this one."""
+:func:`components.tracking.backend.configure_http_retries` sets that constant from this one.
+``PGCONNECT_TIMEOUT`` (libpq's, read by psycopg for MLflow's and Optuna's Postgres storage): without
+it a Postgres that accepts the connection and never answers (a stopped server, a proxy whose backend
+is gone) hangs the command forever; with it each attempt gives up after 10 s."""
 
 
 def apply_offline_defaults() -> None:

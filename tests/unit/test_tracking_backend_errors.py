@@ -7,6 +7,7 @@ its store, and retries an engine that does not connect 10 times (~100 s) unless 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -98,6 +99,39 @@ def test_an_unreachable_postgres_fails_within_seconds(monkeypatch: pytest.Monkey
     assert "PgS3cret" not in text and "postgresql://bob:***@127.0.0.1:1/mlflow" in text
     assert "OperationalError" in text
     assert "will be retried" not in capfd.readouterr().err  # MLflow's multi-line retry warnings are quiet
+
+
+@pytest.mark.skipif(importlib.util.find_spec("psycopg") is None, reason="no Postgres driver installed")
+def test_a_postgres_that_accepts_and_never_answers_fails_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: psycopg waits for the server's first byte without a limit, so a stopped Postgres (or a proxy
+    whose backend is gone) hung the command forever. The project's PGCONNECT_TIMEOUT (10 s) bounds
+    each attempt."""
+    import socket
+    import threading
+
+    from components.env import TRACKING_DEFAULTS
+
+    assert TRACKING_DEFAULTS["PGCONNECT_TIMEOUT"] == "10" and os.environ["PGCONNECT_TIMEOUT"] == "10"
+    monkeypatch.setenv(DB_ATTEMPTS_ENV, "1")  # one attempt keeps the test at ~10 s
+    monkeypatch.setattr(db_utils, "MAX_RETRY_COUNT", db_utils.MAX_RETRY_COUNT)  # restored after the test
+    silent = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(silent.accept()[0]), daemon=True).start()
+    port = silent.getsockname()[1]
+    start = time.monotonic()
+    try:
+        with pytest.raises(TrackingError) as err:
+            registry_client(f"postgresql+psycopg://bob:PgS3cret@127.0.0.1:{port}/mlflow")
+    finally:
+        silent.close()
+        for conn in accepted:
+            conn.close()
+    elapsed = time.monotonic() - start
+    text = _one_line(err.value)
+    assert accepted, "the client never connected"
+    assert 9 <= elapsed < 25, f"{elapsed:.0f} s"
+    assert "PgS3cret" not in text and f"postgresql+psycopg://bob:***@127.0.0.1:{port}/mlflow" in text
+    assert "timeout" in text.lower()
 
 
 def test_engine_attempts_default_and_user_value(monkeypatch: pytest.MonkeyPatch) -> None:

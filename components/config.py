@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from components.errors import UserError
 from components.redact import redact_value
-from components.yaml_strict import strict_load
+from components.yaml_strict import FileTooLarge, read_capped_text, strict_load
 
 BENCHMARKS = ("mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval")
 """the seven benchmarks of the paper (the default evaluation)"""
@@ -516,7 +516,9 @@ def read_params_file(path: Path) -> dict[str, Any]:
     """The mapping in a params file; :class:`ConfigError` naming the file for anything else
     (unreadable, not UTF-8, not YAML, a repeated key, an alias, not a mapping)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped_text(path)
+    except FileTooLarge as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte offset {exc.start})") from exc
     except OSError as exc:

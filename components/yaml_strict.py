@@ -20,6 +20,7 @@ is reported (a bool setting takes ``true``) rather than read as a boolean the us
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -103,6 +104,26 @@ StrictSafeLoader.add_implicit_resolver(
 
 StrictSafeLoader.add_constructor("tag:yaml.org,2002:int", StrictSafeLoader.construct_yaml_int)
 StrictSafeLoader.add_constructor("tag:yaml.org,2002:float", StrictSafeLoader.construct_yaml_float)
+
+
+MAX_FILE_BYTES = 1 << 20
+"""largest YAML file read (params.yaml is ~20 KB): ``--params /dev/zero`` read until the kernel's OOM
+killer stopped it at 17 GB, taking whatever else ran on the machine at risk"""
+
+
+class FileTooLarge(ValueError):
+    """A YAML file over :data:`MAX_FILE_BYTES` (or an endless device)."""
+
+
+def read_capped_text(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> str:
+    """``path``'s UTF-8 text, reading at most ``limit`` + 1 bytes: raises :class:`FileTooLarge` beyond
+    ``limit`` (``/dev/zero`` included), ``UnicodeDecodeError`` and ``OSError`` as ``read_text`` would.
+    Pipes stay readable (``--params <(...)``)."""
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLarge(f"larger than {limit // 1024} KiB (a params file is a few KB; is it the right file?)")
+    return data.decode("utf-8")
 
 
 def strict_load(text: str) -> Any:

@@ -30,7 +30,7 @@ from components.config import parse_override
 from components.io import write_text_atomic
 from components.search.errors import SearchError
 from components.search.space import format_override
-from components.yaml_strict import strict_load
+from components.yaml_strict import FileTooLarge, read_capped_text, strict_load
 
 
 def overrides_to_params(overrides: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -64,8 +64,8 @@ def load_best_params(path: str | os.PathLike[str]) -> list[str]:
         raise SearchError(f"{source}: best-params file not found (run `agent-gspo search` first, "
                           f"or point search.out_params at an existing file)")
     try:
-        doc = strict_load(source.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        doc = strict_load(read_capped_text(source))
+    except (OSError, UnicodeDecodeError, FileTooLarge) as exc:
         raise SearchError(f"{source}: cannot read the best-params file: {exc}") from exc
     except yaml.YAMLError as exc:
         raise SearchError(f"{source}: not valid YAML: {exc}") from exc

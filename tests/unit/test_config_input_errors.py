@@ -3,6 +3,7 @@ what is wrong and where, exit 2, never a traceback, a hang, or a silently ignore
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -273,6 +274,31 @@ def test_booleans_follow_yaml_1_2_not_1_1(tmp_path: Path) -> None:
     assert load_config(path, overrides=["data.mirror=no"]).data.mirror == "no"
     with pytest.raises(ConfigError, match="booleans are true or false"):
         load_config(_file(tmp_path, "q.yaml", "data:\n  use_hub: on\n"))
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "big"])
+def test_an_endless_or_huge_params_file_is_one_line_not_an_oom_kill(source: str, tmp_path: Path, capsys) -> None:
+    """Was: `--params /dev/zero` read until the kernel's OOM killer stopped it at 17 GB of memory."""
+    path = Path(source) if source.startswith("/") else _file(tmp_path, "big.yaml", "# " + "x" * (2 << 20) + "\n")
+    assert main(["validate", "--params", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: larger than 1024 KiB" in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_a_params_file_read_from_a_pipe_still_works(tmp_path: Path) -> None:
+    """`--params <(...)` hands the command a pipe: the size cap must not refuse it."""
+    import threading
+
+    read_fd, write_fd = os.pipe()
+    text = (ROOT / "params.yaml").read_bytes()
+    writer = threading.Thread(target=lambda: (os.write(write_fd, text), os.close(write_fd)))
+    writer.start()
+    try:
+        cfg = load_config(f"/dev/fd/{read_fd}")
+    finally:
+        writer.join()
+        os.close(read_fd)
+    assert cfg.mas.agents == load_config(ROOT / "params.yaml").mas.agents
 
 
 def test_an_empty_mirror_or_option_is_refused(capsys) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 from components.config import Config
 from components.env import OFFLINE_DEFAULTS
 from components.errors import PARENT_REPORTS_INTERRUPT, UserError
+from components.gspo import orphans
 from components.redact import redact
 
 MODULE = "components.gspo.train_main"
@@ -188,19 +189,23 @@ def run_streaming(cmd: Sequence[str], *, env: dict[str, str] | None = None,
     Interrupted here (Ctrl-C, or SIGTERM unwound by :func:`components.errors.run_command`), the
     child gets SIGTERM too and is waited for (killed after :data:`STOP_WAIT_S`) before this
     unwinds: a training left running would keep its folder's lock (so the ``--resume`` that
-    follows is refused), and its MLflow run would end FAILED instead of KILLED."""
-    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, bufsize=1)
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            shown = on_line(line.rstrip("\n")) if on_line is not None else False
-            if not shown:
-                sys.stdout.write(line)
-        return proc.wait()
-    except BaseException:
-        stop_child(proc)
-        raise
+    follows is refused), and its MLflow run would end FAILED instead of KILLED. Its descendants
+    too: they are reparented to this process once the launcher exits, and waited for
+    (:mod:`components.gspo.orphans`)."""
+    with orphans.reaping(STOP_WAIT_S) as known:  # the launcher's children, reparented to us, are waited for
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env, bufsize=1)
+        known.add(proc.pid)
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                shown = on_line(line.rstrip("\n")) if on_line is not None else False
+                if not shown:
+                    sys.stdout.write(line)
+            return proc.wait()
+        except BaseException:
+            stop_child(proc)
+            raise
 
 
 def _drain(stream: Any) -> None:

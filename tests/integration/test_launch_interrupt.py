@@ -19,10 +19,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _train(data_dir: Path, out: Path, port: int) -> subprocess.Popen:
+def _train(data_dir: Path, out: Path, port: int, launcher: str = "torchrun") -> subprocess.Popen:
     sets = [f"data.out_dir={data_dir}", "model.name=tiny-random", "gspo.steps=500", "gspo.questions_per_step=2",
             "gspo.group_size=2", "mas.agents=2", "mas.rounds=1", "mas.max_message_tokens=8",
-            "deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=1", f"deepspeed.master_port={port}"]
+            f"deepspeed.launcher={launcher}", "deepspeed.nproc_per_node=1", f"deepspeed.master_port={port}"]
     cmd = [sys.executable, "-m", "components.cli", "train", "--no-track", "--out", str(out),
            *[a for s in sets for a in ("--set", s)]]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -59,8 +59,22 @@ def test_an_interrupted_torchrun_training_ends_with_one_line(prepared_data, tmp_
     assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
     lines = [line for line in err.splitlines() if ": interrupted (" in line]
     assert lines == [f"agent-gspo train: interrupted ({name}); `--resume` continues from the newest checkpoint"], err
-    for _ in range(50):  # the launcher and its rank are gone too
-        if group_gone(proc.pid):
-            break
-        time.sleep(0.2)
-    assert group_gone(proc.pid)
+    assert group_gone(proc.pid), "the command exited with its launcher or rank still running"
+
+
+def test_ctrl_c_on_a_deepspeed_launch_returns_after_every_launched_process(prepared_data, tmp_path):
+    """Was: the DeepSpeed runner exited on Ctrl-C at once, and its `launch.py` (stopping the rank)
+    outlived the command by ~2.8 s: a `--resume` typed right away raced the old training."""
+    out = tmp_path / "run"
+    proc = _train(prepared_data, out, 29655, launcher="deepspeed")
+    try:
+        _wait_for_training(out, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        gone = group_gone(proc.pid)  # at once: nothing may be left when the command has returned
+    finally:
+        if proc.poll() is None or not group_gone(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-3000:]
+    assert gone, "the command exited with DeepSpeed's launch.py or the rank still running"
+    assert "Traceback" not in err, err[-3000:]

@@ -313,6 +313,8 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
                                catch=(Exception,))
         else:
             stopped_by.append(reason)
+        if not conflict and (late := study_config.changed(study, config_hash, cfg, url, name)) is not None:
+            conflict.append(late)  # overwritten during this worker's last trial: its best is not ours to write
         if conflict:
             raise conflict[0]
         result = _finish(study, cfg, url, name, used(), stopped_by, mine, out_params or s.out_params)

@@ -124,3 +124,19 @@ def test_a_trial_run_under_the_losing_config_is_never_the_best(tmp_path: Path, c
     result = run_search(winner, SyntheticTrial(), trials=2, storage=storage)
     assert result.best_trial != 0 and result.best_dev_accuracy < 1.0  # the loser's perfect trial is left out
     assert "trial(s) 0 ran under another config" in capsys.readouterr().err
+
+
+def test_a_worker_whose_record_is_overwritten_during_its_last_trial_writes_no_best(tmp_path: Path) -> None:
+    """With one trial to run there is no next trial to stop before: the loser must still exit with the
+    refusal, not write the other config's best (or none) as its result."""
+    from components.search.study_config import STUDY_CONFIG_HASH
+
+    storage = optuna.storages.InMemoryStorage()
+
+    def trial_fn(cfg: Config, trial: optuna.Trial) -> object:
+        trial.study.set_user_attr(STUDY_CONFIG_HASH, "f" * 64)
+        return SyntheticTrial()(cfg, trial)
+
+    with pytest.raises(SearchError, match="another config"):
+        run_search(_cfg(tmp_path), trial_fn, trials=1, storage=storage)
+    assert not (tmp_path / "best.yaml").exists()

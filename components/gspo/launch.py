@@ -192,7 +192,8 @@ def run_streaming(cmd: Sequence[str], *, env: dict[str, str] | None = None,
     follows is refused), and its MLflow run would end FAILED instead of KILLED. Its descendants
     too: they are reparented to this process once the launcher exits, and waited for
     (:mod:`components.gspo.orphans`)."""
-    with orphans.reaping(STOP_WAIT_S) as known:  # the launcher's children, reparented to us, are waited for
+    env, token = orphans.launch_env(env)
+    with orphans.reaping(STOP_WAIT_S, token) as known:  # the launch's processes reparented to us are waited for
         proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=env, bufsize=1)
         known.add(proc.pid)

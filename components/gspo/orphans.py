@@ -20,7 +20,8 @@ import ctypes
 import os
 import signal
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
@@ -45,11 +46,12 @@ def is_subreaper() -> bool:
 
 
 @contextlib.contextmanager
-def reaping(timeout_s: float) -> Iterator[set[int]]:
+def reaping(timeout_s: float, token: str | None = None) -> Iterator[set[int]]:
     """While inside, this process is the subreaper of its orphaned descendants (Linux); on the way out
-    (normal or not) every child that was not ours before, and is not in the yielded set (add the
-    pids of the children you wait for yourself), is waited for (:func:`wait_for_orphans`) and the
-    subreaper flag is put back as it was, so that later orphans go to init again."""
+    (normal or not) every child that was not ours before, is not in the yielded set (add the pids of
+    the children you wait for yourself) and carries launch id ``token`` (any, without one) is waited
+    for (:func:`wait_for_orphans`), and the subreaper flag is put back as it was, so that later
+    orphans go to init again."""
     known = children()
     was = is_subreaper()
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -57,10 +59,39 @@ def reaping(timeout_s: float) -> Iterator[set[int]]:
         yield known
     finally:
         try:
-            wait_for_orphans(known, timeout_s)
+            wait_for_orphans(known, timeout_s, token)
         finally:
             if not was:
                 _prctl(PR_SET_CHILD_SUBREAPER, 0)
+
+
+LAUNCH_ENV = "AGENT_GSPO_LAUNCH_ID"
+"""set in a launch's environment (:func:`launch_env`): its processes inherit it, so a child of ours
+that carries this launch's id is the launch's, and any other (started meanwhile by another thread)
+is never waited for or killed"""
+
+
+def launch_env(env: Mapping[str, str] | None = None) -> tuple[dict[str, str], str]:
+    """(``env``, or ours, plus a fresh :data:`LAUNCH_ENV`; the id)."""
+    token = uuid.uuid4().hex
+    return {**(os.environ if env is None else env), LAUNCH_ENV: token}, token
+
+
+def _carries(pid: int, token: str) -> bool:
+    """Whether ``pid``'s environment holds this launch's id (a zombie's is empty: it has exited)."""
+    try:
+        return f"{LAUNCH_ENV}={token}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def _exited(pid: int) -> bool:
+    """A zombie (its environment is gone with it): reaping it is all that is left to do."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2:].split()[0] in ("Z", "X")
 
 
 def children() -> set[int]:
@@ -79,18 +110,23 @@ def children() -> set[int]:
     return out
 
 
-def wait_for_orphans(known: set[int], timeout_s: float) -> list[int]:
-    """Wait until every child of ours not in ``known`` has exited, reaping each; SIGKILL those left
-    after ``timeout_s``. Returns the pids that had to be killed."""
+def wait_for_orphans(known: set[int], timeout_s: float, token: str | None = None) -> list[int]:
+    """Wait until every child of ours not in ``known`` (and, with ``token``, carrying that launch id
+    when first seen) has exited, reaping each; SIGKILL those left after ``timeout_s``. Returns the
+    pids that had to be killed."""
     deadline = time.monotonic() + timeout_s
     killed: list[int] = []
+    ours: set[int] = set()
     while True:
-        left = children() - known
+        fresh = children() - known - ours
+        ours |= {pid for pid in fresh if token is None or _carries(pid, token) or _exited(pid)}
+        left = ours & children()
         for pid in list(left):
             with contextlib.suppress(ChildProcessError):
                 if os.waitpid(pid, os.WNOHANG)[0] == 0:
                     continue
             left.discard(pid)
+            ours.discard(pid)
         if not left:
             return killed
         if time.monotonic() >= deadline:

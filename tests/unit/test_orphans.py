@@ -68,6 +68,23 @@ def test_children_from_before_are_not_touched() -> None:
         before.wait()
 
 
+def test_only_the_launchs_processes_are_waited_for_not_another_threads_child() -> None:
+    """A child started meanwhile by another thread (no launch id in its environment) is left alone."""
+    env, token = orphans.launch_env()
+    start = time.monotonic()
+    with orphans.reaping(0.5, token) as known:
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        launch = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"], env=env)
+        known.add(launch.pid)
+        launch.wait()
+    try:
+        assert other.poll() is None, "another thread's child was killed"
+        assert time.monotonic() - start < 10
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_run_streaming_returns_only_after_an_interrupted_launchs_grandchildren() -> None:
     """The runner exits on SIGTERM at once; its child (the rank) needs 1.5 s to stop. Was: the interrupt
     unwound as soon as the runner was gone."""

@@ -122,7 +122,7 @@ def read_capped_text(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) 
     with open(path, "rb") as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
-        raise FileTooLarge(f"larger than {limit // 1024} KiB (a params file is a few KB; is it the right file?)")
+        raise FileTooLarge(f"larger than {limit // 1024} KiB")
     return data.decode("utf-8")
 
 

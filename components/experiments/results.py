@@ -21,6 +21,7 @@ from components.errors import UserError
 from components.evaluation.metrics import EvalNumbers
 from components.experiments.stats import ItemColumns
 from components.io import write_json_atomic
+from components.yaml_strict import FileTooLarge, read_capped_text
 
 SCHEMA_VERSION = 1
 
@@ -188,11 +189,17 @@ def _format(exc: ValidationError, path: Path) -> str:
     return "\n".join(lines)
 
 
+MAX_RESULTS_BYTES = 64 << 20
+"""a results file is ~100 KB (per-item outcomes of 700 items); a `/dev/zero` link must not be read to the end"""
+
+
 def read_json(path: Path) -> Any:
     """The JSON in ``path``; :class:`ResultsFileError` naming it for anything else (missing, a
     folder, a symlink loop, unreadable, not UTF-8, not JSON, nested too deep to parse)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_capped_text(path, MAX_RESULTS_BYTES))
+    except FileTooLarge as exc:
+        raise ResultsFileError(f"{path}: {exc}: not a results file") from None
     except FileNotFoundError:
         raise ResultsFileError(f"{path}: results file not found") from None
     except IsADirectoryError:

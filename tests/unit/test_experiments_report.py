@@ -346,3 +346,26 @@ def test_committed_report_is_regenerated_byte_for_byte_from_the_committed_result
     monkeypatch.chdir(tmp_path)  # the header names the paths as given: the committed ones are relative
     build_report(Path("results"), Path("docs/results.md"))
     assert (tmp_path / "docs" / "results.md").read_bytes() == (root / "docs" / "results.md").read_bytes()
+
+
+def test_lambda0_under_a_budgeted_variants_recipe_is_shown_in_b_not_counted(tmp_path):
+    """A λ = 0 run made under gspo_b25_answer's recipe is that run's like-for-like comparison: claim (b)
+    shows the pair with its ratio, while its verdict stays about λ = 0 vs the run of record (B25)."""
+    folder = _passing(tmp_path / "results")
+    _write(folder, trained("gspo_b25_answer", 0.01, 10_000, history([20, 15, 12, 11, 12]), budget_target=100.0),
+           trained("lambda0_answer", 0.02, 15_000, history([300, 310, 305, 320, 330])))
+    b = next(c for c in build_report(folder, tmp_path / "o.md").claims if c.key == "b")
+    assert b.status == "PASS"  # lambda0 50k vs gspo_b25 20k = 2.50x, unchanged by the pair
+    line = next(x for x in b.evidence if x.startswith("same recipe, not counted"))
+    assert ("lambda0_answer 30000 vs gspo_b25_answer 20000 = 1.50x (needs >= 2x; same settings); accuracy 0.020 vs "
+            "0.010") in line, line
+    (folder / "lambda0_answer.json").unlink()
+    b = next(c for c in build_report(folder, tmp_path / "o.md").claims if c.key == "b")
+    assert not any("same recipe" in x for x in b.evidence)
+
+
+def test_a_results_file_linked_to_an_endless_device_is_named_not_read(tmp_path):
+    """Was: `results/x.json -> /dev/zero` was read until memory ran out."""
+    (tmp_path / "gspo_b25.json").symlink_to("/dev/zero")
+    with pytest.raises(ResultsFileError, match=r"gspo_b25.json: larger than 65536 KiB: not a results file"):
+        load_results(tmp_path / "gspo_b25.json")

@@ -83,7 +83,8 @@ RECIPE_KEYS = ("model.silence_prior", "model.lora_rank", "model.dtype", "mas.age
                "reward.token_norm", "reward.per_agent_credit", "budget.fraction", "budget.mode", "budget.lr",
                "budget.kp", "budget.lambda_max",
                "gspo.steps", "gspo.questions_per_step", "gspo.group_size", "gspo.minibatches", "gspo.lr",
-               "gspo.eps_low", "gspo.eps_high", "gspo.level", "gspo.adv_norm", "data.train_sources")
+               "gspo.eps_low", "gspo.eps_high", "gspo.level", "gspo.adv_norm", "gspo.adv_std_floor", "gspo.kl_beta",
+               "model.silence_calibration", "data.train_sources")
 
 
 def proof_config(params: str | None, exp: Experiment, profile: str, user_overrides: Sequence[str]) -> Config:

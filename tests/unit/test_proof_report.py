@@ -82,3 +82,14 @@ def test_the_committed_file_gives_the_verdicts_the_readme_reports(key, status):
     res = ProofResults.model_validate(json.loads((ROOT / "results" / "silence_proof.json").read_text()))
     claim = next(c for c in proof_claims(res) if c.key == key)
     assert claim.status == status and claim.evidence, claim
+
+
+def test_the_recipe_records_real_config_keys_including_the_kl_penalty_and_std_floor():
+    """A proof's results file records its training recipe from the flattened config: a misspelt key
+    would be recorded as null, and a run with a KL penalty or a std floor must say so."""
+    from components.config import load_config
+    from components.experiments.proof import RECIPE_KEYS
+
+    flat = load_config(str(ROOT / "params.yaml"), "proof", ["gspo.kl_beta=0.05"]).flat()
+    assert [k for k in RECIPE_KEYS if k not in flat] == []
+    assert flat["gspo.kl_beta"] == 0.05 and "gspo.adv_std_floor" in RECIPE_KEYS

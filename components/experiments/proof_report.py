@@ -32,6 +32,7 @@ from components.experiments.stats import (
     last_episodes,
     movement,
     paired,
+    window_standard_error,
 )
 
 SILENT_UNINFORMED, SPEAKING_INFORMED = 0.80, 0.10
@@ -97,7 +98,8 @@ def proof_claims(res: ProofResults) -> list[Claim]:
                          f"B = {fraction:g} x {untrained_mean:.1f} "
                          f"(the untrained policy's sampled completion tokens per training episode, "
                          f"{int(float(cal.get('episodes', 0)))} episodes before step 1) = {target:.1f}",
-                         f"last {n} training episodes: {got:.1f} tokens ({err:+.1%} from B)",
+                         f"last {n} training episodes: {got:.1f} tokens ({err:+.1%} from B)"
+                         + _noise(run.history, target),
                          *_why_off_budget(run.history, err, str(res.recipe.get("budget.mode") or "cap")),
                          *([settle_why + ("" if settled else ": inside the band, but not held by λ")]
                            if ok else [])]))
@@ -138,6 +140,16 @@ def _why_off_budget(history: list[dict[str, float]], err: float, mode: str) -> l
         lines.append("below B, not above it: the policy needs fewer tokens than B allows, so the cap is slack "
                      "and λ_tok only decays at the dual learning rate")
     return lines
+
+
+def _noise(history: list[dict[str, float]], target: float) -> str:
+    """The judged window's standard error next to the band's half-width: a window whose noise is as wide
+    as the band misses it often even when the controller is centred on B (reported, not a verdict)."""
+    se = window_standard_error(history, "train/budget_tokens")
+    if se is None or not target == target:
+        return ""
+    return (f"; standard error {se:.2f} tokens from the spread of its steps' means, "
+            f"against a band of ±{BAND * target:.2f}")
 
 
 def _status(ok: bool, moved: bool) -> str:

@@ -134,6 +134,17 @@ def last_episodes(history: Sequence[Mapping[str, float]], key: str, window: int 
     return (total / weight if weight else None), int(weight)
 
 
+def window_standard_error(history: Sequence[Mapping[str, float]], key: str, window: int = WINDOW) -> float | None:
+    """Standard error of :func:`last_episodes`' mean, from the spread of the judged steps' means:
+    sample sd / sqrt(steps) (None with fewer than two steps). Steps are the sampling unit because the
+    history keeps one mean per step, not per episode; it says how far a window of this size moves by
+    noise alone, which a ±band narrower than it cannot resolve. Reported, never part of a verdict."""
+    values = [float(h[key]) for h in _window_steps(history, key, window)]
+    if len(values) < 2 or not all(math.isfinite(v) for v in values):
+        return None
+    return statistics.stdev(values) / math.sqrt(len(values))
+
+
 def _window_steps(history: Sequence[Mapping[str, float]], key: str, window: int) -> list[Mapping[str, float]]:
     """The last steps holding ``key`` (and an episode count) whose episodes add up to >= ``window``,
     oldest first; the whole history when it holds fewer. :func:`last_episodes` and

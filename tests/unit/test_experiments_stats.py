@@ -11,7 +11,15 @@ from helpers.experiments_fixtures import baselines, cell, columns, history, make
 
 from components.experiments import ResultsFileError, load_results, write_results
 from components.experiments.claims import all_claims
-from components.experiments.stats import ItemColumns, controller_settled, last_episodes, movement, paired, paired_macro
+from components.experiments.stats import (
+    ItemColumns,
+    controller_settled,
+    last_episodes,
+    movement,
+    paired,
+    paired_macro,
+    window_standard_error,
+)
 
 N = 100
 BASE_CORRECT = [i % 10 < 3 for i in range(N)]  # 30 % correct, the same items every time
@@ -106,6 +114,14 @@ def test_budget_rule_needs_64_episodes_and_is_two_sided():
     mean, n = last_episodes(history([50, 100, 200], episodes=40), "train/budget_tokens")
     assert (mean, n) == (150.0, 80)  # the last two steps: the first with 64+ episodes
     assert last_episodes([{"train/budget_tokens": 1.0}], "train/budget_tokens") == (None, 0)
+
+
+def test_window_standard_error_is_the_spread_of_the_judged_steps_means():
+    hist = history([500, 10, 20, 30], episodes=32)  # the last two steps hold 64 episodes
+    assert window_standard_error(hist, "train/budget_tokens") == pytest.approx(math.sqrt(50.0) / math.sqrt(2))
+    assert window_standard_error(history([10], episodes=64), "train/budget_tokens") is None  # one step: no spread
+    nan = history([10, float("nan")], episodes=32)
+    assert window_standard_error(nan, "train/budget_tokens") is None
 
 
 def test_budget_rule_inside_the_band_needs_a_settled_controller():

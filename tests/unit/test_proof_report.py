@@ -38,7 +38,8 @@ SETTLED = [0.4, 0.4, 0.3, 0.1, 0.02, -0.01, 0.01, 0.03, 0.0, -0.02, 0.01, 0.02]
 def test_p4_passes_within_the_band_over_64_episodes_with_lambda_settled():
     p4 = _p4(_proof([30.0] * 4 + [13.0, 14.0, 12.5, 13.5, 13.0, 12.8, 13.9, 12.6], SETTLED, flat=False))
     assert p4.status == "PASS", p4.evidence
-    assert "last 64 training episodes: 13.2 tokens (-0.3% from B)" in p4.evidence
+    assert ("last 64 training episodes: 13.2 tokens (-0.3% from B); standard error 0.20 tokens from the spread "
+            "of its steps' means, against a band of ±1.32") in p4.evidence
     assert any(line.startswith("λ_tok settled: +0.020 -> +0.020") for line in p4.evidence), p4.evidence
 
 
@@ -68,6 +69,24 @@ def test_p4_fails_and_says_no_group_had_reward_spread():
     text = " ".join(p4.evidence)
     assert "-16.7% from B" in text and "range [-0.400, 0.400], -0.400 at the last step (budget mode target)" in text
     assert "every group of the last 8 steps (8 of 8) gave all its episodes the same reward" in text
+
+
+def test_p4_states_when_the_window_is_noisier_than_the_band():
+    """Run I of the proof (2 questions x 8 episodes per step): the last 64 episodes are 4 steps whose
+    means spread so widely that the window's standard error exceeds the band's half-width. Still FAIL:
+    the noise is reported next to the verdict, it never changes it."""
+    tokens = [30.0] * 8 + [13.7, 20.1, 24.1, 15.9]
+    lam = [0.6] * 8 + [0.351, 0.179, 0.338, 0.503]
+    res = _proof(tokens, lam, flat=False)
+    run = res.runs["agent_gspo"]
+    history = [h | {"train/episodes": 16.0} for h in run.history]
+    calibration = {**run.budget_calibration, "fraction": 0.375, "target": 16.5}
+    res = res.model_copy(update={"runs": {**res.runs, "agent_gspo": run.model_copy(
+        update={"history": history, "budget_calibration": calibration})}})
+    p4 = _p4(res)
+    assert p4.status == "FAIL", p4.evidence
+    assert any(line.startswith("last 64 training episodes: 18.4 tokens (+11.8% from B); standard error 2.30 tokens")
+               and line.endswith("against a band of ±1.65") for line in p4.evidence), p4.evidence
 
 
 def test_p4_fails_on_a_slack_cap_and_says_so():

@@ -4,7 +4,9 @@ One config for the CLI, the Prefect flows and the DVC stages. ``params.yaml`` ho
 section with its defaults; ``profiles.<name>`` holds partial overrides deep-merged on top.
 Every model forbids unknown keys, so a typo is an error that names the key path, never a
 silently ignored setting. Load with :func:`load_config`; errors raise :class:`ConfigError`
-(the CLI turns it into exit code 2).
+(the CLI turns it into exit code 2). The sections (``data`` ... ``tracking``) are in
+:mod:`components.config_sections`; this module adds the experiments, assembles :class:`Config`
+and reads the file with its profile and ``--set`` overrides.
 """
 
 from __future__ import annotations
@@ -15,261 +17,50 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from components.config_sections import (
+    ALL_BENCHMARKS,
+    BASELINE_NAMES,
+    BENCHMARKS,
+    TRAIN_SOURCE_RE,
+    BaselineName,
+    BenchmarkName,
+    BudgetConfig,
+    DataConfig,
+    DeepSpeedConfig,
+    EvalConfig,
+    GspoConfig,
+    MasConfig,
+    ModelConfig,
+    Name,
+    RegistryConfig,
+    RewardConfig,
+    SearchConfig,
+    Seed,
+    TrackingConfig,
+    _Section,
+)
 from components.errors import UserError
 from components.redact import redact_value
 from components.yaml_strict import FileTooLarge, read_capped_text, strict_load
 
-BENCHMARKS = ("mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval")
-"""the seven benchmarks of the paper (the default evaluation)"""
-ALL_BENCHMARKS = (*BENCHMARKS, "splitinfo")
-"""plus the generated split-information task (components/data/splitinfo.py), where silence is provable"""
+__all__ = [  # the schema's sections live in components/config_sections.py; import them from here
+    "ALL_BENCHMARKS", "BASELINE_NAMES", "BENCHMARKS", "DEFAULT_PARAMS", "TRAIN_SOURCE_RE", "BaselineName",
+    "BenchmarkName", "BudgetConfig", "Config", "ConfigError", "DataConfig", "DeepSpeedConfig", "EvalConfig",
+    "ExperimentDef", "ExperimentsConfig", "GspoConfig", "MasConfig", "ModelConfig", "Name", "RegistryConfig",
+    "RewardConfig", "SearchConfig", "Seed", "TrackingConfig", "deep_merge", "format_errors", "load_config",
+    "parse_override", "rank_split_problem", "read_params_file", "set_override",
+]
+
 DEFAULT_PARAMS = Path("params.yaml")
 
 
 class ConfigError(UserError):
     """A params file or override that does not match the schema."""
-
-
-class _Section(BaseModel):
-    # inf is refused like NaN: no size, rate or limit of this schema means "unbounded" by infinity.
-    # strict: no coercion between types. Lax mode read `agents: true` as 1, `steps: '3'` and
-    # `steps: 30.5`-like slips as numbers; an int is still accepted where a float is expected.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
-
-
-BenchmarkName = Literal["mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval", "splitinfo"]
-BaselineName = Literal["single_cot", "self_consistency", "mas_untrained", "mas_prior"]
-BASELINE_NAMES: tuple[str, ...] = get_args(BaselineName)
-Name = Annotated[str, Field(min_length=1, pattern=r"\S")]
-"""a name, path or URI: an empty or blank one would silently mean the current folder or nothing"""
-Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
-"""what numpy, torch and Python's random all accept (and derived seeds stay in int64)"""
-TRAIN_SOURCE_RE = re.compile(r"^(?P<bench>[a-z0-9]+)/(?P<split>[A-Za-z0-9_.-]+)$")
-
-
-class DataConfig(_Section):
-    benchmarks: list[BenchmarkName] = Field(
-        default_factory=lambda: list(ALL_BENCHMARKS), min_length=1, description="benchmarks to prepare and validate")
-    mirror: Name | None = Field("../shared/benchmarks", description="offline mirror folder (first source)")
-    use_hub: bool = Field(True, description="fall back to the Hugging Face hub when the mirror lacks a file")
-    out_dir: Name = Field("data", description="folder for prepared parquet files and manifest.json")
-    report_dir: Name = Field("reports", description="folder for validation reports")
-    train_sources: list[str] = Field(default_factory=lambda: ["gsm8k/train"], min_length=1,
-                                     description="benchmark/split pairs used as training questions (never "
-                                                 "the items the evaluation samples)")
-    train_mix: Literal["pooled", "balanced"] = Field(
-        "pooled", description="pooled: one shuffle over all training questions; balanced: an equal share of "
-                              "questions per benchmark, in turn")
-
-    @field_validator("train_sources")
-    @classmethod
-    def _sources_are_benchmark_splits(cls, value: list[str]) -> list[str]:
-        for source in value:
-            m = TRAIN_SOURCE_RE.match(source)
-            if m is None or m["bench"] not in ALL_BENCHMARKS:
-                raise ValueError(f"{source!r} must be 'benchmark/split' with benchmark one of "
-                                 f"{', '.join(ALL_BENCHMARKS)} (e.g. gsm8k/train)")
-        return value
-
-
-class ModelConfig(_Section):
-    name: Name = Field("smollm2-135m-instruct",
-                      description="alias (smollm2-135m-instruct, tiny-random), HF hub id or local folder")
-    cache_dir: Name = Field("~/.cache/agent-gspo/models", description="where converted models are cached")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="weights dtype; auto = bf16 on a bf16-capable GPU, else fp32; "
-                            "float16 is for evaluation only (training refuses it: no loss scaling)")
-    lora_rank: int = Field(0, ge=0, description="LoRA rank (0 = full fine-tuning)")
-    lora_alpha: int = Field(16, ge=1, description="LoRA alpha")
-    gradient_checkpointing: bool = Field(False, description="trade compute for activation memory")
-    silence_prior: float = Field(0.0, ge=0.0, lt=1.0,
-                                 description="initial P(silence) as a reply's first token (0 = the untrained row)")
-    silence_calibration: Literal["mean_direction", "per_prompt"] = Field(
-        "mean_direction", description="how the silence row is fit: mean_direction = one direction, its mean logit "
-                                      "on target (every committed run); per_prompt = a ridge fit giving every "
-                                      "calibration prompt the prior (evener, but the proof recipe collapsed with it)")
-
-
-class MasConfig(_Section):
-    agents: int = Field(3, ge=1, le=16, description="number of agents sharing one policy")
-    rounds: int = Field(2, ge=1, le=8, description="communication rounds T")
-    topology: Literal["complete", "chain", "star", "layered", "debate", "custom"] = Field(
-        "complete", description="who hears whom")
-    adjacency: list[list[int]] | None = Field(None, description="custom adjacency matrix [sender][receiver]")
-    aggregation: Literal["majority", "decision_agent"] = Field("majority", description="how the final answer is chosen")
-    protocol: Literal["adaptive", "broadcast"] = Field(
-        "adaptive",
-        description="adaptive: silence retires an agent, nothing new = no call; broadcast: every agent every round")
-    turn_order: Literal["simultaneous", "in_turn"] = Field(
-        "simultaneous", description="cyclic topologies: one batched call per round, or agents one after another")
-    max_message_tokens: int = Field(128, ge=1, le=32768, description="hard cap on tokens per message")
-    context_tokens: int = Field(1024, ge=64, le=1_048_576, description="budget of earlier messages kept in a prompt")
-    silence_marker: Name = Field("<silent>",
-                                description="the silence token (added to the tokenizer as one special token)")
-    temperature: float = Field(0.8, ge=0.0, le=2.0, description="sampling temperature")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
-    static_cache: bool = Field(False, description="static KV cache (+ torch.compile on CUDA) for decoding")
-    must_answer: bool = Field(
-        False, description="agent 0 may not be silent in round 0, so a team always answers (adaptive protocol: an "
-                           "all-silent first round ends the episode with no answer)")
-
-    @model_validator(mode="after")
-    def _custom_needs_matrix(self) -> MasConfig:
-        n = self.agents
-        if self.must_answer and n < 2:
-            raise ValueError("mas.must_answer needs a team (mas.agents >= 2): a lone agent is never silent")
-        if self.topology == "custom":
-            if self.adjacency is None or len(self.adjacency) != n or any(len(r) != n for r in self.adjacency):
-                raise ValueError(f"topology 'custom' needs mas.adjacency as a {n}x{n} matrix of 0/1")
-        elif self.adjacency is not None:
-            raise ValueError(f"mas.adjacency is read only with topology 'custom' (topology is {self.topology!r}): "
-                             "set mas.topology=custom or mas.adjacency=null")
-        bad = sorted({v for row in self.adjacency or [] for v in row} - {0, 1})
-        if bad:
-            raise ValueError(f"mas.adjacency must hold only 0 and 1 (found {bad})")
-        return self
-
-
-class RewardConfig(_Section):
-    lambda_tok: float = Field(0.1, ge=0.0, description="initial token penalty (steered by the budget controller)")
-    lambda_turn: float = Field(0.01, ge=0.0, description="penalty per non-silent message")
-    lambda_rep: float = Field(0.1, ge=0.0, description="penalty for n-gram repetition (0..1)")
-    token_measure: Literal["completion", "communicated", "total"] = Field(
-        "completion", description="which token count the penalty and budget refer to")
-    token_norm: float = Field(256.0, gt=0.0, description="B_norm: tokens are divided by this in the reward")
-    repetition_ngram: int = Field(3, ge=1, description="n for the repetition n-gram overlap")
-    per_agent_credit: bool = Field(False, description="charge each message its own cost (shaped credit)")
-
-
-class BudgetConfig(_Section):
-    enabled: bool = Field(True, description="steer lambda_tok with dual ascent")
-    target: float = Field(400.0, gt=0.0, description="B: target mean tokens per episode (token_measure)")
-    fraction: float | None = Field(None, gt=0.0, le=10.0,
-                                   description="B = this x the untrained policy's sampled tokens per training episode, "
-                                               "measured before step 1 (null: use target)")
-    calibration_questions: int = Field(8, ge=1, description="training questions (x G episodes) that measure it")
-    lr: float = Field(0.05, gt=0.0, description="eta: dual ascent step size (integral gain)")
-    kp: float = Field(0.0, ge=0.0, description="proportional gain on the budget error (0 = plain dual ascent)")
-    mode: Literal["cap", "target"] = Field(
-        "cap", description="cap: spend at most B (lambda_tok in [lambda_min, lambda_max]); target: spend B (an "
-                           "equality constraint, lambda_tok in [-lambda_max, lambda_max]: below B tokens earn a bonus)")
-    lambda_min: float = Field(0.0, ge=0.0, description="lower bound of lambda_tok (cap mode)")
-    lambda_max: float = Field(10.0, gt=0.0, description="upper bound of |lambda_tok|")
-
-    @model_validator(mode="after")
-    def _target_has_no_lambda_min(self) -> BudgetConfig:
-        if self.mode == "target" and self.lambda_min != 0.0:
-            raise ValueError(f"budget.lambda_min={self.lambda_min!r} applies to mode 'cap' only; mode 'target' "
-                             f"bounds lambda_tok by [-lambda_max, lambda_max] (remove budget.lambda_min)")
-        if self.lambda_min > self.lambda_max:
-            raise ValueError(f"budget.lambda_min={self.lambda_min!r} is above budget.lambda_max={self.lambda_max!r}")
-        # unlike lr, mode or lambda_max (a profile's budget left in place when an experiment turns it
-        # off), fraction is null in every profile: set with the budget off, it is a mistake
-        if self.fraction is not None and not self.enabled:
-            raise ValueError(f"budget.fraction={self.fraction!r} is read only with budget.enabled=true (with the "
-                             "budget off no B is calibrated or tracked): set budget.enabled=true or "
-                             "budget.fraction=null")
-        return self
-
-
-class GspoConfig(_Section):
-    steps: int = Field(200, ge=1, description="training steps (rollout batches)")
-    questions_per_step: int = Field(8, ge=1, le=1024, description="questions per rollout batch")
-    group_size: int = Field(8, ge=2, le=256, description="G: episodes sampled per question")
-    minibatches: int = Field(4, ge=1, description="mu: optimizer updates per rollout batch")
-    eps_low: float = Field(3e-4, ge=0.0, description="lower clip range of the sequence ratio")
-    eps_high: float = Field(4e-4, ge=0.0, description="upper clip range of the sequence ratio")
-    level: Literal["sequence", "sequence_token", "token"] = Field(
-        "sequence", description="GSPO, GSPO-token, or GRPO-style token ratios (ablation)")
-    kl_beta: float = Field(0.0, ge=0.0, description="KL penalty to the reference policy")
-    log_kl_base: bool = Field(True, description="log KL(pi_old || base) on 16 messages a step (full FT keeps a "
-                                                "frozen base copy; off under ZeRO-3 without LoRA)")
-    adv_norm: Literal["group", "batch", "none"] = Field("group", description="advantage normalisation")
-    group_by_agent_round: bool = Field(False, description="normalise per (question, agent, round)")
-    adv_std_floor: float = Field(1e-6, gt=0.0, description="floor on the group std")
-    lr: float = Field(1e-6, gt=0.0, description="learning rate")
-    warmup_steps: int = Field(0, ge=0, description="linear warm-up, in optimizer updates (minibatches per step)")
-    lr_schedule: Literal["constant", "cosine", "linear"] = Field("constant", description="schedule after warm-up")
-    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
-    grad_clip: float = Field(1.0, gt=0.0, description="max gradient norm")
-    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps per mini-batch")
-    engine: Literal["deepspeed", "torch"] = Field("deepspeed", description="training engine")
-    checkpoint_every: int = Field(25, ge=1, description="checkpoint every N steps")
-    keep_checkpoints: int = Field(3, ge=1, description="keep the last K checkpoints")
-    out_dir: Name = Field("runs/train", description="checkpoints and final policy")
-    seed: Seed = Field(0, description="global seed")
-
-
-class DeepSpeedConfig(_Section):
-    zero_stage: Literal[0, 1, 2, 3] = Field(2, description="ZeRO stage")
-    launcher: Literal["none", "deepspeed", "torchrun"] = Field("none", description="how the flow launches training")
-    num_nodes: int = Field(1, ge=1, description="nodes")
-    nproc_per_node: int = Field(1, ge=1, description="processes (GPUs) per node")
-    hostfile: str | None = Field(None, description="DeepSpeed hostfile for multi-node runs")
-    master_port: int = Field(29500, ge=1024, le=65535, description="rendezvous port")
-
-    @model_validator(mode="after")
-    def _hostfile_needs_its_launcher(self) -> DeepSpeedConfig:
-        # only the DeepSpeed launcher reads a hostfile: with torchrun or none it would be silently ignored
-        if self.hostfile is not None and self.launcher != "deepspeed":
-            raise ValueError(f"deepspeed.hostfile is read only with deepspeed.launcher=deepspeed (launcher is "
-                             f"{self.launcher!r}): set deepspeed.launcher=deepspeed or deepspeed.hostfile=null")
-        # launcher none is one process: no other rank or node would ever start (a torchrun started by
-        # hand takes its world size from its own options, never from these keys)
-        extra = [f"deepspeed.{k}={v}" for k, v in (("nproc_per_node", self.nproc_per_node),
-                                                    ("num_nodes", self.num_nodes)) if v > 1]
-        if extra and self.launcher == "none":
-            reset = " and ".join(f"{e.split('=')[0]}=1" for e in extra)
-            raise ValueError(f"{' and '.join(extra)} {'is' if len(extra) == 1 else 'are'} read only with a launcher "
-                             "(deepspeed.launcher is 'none': one process, the others would never start): set "
-                             f"deepspeed.launcher=torchrun or deepspeed.launcher=deepspeed, or {reset}")
-        return self
-
-
-class SearchConfig(_Section):
-    enabled: bool = Field(False, description="run the search stage in the pipeline")
-    trials: int = Field(20, ge=1, description="max trials")
-    budget_tokens: int = Field(0, ge=0, description="stop after this many rollout tokens (0 = no limit)")
-    budget_seconds: float = Field(0.0, ge=0.0, description="stop after this wall-clock (0 = no limit)")
-    max_tokens_per_episode: float = Field(400.0, gt=0.0, description="constraint on mean tokens per episode")
-    storage: Name = Field("sqlite:///optuna.db", description="Optuna storage URL")
-    study_name: Name = Field("agent-gspo", description="Optuna study name")
-    trial_steps: int = Field(5, ge=1, description="training steps per trial")
-    dev_items: int = Field(20, ge=1, description="held-out dev items per trial")
-    out_params: Name = Field("search/best_params.yaml", description="best parameters file read by train")
-
-
-class EvalConfig(_Section):
-    limit: int | None = Field(None, ge=1, description="items per benchmark (seeded sample); null = all")
-    benchmarks: list[BenchmarkName] = Field(default_factory=lambda: list(BENCHMARKS), min_length=1,
-                                            description="benchmarks to evaluate")
-    baselines: list[BaselineName] = Field(
-        default_factory=lambda: ["single_cot", "self_consistency", "mas_untrained"], description="baselines")
-    self_consistency_k: int = Field(5, ge=1, description="samples for self-consistency")
-    batch_size: int = Field(16, ge=1, description="questions per rollout batch")
-    seed: Seed = Field(1234, description="seed of the item sample and sampling")
-    out_dir: Name = Field("eval", description="evaluation outputs")
-    code_timeout_s: float = Field(10.0, gt=0.0, description="wall-clock limit per HumanEval program")
-
-
-class RegistryConfig(_Section):
-    model_name: Name = Field("agent-gspo-policy", description="registered model name")
-    accuracy_tolerance: float = Field(0.01, ge=0.0, le=1.0, description="allowed accuracy drop vs champion")
-    max_token_ratio: float = Field(1.0, gt=0.0, description="candidate tokens may be at most this x champion's")
-    min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="absolute bar for the first champion")
-
-
-class TrackingConfig(_Section):
-    uri: Name = Field("sqlite:///mlflow.db", description="MLflow tracking URI")
-    experiment: Name = Field("agent-gspo", description="MLflow experiment")
-    log_model: bool = Field(True, description="log and register the final policy")
-    outage_wait_s: float = Field(900.0, ge=0.0, description="at the end of training, how long to wait for an "
-                                 "unreachable tracking server (metrics are buffered meanwhile)")
 
 
 EXPERIMENT_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -178,6 +178,8 @@ class GspoConfig(_Section):
     lr: float = Field(1e-6, gt=0.0, description="learning rate")
     warmup_steps: int = Field(0, ge=0, description="linear warm-up, in optimizer updates (minibatches per step)")
     lr_schedule: Literal["constant", "cosine", "linear"] = Field("constant", description="schedule after warm-up")
+    lr_min_ratio: float = Field(0.0, ge=0.0, le=1.0,
+                                description="floor of the decayed cosine/linear lr, a fraction of gspo.lr")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
     grad_clip: float = Field(1.0, gt=0.0, description="max gradient norm")
     grad_accum: int = Field(1, ge=1, description="gradient accumulation steps per mini-batch")

@@ -160,7 +160,7 @@ class TorchEngine(TrainEngine):
     kind = "torch"
 
     def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
-                 schedule: str = "constant", warmup_steps: int = 0, total_steps: int = 1,
+                 schedule: str = "constant", warmup_steps: int = 0, total_steps: int = 1, min_ratio: float = 0.0,
                  info: DistInfo | None = None, bucket_mb: float = DEFAULT_BUCKET_MB) -> None:
         info = info or (init_distributed() if not is_distributed() else dist_info())
         super().__init__(info)
@@ -176,7 +176,7 @@ class TorchEngine(TrainEngine):
             self._reducer = BucketedAllReduce(self._params, bucket_mb)
         self.master = MasterWeights(self._params)
         self.optimizer = adamw(self.master.params, lr=lr, weight_decay=weight_decay)
-        self.scheduler = build_scheduler(self.optimizer, schedule, warmup_steps, total_steps)
+        self.scheduler = build_scheduler(self.optimizer, schedule, warmup_steps, total_steps, min_ratio)
         self._steps = 0
         self.skipped_steps = 0
 
@@ -276,7 +276,8 @@ class DeepSpeedEngine(TrainEngine):
         dtype = check_trainable_dtypes(params, engine="deepspeed")
         self.config = deepspeed_config(cfg_gspo, cfg_ds, info.world_size, on_gpu, dtype=dtype)
         optimizer = adamw(params, lr=cfg_gspo.lr, weight_decay=cfg_gspo.weight_decay)
-        scheduler = build_scheduler(optimizer, cfg_gspo.lr_schedule, cfg_gspo.warmup_steps, total_steps)
+        scheduler = build_scheduler(optimizer, cfg_gspo.lr_schedule, cfg_gspo.warmup_steps, total_steps,
+                                    cfg_gspo.lr_min_ratio)
         self._ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.config)
 
@@ -388,5 +389,6 @@ def build_engine(model: nn.Module, cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig
     if cfg_gspo.engine == "torch":
         return TorchEngine(model, lr=cfg_gspo.lr, weight_decay=cfg_gspo.weight_decay, grad_clip=cfg_gspo.grad_clip,
                            schedule=cfg_gspo.lr_schedule,
-                           warmup_steps=cfg_gspo.warmup_steps, total_steps=total_steps)
+                           warmup_steps=cfg_gspo.warmup_steps, total_steps=total_steps,
+                           min_ratio=cfg_gspo.lr_min_ratio)
     raise EngineUsageError(f"gspo.engine: unknown engine {cfg_gspo.engine!r} (allowed: deepspeed, torch)")

@@ -151,6 +151,27 @@ def test_bad_schedule_is_user_error() -> None:
         LrSchedule("constant", 0, 0)
 
 
+@pytest.mark.parametrize("engine", ["torch", "deepspeed"])
+def test_lr_min_ratio_floors_the_decay_in_both_engines(engine: str) -> None:
+    """``gspo.lr_min_ratio`` reaches the scheduler of either engine: cosine over 4 updates, floor 0.3."""
+    g = GspoConfig(engine=engine, lr=1e-2, lr_schedule="cosine", lr_min_ratio=0.3)
+    eng = build_engine(tiny_model(), g, DeepSpeedConfig(zero_stage=0), total_steps=4)
+    lrs = []
+    for i in range(5):
+        lrs.append(eng.lr)
+        eng.update([(1, lambda i=i: lm_loss(eng.module, i))])
+    cosine = [0.5 * (1 + math.cos(math.pi * s / 4)) for s in range(5)]  # 1, 0.85, 0.5, 0.15, 0
+    assert lrs == pytest.approx([1e-2 * max(0.3, c) for c in cosine])
+    assert lrs[-2:] == pytest.approx([0.3e-2, 0.3e-2])
+
+
+def test_lr_min_ratio_is_validated() -> None:
+    with pytest.raises(ValueError, match="lr_min_ratio"):
+        GspoConfig(lr_min_ratio=1.5)
+    with pytest.raises(ScheduleError, match="min_ratio"):
+        LrSchedule("cosine", 0, 4, min_ratio=-0.1)
+
+
 def test_deepspeed_config_from_cfg(tmp_path) -> None:
     g = GspoConfig(grad_accum=4, grad_clip=0.5)
     conf = deepspeed_config(g, DeepSpeedConfig(zero_stage=3), world_size=2, on_gpu=False)

@@ -133,7 +133,8 @@ def hidden_paths() -> list[str]:
     return sorted({*_static_hidden(), *extra})
 
 
-_SCRIPT = "\n".join((_HERE / name).read_text() for name in ("wire.py", "sandbox_judge.py", "sandbox_boot.py"))
+_SCRIPT = "\n".join((_HERE / name).read_text()
+                    for name in ("wire.py", "sandbox_judge.py", "sandbox_fs.py", "sandbox_boot.py"))
 
 
 class SandboxError(UserError):

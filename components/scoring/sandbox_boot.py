@@ -1,7 +1,8 @@
 """The sandboxed side of :mod:`components.scoring.sandbox` (a script, not a library module).
 
-Run as ``python -I -S -c <wire.py + sandbox_judge.py + this text> <config JSON>`` with the
-program source, then the task, on stdin; in task mode the process forks the sandbox side and
+Run as ``python -I -S -c <wire.py + sandbox_judge.py + sandbox_fs.py + this text>`` with the
+config, the program source, then the task, on stdin (the read-only root itself is built by
+:mod:`components.scoring.sandbox_fs`); in task mode the process forks the sandbox side and
 becomes the judge (:mod:`components.scoring.sandbox_judge`). Three sandbox processes, each
 step checked; any failure is reported, never skipped:
 
@@ -35,52 +36,26 @@ root scorer, the private uid apply.
 """
 
 import ctypes
-import glob
 import os
 import resource
 import signal
-import stat
 import sys
 
-_STDLIB = list(sys.path)
-"""What ``python -I -S`` searches: the standard library (zip, folder, lib-dynload), nothing else."""
-
-if __name__ != "__main__":  # imported by tests or linters; as a script, wire.py's and sandbox_judge.py's
-    from components.scoring.sandbox_judge import judge_main  # text precedes this
+# Imported by tests or linters; as a script, the text of wire.py, sandbox_judge.py and sandbox_fs.py precedes this.
+if __name__ != "__main__":
+    from components.scoring.sandbox_fs import _LIBC, SetupError, _build_root, _call, _stdlib
+    from components.scoring.sandbox_judge import judge_main
     from components.scoring.wire import WireError, decode, encode, read_frame, write_frame  # noqa: F401
 
 import json  # noqa: E402
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
-MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE = 1024, 2048, 4096, 16384, 1 << 18
-MS_RELATIME, MS_STRICTATIME = 1 << 21, 1 << 24
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 _SECCOMP_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
 """machine -> (AUDIT_ARCH of the native ABI, number of the socket syscall)"""
-CAP_SETGID, CAP_SETUID, MNT_DETACH = 6, 7, 2
-_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
-"""machine -> number of the pivot_root syscall (glibc has no wrapper)"""
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_LIBC.syscall.restype = ctypes.c_long
-_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run")
-"""Fresh tmpfs on each: world-writable scratch and the usual place of unix sockets (docker,
-dbus, postgres) -- filesystem sockets ignore the network namespace and read-only mounts."""
-_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-"""Shown to the program (read-only), with Python's own library folders; nothing else of the host."""
-_DEVICES = ("null", "zero", "full", "random", "urandom")
-
-
-class SetupError(Exception):
-    """An isolation step failed: the program must not run."""
-
-
-def _call(ret, what):
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise SetupError(f"{what} failed: {os.strerror(err)} (errno {err})")
+CAP_SETGID, CAP_SETUID = 6, 7
 
 
 def _write(path, text):
@@ -117,21 +92,6 @@ def _relocate(stdlib, use_fds):
                         search[i] = new + entry[len(old):]
                         break
     sys.path_importer_cache.clear()
-
-
-def _stdlib():
-    """The standard library's folders (old path -> canonical path); refuses when unreadable."""
-    out = {}
-    for p in _STDLIB:
-        try:
-            os.stat(p)
-        except FileNotFoundError:  # e.g. pythonXY.zip, usually absent
-            continue
-        except OSError as exc:
-            raise SetupError(f"Python's standard library {p} cannot be read by uid {os.geteuid()}: "
-                             f"{exc.strerror}") from None
-        out[p.rstrip("/")] = os.path.realpath(p)
-    return out
 
 
 def _caps_effective():
@@ -208,167 +168,6 @@ def _enter_namespaces(cfg):
     except OSError as exc:
         raise SetupError(f"user namespace id maps: {exc}") from None
     return "userns"
-
-
-def _unescape(field):
-    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-
-
-def _mounts():
-    """(mount point, per-mount flags to keep) from /proc/self/mountinfo, in mount order."""
-    out = []
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            fields = line.split()
-            opts = set(fields[5].split(","))
-            keep = (MS_NOSUID if "nosuid" in opts else 0) | (MS_NODEV if "nodev" in opts else 0)
-            keep |= MS_NOEXEC if "noexec" in opts else 0
-            keep |= MS_NODIRATIME if "nodiratime" in opts else 0
-            if "noatime" in opts:
-                keep |= MS_NOATIME
-            elif "relatime" in opts:
-                keep |= MS_RELATIME
-            else:
-                keep |= MS_STRICTATIME
-            out.append((_unescape(fields[4]), keep))
-    return out
-
-
-def _under(path, top):
-    return path == top or path.startswith(top.rstrip("/") + "/")
-
-
-def _visible(stdlib):
-    """(symlinks to recreate, canonical folders to show): the system folders, and Python's
-    standard library and lib folder (the shared libraries its extension modules load)."""
-    links, found = [], list(stdlib.values())
-    for p in _SYSTEM:
-        if os.path.islink(p):
-            links.append((p, os.readlink(p)))
-        elif os.path.isdir(p):
-            found.append(p)
-    for prefix in {sys.base_prefix, sys.base_exec_prefix}:
-        if os.path.isdir(os.path.join(prefix, "lib")):
-            found.append(os.path.join(prefix, "lib"))
-    roots = []
-    for p in sorted({os.path.realpath(p) for p in found}):  # an ancestor sorts before its descendants
-        if p != "/" and not any(_under(p, r) for r in roots):
-            roots.append(p)
-    for r in roots:
-        if any(_under(r, s) for s in (*_SCRATCH, "/dev", "/proc")):
-            raise SetupError(f"{r} (Python or a system folder) lies in {r.split('/')[1]!r}, which the sandbox "
-                             "replaces: install Python elsewhere")
-    return links, roots
-
-
-def _hidden(cfg, roots, stdlib):
-    """Canonical paths inside the shown folders to cover: every site-/dist-packages folder
-    (installed packages and their data) and what the scorer names (``cfg["hide"]``), except
-    the standard library's folders and their ancestors."""
-    pats = []
-    for top in {*roots, sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:
-        top = glob.escape(top.rstrip("/"))
-        pats += [f"{top}/python*/*-packages", f"{top}/lib*/python*/*-packages",
-                 f"{top}/local/lib*/python*/*-packages"]
-    out = set()
-    for p in [*cfg.get("hide", []), *(m for pat in pats for m in glob.glob(pat))]:
-        real = os.path.realpath(p)
-        if any(_under(r, real) for r in (*roots, *stdlib.values())):
-            continue  # Python's own folders, or above a shown folder: there only shown folders exist
-        if any(_under(real, r) for r in roots):
-            out.add(real)
-    return sorted(out)
-
-
-def _show(src, dst, mounts, recursive):
-    """Bind ``src`` (with its submounts) on ``dst`` and make each read-only, keeping the
-    per-mount flags a user namespace may not drop."""
-    _call(_LIBC.mount(src.encode(), dst.encode(), None, MS_BIND | (MS_REC if recursive else 0), None),
-          f"showing {src} in the sandbox")
-    keep = 0
-    for point, flags in mounts:  # the innermost mount that holds src
-        if _under(src, point):
-            keep = flags
-    inner = [(p, k) for p, k in mounts if recursive and p != src and _under(p, src)]
-    for point, flags in [(src, keep), *inner]:
-        target = dst + point[len(src):]
-        if _LIBC.mount(None, target.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None) != 0:
-            err = ctypes.get_errno()
-            if err in (2, 13) and point != src:  # ENOENT / EACCES: over-mounted or not reachable by this uid
-                continue
-            raise SetupError(f"remounting {point} read-only failed: {os.strerror(err)} (errno {err})")
-
-
-def _touch(path):
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444))
-
-
-def _hide(path, empty):
-    """An empty read-only tmpfs over a folder, an empty read-only file over anything else."""
-    try:
-        st = os.lstat(path)
-    except OSError:  # absent, or out of this uid's reach (and so of the program's)
-        return
-    what = f"hiding {path}"
-    if stat.S_ISDIR(st.st_mode):
-        _call(_LIBC.mount(b"hidden", path.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                          b"size=4k,nr_inodes=16,mode=555"), what)
-    elif not stat.S_ISLNK(st.st_mode):
-        _call(_LIBC.mount(empty.encode(), path.encode(), None, MS_BIND, None), what)
-        _call(_LIBC.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
-                          | MS_NOEXEC, None), what)
-
-
-def _build_root(cfg):
-    """A new read-only root holding only what the program may see (see the module docstring);
-    ``pivot_root`` into it and detach the host's file system. Returns the stdlib's folders."""
-    machine = os.uname().machine
-    if machine not in _PIVOT_ROOT:
-        raise SetupError(f"no pivot_root syscall number for machine {machine} (x86_64, aarch64 only)")
-    _call(_LIBC.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making mounts private")
-    os.umask(0o022)
-    mounts = _mounts()
-    stdlib = _stdlib()
-    links, roots = _visible(stdlib)
-    hidden = _hidden(cfg, roots, stdlib)
-    new = cfg["newroot"]
-    _call(_LIBC.mount(b"tmpfs", new.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,nr_inodes=4096,mode=755"),
-          "tmpfs for the sandbox's root")
-    for path, target in links:
-        os.symlink(target, new + path)
-    for root in roots:
-        os.makedirs(new + root, 0o755, exist_ok=True)
-        _show(root, new + root, mounts, True)
-    for folder in ("/dev", "/proc", *_SCRATCH):
-        os.makedirs(new + folder, 0o755, exist_ok=True)
-    for name in _DEVICES:
-        if os.path.exists(f"/dev/{name}"):
-            _touch(f"{new}/dev/{name}")
-            _show(f"/dev/{name}", f"{new}/dev/{name}", mounts, False)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, f"{new}/dev/{name}")
-    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    if _LIBC.mount(b"proc", f"{new}/proc".encode(), b"proc", flags, None) != 0:  # e.g. a container's masked /proc
-        _call(_LIBC.mount(b"tmpfs", f"{new}/proc".encode(), b"tmpfs", flags | MS_RDONLY, b"size=4k,mode=555"),
-              "hiding /proc (a new proc mount was refused)")
-    empty = "/.agent-gspo-empty"
-    _touch(new + empty)
-    os.chdir(new)
-    _call(_LIBC.syscall(_PIVOT_ROOT[machine], b".", b"."), "pivot_root into the sandbox's root")
-    _call(_LIBC.umount2(b".", MNT_DETACH), "detaching the host's file system")
-    os.chdir("/")
-    for path in hidden:
-        _hide(path, empty)
-    os.unlink(empty)
-    _call(_LIBC.mount(None, b"/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
-          "making the sandbox's root read-only")
-    size = f"size={cfg['tmpfs_mb']}m,nr_inodes=4096"
-    for point in _SCRATCH:
-        data = f"{size},mode={'755' if point == '/run' else '1777'}".encode()
-        flags = MS_NOSUID | MS_NODEV | (MS_RDONLY if point == "/run" else 0)
-        _call(_LIBC.mount(b"tmpfs", point.encode(), b"tmpfs", flags, data), f"tmpfs on {point}")
-    return stdlib
 
 
 class _CapHeader(ctypes.Structure):

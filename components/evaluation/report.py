@@ -52,9 +52,13 @@ def _table(rows: Sequence[EvalRow], cell) -> list[str]:
     return lines
 
 
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def render_markdown(rows: Sequence[EvalRow], summary: Mapping[str, Mapping[str, Any]],
                     meta: Mapping[str, Any]) -> str:
-    """The report: provenance, accuracy/token table, tokens-per-correct table, behaviour table."""
+    """The report: provenance, accuracy/token table, tokens-per-correct table, behaviour tables."""
     out = ["# Evaluation report", ""]
     for key in ("model", "model_uri", "model_path", "base_model", "data_manifest_sha256", "config_hash", "seed",
                 "limit", "batch_size", "self_consistency_k", "decoding", "device"):
@@ -73,6 +77,12 @@ def render_markdown(rows: Sequence[EvalRow], summary: Mapping[str, Mapping[str, 
                                   f"{r.silence_rate:.2f} / {r.calls_skipped:.2f} / "
                                   f"{'-' if r.cap_hit_rate is None else format(r.cap_hit_rate, '.2f')} / "
                                   f"{r.grading_errors}")
+    split = [r for r in rows if r.silence_informed is not None or r.silence_uninformed is not None]
+    if split:  # split-information tasks: who fell silent matters, not only how often
+        out += ["", "## Silence by role", "",
+                "Split-information benchmarks only. Cells: share of turns in which the agents without the fact "
+                "were silent / the same for the agent holding it ('-': no such turn).", ""]
+        out += _table(split, lambda r: f"{_share(r.silence_uninformed)} / {_share(r.silence_informed)}")
     out += ["", "## Summary over benchmarks", "",
             "| System | accuracy (macro) | accuracy (pooled) | n | tokens total | tokens / item | tokens / correct |",
             "|---|---|---|---|---|---|---|"]

@@ -48,6 +48,18 @@ def test_markdown_has_paper_shape(rows):
     assert tpc.startswith("| agent_gspo | - | 2000 |")
 
 
+def test_silence_by_role_only_for_split_information_rows(rows):
+    """Who fell silent is shown where the task has roles (splitinfo), and nowhere else."""
+    assert "## Silence by role" not in render_markdown(rows, summarise(rows), {})
+    trained = _row("splitinfo", "agent_gspo", 4, 4, 1600).model_copy(
+        update={"silence_uninformed": 0.826, "silence_informed": 0.0})
+    holder_only = _row("splitinfo", "single_cot", 4, 3, 800).model_copy(update={"silence_informed": 0.25})
+    lines = render_markdown(rows + [trained, holder_only], summarise(rows), {}).splitlines()
+    at = lines.index("## Silence by role")
+    assert lines[at + 4:at + 8] == ["| System | splitinfo |", "|---|---|", "| agent_gspo | 0.83 / 0.00 |",
+                                    "| single_cot | - / 0.25 |"]
+
+
 def test_benchmark_metrics_and_written_files(rows, tmp_path):
     m = benchmark_metrics(rows, "mmlu")
     assert set(m) == set(SYSTEMS) and m["single_cot"]["accuracy"] == 0.5 and m["agent_gspo"]["n"] == 4

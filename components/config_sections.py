@@ -180,6 +180,10 @@ class GspoConfig(_Section):
     lr_schedule: Literal["constant", "cosine", "linear"] = Field("constant", description="schedule after warm-up")
     lr_min_ratio: float = Field(0.0, ge=0.0, le=1.0,
                                 description="floor of the decayed cosine/linear lr, a fraction of gspo.lr")
+    share_prompts: bool = Field(False, description=(
+        "training forwards run each prompt head shared by several messages once "
+        "(components/gspo/shared_prompts.py): same log-probs and gradients up to rounding, ~2.5x the "
+        "update's throughput; off by default because rounding changes which episodes a run samples"))
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
     grad_clip: float = Field(1.0, gt=0.0, description="max gradient norm")
     grad_accum: int = Field(1, ge=1, description="gradient accumulation steps per mini-batch")

@@ -84,6 +84,7 @@ RECIPE_KEYS = ("model.silence_prior", "model.lora_rank", "model.dtype", "mas.age
                "budget.kp", "budget.lambda_max",
                "gspo.steps", "gspo.questions_per_step", "gspo.group_size", "gspo.minibatches", "gspo.lr",
                "gspo.eps_low", "gspo.eps_high", "gspo.level", "gspo.adv_norm", "gspo.adv_std_floor", "gspo.kl_beta",
+               "gspo.lr_schedule", "gspo.lr_min_ratio", "gspo.share_prompts", "gspo.seed",
                "model.silence_calibration", "data.train_sources")
 
 

@@ -50,10 +50,27 @@ def resume_hash(cfg: Config) -> str:
 
 def resumable(state: dict[str, Any], cfg: Config) -> bool:
     """May a checkpoint with trainer ``state`` resume under ``cfg``? Checkpoints written before resume
-    hashes existed compare the whole config hash, as they did then."""
+    hashes existed compare the whole config hash, as they did then. When the hashes differ, a
+    checkpoint that stored its settings resumes if nothing changed but settings added to the schema
+    since it was written, at their defaults (:func:`changed_settings`): a new setting's default
+    keeps the old behaviour, so a code update does not strand a half-trained run."""
     if "resume_hash" in state:
-        return state["resume_hash"] == resume_hash(cfg)
+        if state["resume_hash"] == resume_hash(cfg):
+            return True
+        then = state.get("config_settings")
+        return isinstance(then, dict) and bool(then) and not changed_settings(then, resume_settings(cfg))
     return state.get("config_hash") == cfg.hash()
+
+
+def changed_settings(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """``section.key`` settings that differ between a checkpoint's stored ``then`` and ``now``,
+    leaving out the ones a run resumes across and the ones ``then`` lacks that ``now`` holds at the
+    schema default (added to the schema after the checkpoint was written)."""
+    defaults = resume_settings(Config())
+    now = json.loads(json.dumps(now))  # stored settings went through JSON: tuples are lists there
+    then = {k: v for k, v in then.items() if not _free(k)}
+    return [k for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)
+            and not (k not in then and k in defaults and now.get(k) == defaults[k])]
 
 
 def check_resume_config(state: dict[str, Any], cfg: Config) -> None:
@@ -73,9 +90,7 @@ def settings_diff(then: Any, now: dict[str, Any]) -> str:
     settings that matter for a resume (empty for checkpoints written before they recorded them)."""
     if not isinstance(then, dict):
         return ""
-    then = {k: v for k, v in then.items() if not _free(k)}
-    changed = [f"{k} {then.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r}"
-               for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
+    changed = [f"{k} {then.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r}" for k in changed_settings(then, now)]
     shown = ", ".join(changed[:8]) + (f", ... ({len(changed)} in all)" if len(changed) > 8 else "")
     return f": {shown}" if changed else ""
 
@@ -148,6 +163,6 @@ def load_train_state(trainer: Any, state: dict[str, Any], checkpoint: Path) -> N
 
 
 __all__ = [
-    "RESUME_FREE_KEYS", "RESUME_FREE_SECTIONS", "check_resume_config", "load_train_state", "read_train_state",
-    "resumable", "resume_hash", "resume_settings", "settings_diff", "state_problem",
+    "RESUME_FREE_KEYS", "RESUME_FREE_SECTIONS", "changed_settings", "check_resume_config", "load_train_state",
+    "read_train_state", "resumable", "resume_hash", "resume_settings", "settings_diff", "state_problem",
 ]

@@ -162,15 +162,17 @@ class GSPOTrainer:
         if not (self.cfg.gspo.kl_beta > 0 if needed is None else needed):
             return None
         if self.ref_model is not None:
-            return completion_logprobs(self.ref_model, batch, self.temperature,
-                                       self.silence_id, silence_from=self.silence_from,
-                                       first_banned=self.first_banned)
+            return self._logprobs(self.ref_model, batch)
         from components.models.lora import disabled_adapters
 
         with disabled_adapters(self.engine.module) as base:
-            return completion_logprobs(base, batch, self.temperature,
-                                       self.silence_id, silence_from=self.silence_from,
-                                       first_banned=self.first_banned)
+            return self._logprobs(base, batch)
+
+    def _logprobs(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        """[B, C] completion log-probs of ``batch`` under ``model``, masked as the sampler masked them
+        (silence only first; the banned first ids of rows that had to speak)."""
+        return completion_logprobs(model, batch, self.temperature, self.silence_id, silence_from=self.silence_from,
+                                   first_banned=self.first_banned, share_prompts=self.cfg.gspo.share_prompts)
 
     @property
     def device(self) -> torch.device:
@@ -207,9 +209,7 @@ class GSPOTrainer:
         seqs = batch.sequences
         old = torch.zeros_like(seqs.completion_mask)
         for rows in (m.to(self.device) for part in micro[1:] for m in part):
-            old[rows] = completion_logprobs(self.engine.module, seqs.select(rows), self.temperature,
-                                       self.silence_id, silence_from=self.silence_from,
-                                       first_banned=self.first_banned)
+            old[rows] = self._logprobs(self.engine.module, seqs.select(rows))
         return old
 
     def calibrate_budget(self, fraction: float, questions: int) -> float:
@@ -245,9 +245,7 @@ class GSPOTrainer:
         later = [m for part in micro[1:] for m in part]
         idx = torch.cat(later if later else micro[0])[:rows].to(self.device)
         sub = batch.sequences.select(idx)
-        logp = old_logp[idx] if later else completion_logprobs(self.engine.module, sub, self.temperature,
-                                                               self.silence_id, silence_from=self.silence_from,
-                                                               first_banned=self.first_banned)
+        logp = old_logp[idx] if later else self._logprobs(self.engine.module, sub)
         base = ref_logp[idx] if ref_logp is not None else self._ref_logprobs(sub, needed=True)
         assert base is not None
         d = (base - logp) * sub.completion_mask
@@ -277,9 +275,7 @@ class GSPOTrainer:
             def micro_loss(rows: torch.Tensor, first: bool = k == 0) -> torch.Tensor:
                 rows = rows.to(self.device)
                 sub = seqs.select(rows)
-                logp = completion_logprobs(self.engine.module, sub, self.temperature,
-                                       self.silence_id, silence_from=self.silence_from,
-                                       first_banned=self.first_banned)
+                logp = self._logprobs(self.engine.module, sub)
                 out: LossOutput = self.loss_fn(
                     logp, logp.detach() if first else old_logp[rows], batch.advantages[rows], sub.completion_mask,
                     eps_low=g.eps_low, eps_high=g.eps_high, kl_beta=g.kl_beta,

@@ -81,7 +81,7 @@ class Prefill:
     """prompt ids not prefilled in this call: served from stored prefixes or from shared heads"""
 
 
-def _new_cache(model: Any) -> Any:
+def new_cache(model: Any) -> Any:
     from transformers import DynamicCache
     return DynamicCache(config=model.config)
 
@@ -212,7 +212,7 @@ def _prefill_heads(model: Any, heads: list[tuple[int, ...]], pad_id: int, device
     ids = torch.full((len(heads), max(map(len, heads))), pad_id, dtype=torch.long)
     for i, h in enumerate(heads):
         ids[i, : len(h)] = torch.tensor(h, dtype=torch.long)
-    cache = _new_cache(model)
+    cache = new_cache(model)
     model(input_ids=ids.to(device), use_cache=True, logits_to_keep=1, **{cache_kw: cache})
     return [[(layer.keys[i, :, : len(h)], layer.values[i, :, : len(h)]) for layer in cache.layers]
             for i, h in enumerate(heads)]
@@ -265,7 +265,7 @@ def prefill(model: Any, prompts: list[list[int]], layout: CacheLayout, plan: Pre
         mask[r, p_cols: p_cols + len(p) - 1 - n] = 1
     mask[:, last_col] = 1
     mask = mask.to(device)
-    cache = _new_cache(model)
+    cache = new_cache(model)
     if p_cols:  # seed the cache with the reused heads / prefixes, right-padded to p_cols
         ref = next(s for s in seeds if s is not None)
         for layer, (k0, v0) in enumerate(ref):

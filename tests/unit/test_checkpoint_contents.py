@@ -155,6 +155,31 @@ def test_resume_hash_leaves_out_settings_that_cannot_change_the_weights() -> Non
         check_resume_config(old, moved)
 
 
+def test_a_checkpoint_from_before_a_setting_existed_resumes_at_its_default_only() -> None:
+    """A schema update adds a setting (its default keeps the old behaviour): checkpoints written
+    before it store settings without it and a resume hash of the old schema. They resume while the
+    new setting is at its default, and are refused, naming it, once it is not."""
+    from components.gspo.resume import resume_settings
+
+    base = load_config(PARAMS)
+    settings = resume_settings(base)
+    assert settings["gspo.lr_min_ratio"] == 0.0
+    before = _state() | {"resume_hash": "0" * 64,  # the old schema's hash: not this one's
+                         "config_settings": {k: v for k, v in settings.items() if k != "gspo.lr_min_ratio"}}
+    check_resume_config(before, base)
+    check_resume_config(before, load_config(PARAMS, overrides=["eval.limit=3"]))  # free settings still free
+    with pytest.raises(UserError, match=r"gspo.lr_min_ratio '<unset>' -> 0.25"):
+        check_resume_config(before, load_config(PARAMS, overrides=["gspo.lr_min_ratio=0.25"]))
+    with pytest.raises(UserError, match=r"gspo.lr 2e-05 -> 0.5"):  # a stored setting that changed
+        check_resume_config(before | {"config_settings": settings | {"gspo.lr": 2e-05}},
+                            load_config(PARAMS, overrides=["gspo.lr=0.5"]))
+    with pytest.raises(UserError, match="config hash differs"):  # nothing stored: nothing to compare
+        check_resume_config(before | {"config_settings": {}}, base)
+    removed = before | {"config_settings": settings | {"gspo.gone": 1}}  # a setting the schema dropped
+    with pytest.raises(UserError, match=r"gspo.gone 1 -> '<unset>'"):
+        check_resume_config(removed, base)
+
+
 def test_write_errors_wrapped_by_libraries_are_reported_as_what_they_are(tmp_path: Path, capsys) -> None:
     target = tmp_path / "final"
     for text, code in (("No space left on device (os error 28)", errno.ENOSPC),

@@ -108,7 +108,11 @@ def test_silence_proof_runs_four_systems_and_reports(prepared_data, tmp_path):
     assert proof["kind"] == "proof" and set(proof["eval"]) == {"mas_untrained", "mas_prior", "agent_gspo", "lambda0"}
     assert all(len(v) == 4 for v in proof["correct"].values()) and set(proof["runs"]) == {"agent_gspo", "lambda0"}
     cal = proof["runs"]["agent_gspo"]["budget_calibration"]
-    assert cal["target"] == pytest.approx(cal["fraction"] * cal["untrained_mean"]) and cal["fraction"] == 0.3
+    import yaml
+
+    fraction = yaml.safe_load((ROOT / "params.yaml").read_text())["experiments"]["definitions"]["silence_proof"][
+        "budget_fraction"]
+    assert cal["target"] == pytest.approx(cal["fraction"] * cal["untrained_mean"]) and cal["fraction"] == fraction
     assert proof["runs"]["lambda0"]["budget_calibration"] is None
     assert proof["runs"]["agent_gspo"]["history"][0]["train/budget"] == pytest.approx(cal["target"])
     assert proof["eval"]["agent_gspo"]["splitinfo"]["silence_uninformed"] is not None

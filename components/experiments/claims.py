@@ -36,6 +36,7 @@ from components.experiments.stats import (
     last_episodes,
     movement,
     paired_macro,
+    rule_at_endings,
 )
 
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN", "REPORTED"]
@@ -331,6 +332,8 @@ def claim_c(results: Mapping[str, ResultsFile]) -> Claim:
                      f"tokens) = {rel:+.1%} -> {'within' if ok else 'outside'}" + ("" if counted else " (not counted)"))
         if not settled:
             lines.append(f"{name}: {settle_why}: inside the band, but not held by λ")
+        if counted and (endings := rule_at_endings(res.history, res.budget.target, BUDGET_TOLERANCE)):
+            lines.append(f"{name}: {endings.text()}")
         lines.extend(_held_out_line(name, res))
     if not verdicts:
         return Claim("c", title, "NOT RUN", lines or [f"needs a trained, budgeted {' or '.join(TRAINED)}"])

@@ -32,6 +32,7 @@ from components.experiments.stats import (
     last_episodes,
     movement,
     paired,
+    rule_at_endings,
     window_standard_error,
 )
 
@@ -102,7 +103,8 @@ def proof_claims(res: ProofResults) -> list[Claim]:
                          + _noise(run.history, target),
                          *_why_off_budget(run.history, err, str(res.recipe.get("budget.mode") or "cap")),
                          *([settle_why + ("" if settled else ": inside the band, but not held by λ")]
-                           if ok else [])]))
+                           if ok else []),
+                         *([e.text()] if (e := rule_at_endings(run.history, target, BAND)) else [])]))
     lam0 = cell["lambda0"]
     out.append(Claim("P5", "λ = 0 on the same task (reported, no verdict)", "REPORTED" if res.runs.get("lambda0") else
                      "NOT RUN", [

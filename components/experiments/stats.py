@@ -12,7 +12,9 @@
   and a met band counts as *held by the controller* only if λ_tok had settled over those steps
   (:func:`controller_settled`): a band met while λ sat clipped at a bound, while λ was still
   sweeping, or with token use on one side of B in every step, is where the policy happened to sit,
-  not a set point the dual held (INCONCLUSIVE).
+  not a set point the dual held (INCONCLUSIVE). Next to the verdict the report shows the same rule
+  as if training had stopped at each step of the last third (:func:`rule_at_endings`): how much
+  the verdict owes to where the run stopped.
 
 Hand-written: these are a few lines of arithmetic over lists (mean, sample standard deviation);
 scipy would add a dependency for nothing a reader could not check by eye.
@@ -143,6 +145,53 @@ def window_standard_error(history: Sequence[Mapping[str, float]], key: str, wind
     if len(values) < 2 or not all(math.isfinite(v) for v in values):
         return None
     return statistics.stdev(values) / math.sqrt(len(values))
+
+
+@dataclass(frozen=True)
+class Endings:
+    """The budget rule judged as if training had stopped at each of the last steps (:func:`rule_at_endings`)."""
+
+    first_step: int
+    last_step: int
+    judged: int
+    """stopping steps whose window held enough episodes to judge"""
+    inside: int
+    """of those, the ones whose window mean lay within the band"""
+    held: int
+    """inside the band with λ_tok settled (what the verdict calls held by the controller)"""
+    below: int
+    """window mean below B"""
+
+    def text(self) -> str:
+        return (f"the same rule had training stopped at each step from {self.first_step} to {self.last_step} "
+                f"(reported, not part of the verdict): inside the band at {self.inside} of {self.judged}, held by "
+                f"λ at {self.held}, below B at {self.below}")
+
+
+def rule_at_endings(history: Sequence[Mapping[str, float]], target: float, band: float, share: float = 1 / 3,
+                    window: int = WINDOW) -> Endings | None:
+    """The budget rule (window mean within ``band`` of ``target``, :func:`controller_settled`) applied to
+    ``history[:n]`` for every ``n`` in the last ``share`` of the steps: how much the verdict depends on
+    where the run stopped. A 4-step window of a noisy per-step mean can miss a band its controller is
+    centred on, or meet one it is not, and one verdict does not say which. Reported next to the
+    verdict, never part of it. Steps are counted from 1 in history order (one entry per step). None
+    without a finite, positive target, or when no stopping step's window holds ``window`` episodes."""
+    if not (math.isfinite(target) and target > 0) or not history:
+        return None
+    n = len(history)
+    first = max(1, n - max(1, math.ceil(share * n)) + 1)
+    judged = inside = held = below = 0
+    for end in range(first, n + 1):
+        got, count = last_episodes(history[:end], "train/budget_tokens", window)
+        if got is None or count < window or not math.isfinite(got):
+            continue
+        err = got / target - 1.0
+        judged += 1
+        below += err < 0
+        if abs(err) <= band:
+            inside += 1
+            held += controller_settled(history[:end], window)[0] is True
+    return Endings(first, n, judged, inside, held, below) if judged else None
 
 
 def _window_steps(history: Sequence[Mapping[str, float]], key: str, window: int) -> list[Mapping[str, float]]:

@@ -18,6 +18,7 @@ from components.experiments.stats import (
     movement,
     paired,
     paired_macro,
+    rule_at_endings,
     window_standard_error,
 )
 
@@ -139,6 +140,16 @@ def test_budget_rule_inside_the_band_needs_a_settled_controller():
     assert any("λ_tok still moving: +0.300 -> +0.100" in line and "not held by λ" in line for line in claim.evidence)
     assert status(with_lambda([0.1, 0.5, 0.5, 0.5, 0.5])[:3] + history([130, 130], episodes=22)) == "FAIL"
 
+    # claim (c) reports the rule at every stopping step of the last third for the runs it counts
+    hist = with_lambda([0.1, 0.3, 0.25, 0.27, 0.26])
+    claim = next(c for c in all_claims({"gspo_b25": trained("gspo_b25", 0.3, 1000, hist, budget_target=100.0),
+                                        "grpo_token": trained("grpo_token", 0.3, 1000, hist, budget_target=100.0)})
+                 if c.key == "c")
+    assert claim.status == "PASS"
+    assert "gspo_b25: the same rule had training stopped at each step from 4 to 5 (reported, not part of the " \
+           "verdict): inside the band at 2 of 2, held by λ at 2, below B at 0" in claim.evidence
+    assert not any(line.startswith("grpo_token: the same rule") for line in claim.evidence)  # not counted
+
 
 def test_controller_settled_rule():
     def hist(lam, episodes=8.0):
@@ -214,3 +225,32 @@ def test_a_file_whose_items_and_cells_disagree_is_refused_naming_the_key(tmp_pat
     with pytest.raises(ResultsFileError, match="gspo_b25.json") as err:
         load_results(path_ok)
     assert expected in str(err.value), err.value
+
+
+def test_the_budget_rule_at_every_stopping_step_counts_inside_held_and_below():
+    """12 steps of 16 episodes, B 20: the last third (steps 9-12) is judged as if training had stopped
+    there, each over its last 4 steps (64 episodes)."""
+    def hist(tokens, lam):
+        return [{"train/budget_tokens": t, "train/budget": 20.0, "train/episodes": 16.0, "train/lambda_tok": x}
+                for t, x in zip(tokens, lam, strict=True)]
+
+    # a controller regulating around B: use on both sides, λ moving a little inside a wide range
+    centred = hist([60, 40, 30] + [21, 19] * 4 + [21], [0.1, 0.6, 0.5] + [0.20, 0.22] * 4 + [0.21])
+    e = rule_at_endings(centred, 20.0, 0.10)
+    assert (e.first_step, e.last_step, e.judged, e.inside, e.held, e.below) == (9, 12, 4, 4, 4, 0)
+    assert "at each step from 9 to 12" in e.text() and "inside the band at 4 of 4, held by λ at 4" in e.text()
+    # the policy settled 15 % under B while λ wound down: outside the band at every stopping step
+    under = hist([60, 40, 30] + [17.0] * 9, [0.6, 0.6, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1])
+    e = rule_at_endings(under, 20.0, 0.10)
+    assert (e.judged, e.inside, e.held, e.below) == (4, 0, 0, 4)
+    # inside the band at the end, but below B in every judged step while λ swept: inside, never held
+    sweep = hist([60, 40, 30] + [18.5] * 9, [0.6, 0.6, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1])
+    e = rule_at_endings(sweep, 20.0, 0.10)
+    assert (e.judged, e.inside, e.held, e.below) == (4, 4, 0, 4)
+    # one noisy window: only the endings whose 4-step mean leaves the band count as outside
+    noisy = hist([60, 40, 30, 20, 20, 20, 20, 20, 8, 20, 20, 20], [0.6, 0.6, 0.5] + [0.2, 0.21] * 4 + [0.2])
+    e = rule_at_endings(noisy, 20.0, 0.10)
+    assert (e.judged, e.inside, e.below) == (4, 0, 4)  # 8 sits in every window ending at steps 9-12 (17.0: -15 %)
+    assert rule_at_endings(noisy[:3], 20.0, 0.10) is None  # 48 episodes: no window to judge
+    assert rule_at_endings(centred, math.nan, 0.10) is None and rule_at_endings(centred, 0.0, 0.10) is None
+    assert rule_at_endings([], 20.0, 0.10) is None

@@ -117,7 +117,8 @@ def run(args: argparse.Namespace) -> MfuResult:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     device = torch.device(args.device)
     on_cuda = device.type == "cuda"
-    if on_cuda:
+    if on_cuda:  # set_device needs an index: "cuda" alone means the current device, 0 on one GPU
+        device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
         torch.cuda.set_device(device)
     deepspeed.init_distributed(dist_backend="nccl" if on_cuda else "gloo", auto_mpi_discovery=False)
     try:

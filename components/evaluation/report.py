@@ -18,6 +18,7 @@ from typing import Any
 
 from components.evaluation.metrics import EvalRow
 from components.io import write_json_atomic, write_text_atomic
+from components.machine import describe
 
 DVC_KEYS = ("n", "correct", "accuracy", "accuracy_se", "tokens_prompt", "tokens_completion", "tokens_communicated",
             "tokens_total", "tokens_prompt_mean", "tokens_completion_mean", "tokens_communicated_mean",
@@ -64,6 +65,8 @@ def render_markdown(rows: Sequence[EvalRow], summary: Mapping[str, Mapping[str, 
                 "limit", "batch_size", "self_consistency_k", "decoding", "device"):
         if key in meta:
             out.append(f"- **{key}**: `{meta[key]}`")
+    if "machine" in meta:
+        out.append(f"- **machine**: {describe(meta['machine'])}")
     out += ["", "## Accuracy and token cost", "",
             "Cells: accuracy ± standard error (sqrt(p(1-p)/n)) / total tokens (prompt + completion, summed "
             "over the evaluated items).", ""]

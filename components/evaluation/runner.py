@@ -51,6 +51,7 @@ from components.evaluation.metrics import (
 from components.evaluation.publish import check_out_dir, publish
 from components.evaluation.report import render_markdown, write_reports
 from components.evaluation.sampling import EVAL_SPLIT, derived_seed, sample_items
+from components.machine import describe, machine_fingerprint
 from components.mas.environment import grade_episodes
 from components.mas.voting import vote
 
@@ -275,6 +276,7 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
         "config_hash": cfg.hash(), "seed": ev.seed, "limit": limit, "batch_size": ev.batch_size,
         "self_consistency_k": ev.self_consistency_k, "split": split, "base_model": cfg.model.name,
         "item_ids": {b: [i.id for i in its] for b, its in items.items()},
+        "machine": machine_fingerprint(),  # greedy bf16 decodes differ across CPUs: components/machine.py
     }
     if systems is None:
         from components.models import default_device
@@ -375,7 +377,7 @@ def log_to_tracker(tracker, report: EvalReport, main: str, model_id: str | None 
     meta = report.meta
     tags = {"eval.system": main, "eval.model_uri": meta.get("model_uri"), "eval.config_hash": meta["config_hash"],
             "eval.data_manifest_sha256": meta["data_manifest_sha256"], "eval.seed": meta["seed"],
-            "eval.limit": meta["limit"]}
+            "eval.limit": meta["limit"], "eval.machine": describe(meta.get("machine"))}
     tracker.set_tags(tags)
     tracker.log_metrics(eval_metrics(report.table, main))
     tracker.log_metrics(summary_metrics(report.summary[main]), model_id=model_id)

@@ -76,6 +76,9 @@ class ProofResults(_Strict):
     """system -> per item: total tokens (prompt + completion)"""
     runs: dict[str, ProofRun]
     """agent_gspo and lambda0"""
+    machine: dict[str, Any] | None = None
+    """what it ran on (components/machine.py: CPU, bf16 flags, cores, threads, versions); None in files
+    written before it was recorded"""
 
 
 RECIPE_KEYS = ("model.silence_prior", "model.lora_rank", "model.dtype", "mas.agents", "mas.rounds", "mas.protocol",
@@ -164,4 +167,5 @@ def run_proof(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_di
         limit=meta.get("limit"), benchmarks=list(cfg.eval.benchmarks),
         item_ids_sha256=item_ids_sha256(meta["item_ids"]),
         settings=settings_of(cfg), recipe={k: flat.get(k) for k in RECIPE_KEYS},
-        wall_seconds=round(time.perf_counter() - t0, 1), eval=cells, correct=correct, tokens=tokens, runs=runs)
+        wall_seconds=round(time.perf_counter() - t0, 1), eval=cells, correct=correct, tokens=tokens, runs=runs,
+        machine=meta.get("machine"))

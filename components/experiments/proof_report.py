@@ -35,6 +35,7 @@ from components.experiments.stats import (
     rule_at_endings,
     window_standard_error,
 )
+from components.machine import describe
 
 SILENT_UNINFORMED, SPEAKING_INFORMED = 0.80, 0.10
 ACCURACY, MARGIN, TOKEN_SHARE, BAND = 0.90, 0.20, 0.50, 0.10
@@ -169,7 +170,7 @@ def proof_section(res: ProofResults, fig_dir: Path, rel: str) -> tuple[list[str]
     md += [f"Profile `{res.profile}` ({res.model}); held-out items: {res.limit or 'all'} of "
            f"{', '.join(res.benchmarks)}, disjoint from the training split; commit {res.git_commit or 'unknown'}; "
            f"{res.wall_seconds / 60:.0f} min in all (training {res.runs['agent_gspo'].train_seconds / 60:.0f} and "
-           f"{res.runs['lambda0'].train_seconds / 60:.0f} min).", ""]
+           f"{res.runs['lambda0'].train_seconds / 60:.0f} min); machine: {describe(res.machine)}.", ""]
     md += ["| system | accuracy ± SE | total tokens / episode | completion | silence: uninformed | informed | "
            "turns | calls skipped |", "|---|---|---|---|---|---|---|---|"]
     for system in ("mas_untrained", "mas_prior", "agent_gspo", "lambda0"):

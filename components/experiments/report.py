@@ -20,6 +20,7 @@ from components.experiments.proof_report import proof_section
 from components.experiments.report_silence import held_out_silence, silence_by_benchmark, training_silence
 from components.experiments.results import EvalCell, ResultsFile, SilenceCounts, load_proofs, load_results_dir
 from components.io import write_text_atomic
+from components.machine import describe
 
 SYSTEM_LABELS = {"single_cot": "CoT", "self_consistency": "SC", "mas_untrained": "untrained MAS (free-for-all)",
                  "mas_prior": "prior only (no RL)"}
@@ -232,7 +233,20 @@ def _provenance(results: Mapping[str, ResultsFile]) -> list[str]:
         out += ["", f"**WARNING: the experiments ran under {len(groups)} different settings (they differ in "
                 f"{', '.join(keys)}): " + "; ".join(", ".join(g) for g in groups.values())
                 + ". Rows from different groups are not comparable, and a claim that compares them is INCONCLUSIVE.**"]
+    out += ["", _machines_line(results)]
     return [*out, ""]
+
+
+def _machines_line(results: Mapping[str, ResultsFile]) -> str:
+    """Which machine measured which experiments (components/machine.py says why it matters)."""
+    machines: dict[str, list[str]] = {}
+    for name, r in results.items():
+        machines.setdefault(describe(r.machine), []).append(name)
+    line = "Measured on: " + "; ".join(f"{m} ({', '.join(names)})" for m, names in machines.items()) + "."
+    if len([m for m in machines if m != describe(None)]) > 1:
+        line += (" Greedy bf16 decodes and wall times differ between machines (other kernels, other "
+                 "rounding): compare rows measured on one machine.")
+    return line
 
 
 def _by_value(results: Mapping[str, ResultsFile], field: str) -> dict[str, list[str]]:

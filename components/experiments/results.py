@@ -138,6 +138,9 @@ class ResultsFile(_Strict):
     silence: dict[str, SilenceCounts] | None = None
     """multi-agent system -> held-out silence per (agent, round); None in files written before it
     was recorded"""
+    machine: dict[str, Any] | None = None
+    """what it ran on (components/machine.py: CPU, bf16 flags, cores, threads, versions): greedy bf16
+    decodes and wall times differ across machines; None in files written before it was recorded"""
 
     @model_validator(mode="after")
     def _complete(self) -> ResultsFile:

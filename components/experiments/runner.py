@@ -150,6 +150,7 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir:
         "eval_seconds": round(wall - (train_s or 0), 1),
         "mlflow": ids, "eval": cells, "summary": report.summary, "history": history, "items": items,
         "silence": {name: {"silent": g.silent, "sent": g.total} for name, g in report.silence_grids.items()},
+        "machine": meta.get("machine"),
     })
 
 

@@ -53,6 +53,9 @@ def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request
     b25 = json.loads((results / "gspo_b25.json").read_text())
     assert set(base["eval"]) == {"single_cot", "self_consistency", "mas_untrained", "mas_prior"}
     assert set(b25["eval"]) == {"agent_gspo"} and len(b25["history"]) == 1
+    # what it ran on: the subprocess's fingerprint (this machine; its torch threads as it set them)
+    for res in (base, b25):
+        assert res["machine"]["cores"] >= 1 and res["machine"]["torch"] and "cpu_flags" in res["machine"]
     # held-out silence per (agent, round) of each multi-agent system: messages sent add up to the table's
     assert set(base["silence"]) == {"mas_untrained", "mas_prior"} and set(b25["silence"]) == {"agent_gspo"}
     for res, system in ((base, "mas_untrained"), (b25, "agent_gspo")):
@@ -107,6 +110,7 @@ def test_silence_proof_runs_four_systems_and_reports(prepared_data, tmp_path):
     proof = json.loads((results / "silence_proof.json").read_text())
     assert proof["kind"] == "proof" and set(proof["eval"]) == {"mas_untrained", "mas_prior", "agent_gspo", "lambda0"}
     assert all(len(v) == 4 for v in proof["correct"].values()) and set(proof["runs"]) == {"agent_gspo", "lambda0"}
+    assert proof["machine"]["cores"] >= 1 and proof["machine"]["torch"]
     cal = proof["runs"]["agent_gspo"]["budget_calibration"]
     import yaml
 

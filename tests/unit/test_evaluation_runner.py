@@ -8,6 +8,7 @@ import pytest
 
 from components.config import Config, MasConfig
 from components.evaluation.runner import EvalInputError, System, eval_metrics, evaluate
+from components.machine import describe, machine_fingerprint
 from components.mas.records import Episode, Message
 from components.tracking.metric_names import validate_metrics
 
@@ -107,6 +108,11 @@ def test_evaluate_with_injected_systems(data, tmp_path):
     assert dvc["agent_gspo"]["accuracy"] == g.accuracy
     assert rep.summary["agent_gspo"]["tokens_total"] == 10 * 14
     assert rep.meta["data_manifest_sha256"] and len(rep.meta["config_hash"]) == 64
+    # what it ran on, in the summary, the report and the MLflow tags (greedy bf16 decodes differ across CPUs)
+    assert rep.meta["machine"] == machine_fingerprint()
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text())["meta"]["machine"] == rep.meta["machine"]
+    assert f"- **machine**: {describe(rep.meta['machine'])}" in (tmp_path / "eval" / "report.md").read_text()
+    assert tracker.tags["eval.machine"] == describe(rep.meta["machine"])
     assert rep.silence.total == [[10], [10]] and rep.silence.silent == [[0], [10]]
     # a grid per multi-agent system only: self-consistency's samples are not agents in rounds
     assert list(rep.silence_grids) == ["agent_gspo"] and rep.silence_grids["agent_gspo"] == rep.silence

@@ -369,3 +369,24 @@ def test_a_results_file_linked_to_an_endless_device_is_named_not_read(tmp_path):
     (tmp_path / "gspo_b25.json").symlink_to("/dev/zero")
     with pytest.raises(ResultsFileError, match=r"gspo_b25.json: larger than 65536 KiB: not a results file"):
         load_results(tmp_path / "gspo_b25.json")
+
+
+def test_the_report_says_which_machine_measured_which_experiment(tmp_path):
+    """Old files (no fingerprint) read as "not recorded"; two recorded machines get the caution."""
+    folder = _passing(tmp_path / "results")
+    xeon = {"cpu": "Xeon A", "cores": 2, "cpu_flags": ["amx_bf16"], "torch": "2.13.0+cpu", "torch_threads": 2,
+            "gpu": None}
+    md = build_report(folder, tmp_path / "a.md").markdown
+    assert "Measured on: not recorded (baselines, gspo_b50, gspo_b25, lambda0, no_adv_norm, grpo_token)." in md
+    assert "differ between machines" not in md
+    for name in ("baselines", "gspo_b25"):
+        data = json.loads((folder / f"{name}.json").read_text())
+        data["machine"] = xeon if name == "baselines" else xeon | {"cpu": "Xeon B"}
+        (folder / f"{name}.json").write_text(json.dumps(data))
+    assert load_results(folder / "gspo_b25.json").machine["cpu"] == "Xeon B"
+    md = build_report(folder, tmp_path / "b.md").markdown
+    line = next(x for x in md.splitlines() if x.startswith("Measured on: "))
+    assert "Xeon A, 2 cores (amx_bf16), torch 2.13.0+cpu x 2 threads (baselines)" in line
+    assert "Xeon B, 2 cores (amx_bf16), torch 2.13.0+cpu x 2 threads (gspo_b25)" in line
+    assert "not recorded (gspo_b50, lambda0, no_adv_norm, grpo_token)" in line
+    assert "compare rows measured on one machine" in line

@@ -95,7 +95,7 @@ def test_p4_fails_on_a_slack_cap_and_says_so():
     assert any("the cap is slack" in line for line in p4.evidence), p4.evidence
 
 
-@pytest.mark.parametrize("key, status", [("P1", "PASS"), ("P2", "PASS"), ("P3", "PASS"), ("P4", "FAIL"),
+@pytest.mark.parametrize("key, status", [("P1", "PASS"), ("P2", "PASS"), ("P3", "PASS"), ("P4", "PASS"),
                                          ("P5", "REPORTED")])
 def test_the_committed_file_gives_the_verdicts_the_readme_reports(key, status):
     res = ProofResults.model_validate(json.loads((ROOT / "results" / "silence_proof.json").read_text()))
@@ -116,13 +116,14 @@ def test_the_recipe_records_real_config_keys_including_the_kl_penalty_and_std_fl
 
 
 def test_p4_reports_the_rule_at_every_stopping_step_of_the_last_third_without_changing_the_verdict():
-    """The committed run: FAIL at step 40, inside the band at 8 of the 14 stopping steps 27-40 and held
-    by λ at 6 of them. The line informs; the verdict stays the one at the end of training."""
+    """The committed run (Q): PASS at step 40, but inside the band at only 2 of the 14 stopping steps
+    27-40, held by λ at 2, below B at 13. The line informs; the verdict stays the one at the end of
+    training."""
     res = ProofResults.model_validate(json.loads((ROOT / "results" / "silence_proof.json").read_text()))
     p4 = _p4(res)
-    assert p4.status == "FAIL"
+    assert p4.status == "PASS"
     assert ("the same rule had training stopped at each step from 27 to 40 (reported, not part of the verdict): "
-            "inside the band at 8 of 14, held by λ at 6, below B at 8") in p4.evidence
+            "inside the band at 2 of 14, held by λ at 2, below B at 13") in p4.evidence
     # a run that held B at every stopping step says so, and still passes on its own last window
     p4 = _p4(_proof([30.0] * 4 + [13.0, 14.0, 12.5, 13.5, 13.0, 12.8, 13.9, 12.6], SETTLED, flat=False))
     assert p4.status == "PASS"

@@ -16,7 +16,7 @@
 #    G=8 = 32 completions per step, 128 tokens, 4 optimizer steps per generation;
 # 5. bench/mfu.py: DeepSpeed ZeRO-2 bf16 training MFU on a Qwen2.5-0.5B shape vs a measured matmul peak
 #    (DeepSpeed config from components.gspo.engines.deepspeed_config, as in training);
-# 6. bench/rollout.py (+ --model smollm2-shape when rollout.py offers that flag).
+# 6. bench/rollout.py --model smollm2-shape: our batched engine vs one generate per message.
 #
 # Without CUDA every part runs its CPU logic check instead (tiny models, a few steps): that is
 # how the script itself is tested off the GPU. Logs and summary.txt go to $OUT (when the device
@@ -25,7 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 T0=$SECONDS
-TOTAL_S=${TOTAL_S:-520}
+TOTAL_S=${TOTAL_S:-540}
 
 # Not on the GPU image (torch 2.11, transformers 5.17, accelerate, peft, numpy, pyarrow, pandas,
 # matplotlib, safetensors, einops, msgpack, ninja, py-cpuinfo, psutil, xxhash, fsspec are there).
@@ -122,13 +122,9 @@ if [ "$DEVICE" = cuda ]; then
   part train_step 150 python3 bench/train_step.py --device cuda --model smollm2-shape \
     --questions 4 --group 8 --tokens 128 --minibatches 4 --steps 1 --repeats 1
   part mfu 70 python3 bench/mfu.py --device cuda
-  rollout_model=()
-  if python3 bench/rollout.py --help 2>/dev/null | grep -q -- '--model'; then
-    rollout_model=(--model smollm2-shape)
-  else
-    echo "note: bench/rollout.py has no --model flag; it runs its tiny model on the GPU" | tee -a "$SUMMARY"
-  fi
-  part rollout 40 python3 bench/rollout.py --device cuda "${rollout_model[@]}"
+  # SmolLM2 shape at a size the per-message peer finishes: 48 messages x 16 tokens
+  part rollout 60 python3 bench/rollout.py --device cuda --model smollm2-shape --questions 2 --group 4 --agents 3 \
+    --rounds 2 --tokens 16
   part static_cache 260 python3 bench/gpu_train.py --device cuda --model smollm2-shape --zero-stage 2 --steps 2 \
     --set mas.static_cache=true
 else

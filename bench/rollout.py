@@ -4,9 +4,12 @@ Same work on both sides, in one run: ours generates Q questions x G episodes x N
 with the batched engine; the peer then replays every one of those agent turns (the exact prompt ids
 ours built) with one ``model.generate`` call each, as per-agent MAS frameworks call the LLM.
 Both sides generate exactly ``--tokens`` tokens per message (EOS masked until then), with the same
-sampling settings, so tokens/s compare like for like. Tiny random model (CPU by default).
+sampling settings, so tokens/s compare like for like. Tiny random model on CPU by default;
+``--model smollm2-shape`` is a random-init model of SmolLM2-135M's shape (no weights travel; bf16 on
+CUDA), the size whose decode step the first H200 run found host-bound (bench/README.md).
 
-    python bench/rollout.py [--questions 4] [--group 4] [--agents 4] [--rounds 2] [--tokens 32]
+    python bench/rollout.py [--model tiny-random|smollm2-shape] [--questions 4] [--group 4] [--agents 4]
+                            [--rounds 2] [--tokens 32] [--device cpu|cuda]
 
 Ends with ``bench rollout: ours <x> tokens/s, peer <y> tokens/s, ratio <r>x (target 4x)``; exits 0.
 """
@@ -23,11 +26,10 @@ import torch
 if __package__ in (None, ""):  # `python bench/rollout.py`: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ratio_line  # noqa: E402
+from bench.common import MODELS, BenchInputError, BenchSettings, build_policy, ratio_line  # noqa: E402
 from components.config import MasConfig  # noqa: E402
 from components.data.item import Item  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
-from components.models.tiny import build_tiny_model  # noqa: E402
 
 
 def _items(q: int) -> list[Item]:
@@ -38,6 +40,8 @@ def _items(q: int) -> list[Item]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=MODELS, default="tiny-random",
+                    help="tiny-random (default) or smollm2-shape (random init of SmolLM2-135M's config)")
     ap.add_argument("--questions", type=int, default=4)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--agents", type=int, default=4)
@@ -50,13 +54,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    model, tok = build_tiny_model(seed=args.seed)
-    model.to(args.device)
+    bench = BenchSettings(model=args.model, device=args.device, seed=args.seed, threads=args.threads)
+    try:
+        bench.validate()  # a clear error for --device cuda without CUDA
+    except BenchInputError as exc:
+        print(f"bench rollout: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    model, tok = build_policy(bench)  # fp32 on CPU, bf16 on CUDA
+    shape = ("tiny-random llama (hidden 64, 2 layers)" if args.model == "tiny-random"
+             else "smollm2-shape (random init, hidden 576, 30 layers)")
     cfg = MasConfig(agents=args.agents, rounds=args.rounds, topology="complete", max_message_tokens=args.tokens,
                     temperature=0.8, top_p=1.0)
     engine = RolloutEngine(model, tok, cfg, device=args.device, min_new_tokens=args.tokens)
     items = _items(args.questions)
-    print(f"settings: model=tiny-random llama (hidden 64, 2 layers) device={args.device} "
+    print(f"settings: model={shape} dtype={str(bench.dtype).removeprefix('torch.')} device={args.device} "
           f"threads={torch.get_num_threads()} questions={args.questions} G={args.group} agents={args.agents} "
           f"rounds={args.rounds} topology=complete tokens/message={args.tokens} T={cfg.temperature}")
 

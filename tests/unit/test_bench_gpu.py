@@ -41,3 +41,28 @@ def test_gpu_train_cpu_logic_check(tmp_path: Path, static_cache: bool) -> None:
         line = next(x for x in res.stdout.splitlines() if x.startswith("static_cache:"))
         n = line.split()[1].split("/")
         assert n[0] == n[1] and int(n[0]) > 0, line
+
+
+def _rollout(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    return subprocess.run([sys.executable, "bench/rollout.py", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_rollout_bench_runs_the_smollm2_shape_that_gpu_sh_asks_for() -> None:
+    """gpu.sh passes --model smollm2-shape to bench/rollout.py on the GPU; here the same code on CPU,
+    at a toy size: both sides generate the same number of tokens and the ratio line is printed."""
+    res = _rollout("--model", "smollm2-shape", "--questions", "1", "--group", "2", "--agents", "2", "--rounds", "1",
+                   "--tokens", "3")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "model=smollm2-shape (random init, hidden 576, 30 layers) dtype=float32" in res.stdout
+    assert "warning: token counts differ" not in res.stdout
+    assert "bench rollout: ours " in res.stdout and "ratio" in res.stdout
+    assert "--model" in _rollout("--help").stdout  # what gpu.sh greps for
+
+
+def test_rollout_bench_refuses_cuda_without_a_gpu_in_one_line() -> None:
+    res = _rollout("--device", "cuda")
+    assert res.returncode == 2
+    expected = "bench rollout: error: --device cuda: CUDA is not available on this machine"
+    assert res.stderr.strip().splitlines() == [expected]

@@ -66,3 +66,24 @@ def test_rollout_bench_refuses_cuda_without_a_gpu_in_one_line() -> None:
     assert res.returncode == 2
     expected = "bench rollout: error: --device cuda: CUDA is not available on this machine"
     assert res.stderr.strip().splitlines() == [expected]
+
+
+def test_decode_ops_counts_the_same_operations_per_step_on_every_call() -> None:
+    """bench/decode_ops.py: per-step counts are differences of two runs, so they must be whole,
+    positive and repeatable (the decoder is deterministic in what it dispatches)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.common import BenchSettings, build_policy
+    from bench.decode_ops import VIEWS, _ours, _peer, per_step
+
+    model, tok = build_policy(BenchSettings(model="tiny-random"))
+    for side in (_ours, _peer):
+        first = per_step(side, model, tok, 4, 2, 5)
+        assert first == per_step(side, model, tok, 4, 2, 5)
+        assert sum(first.values()) > 0 and all(float(v).is_integer() for v in first.values())
+        assert "aten.mm" in first and sum(v for k, v in first.items() if k not in VIEWS) < sum(first.values())
+
+
+def test_decode_ops_refuses_an_odd_row_count() -> None:
+    res = subprocess.run([sys.executable, "bench/decode_ops.py", "--rows", "3"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2 and "--rows must be even" in res.stderr

@@ -48,7 +48,7 @@ def _silence_outcome(seed: int) -> tuple[str, list[str]]:
     missed = [name for name, ok in (
         ("useless agent silent > 50 %", mean(useless, last) > 0.50),
         ("helper silent < 10 %", mean(helper, last) < 0.10),
-        ("accuracy down <= 0.05", mean(acc, last) >= mean(acc, first) - 0.05),
+        ("accuracy down <= 0.02", mean(acc, last) >= mean(acc, first) - 0.02),
         ("tokens < 0.75x", mean(tokens, last) < 0.75 * mean(tokens, first)),  # the useless agent stops paying
     ) if not ok]
     assert mean(useless, first) < 0.10, f"seed {seed}: the prior, not training, made the useless agent silent"
@@ -58,7 +58,7 @@ def _silence_outcome(seed: int) -> tuple[str, list[str]]:
 def test_strategic_silence_emerges_for_the_agent_that_never_helps():
     """λ_tok > 0 on a task where agent 1's messages never help (the helper's first-round message
     decides success): agent 1's silence rises from under 10 % to over 50 % while the helper keeps
-    talking (< 10 % silent), team accuracy does not fall (by more than 0.05) and completion tokens
+    talking (< 10 % silent), team accuracy does not fall (by more than 0.02) and completion tokens
     fall below 0.75x, in at least 3 of the 4 seeds 1-4.
 
     Silence is one token that may only start a reply (masked after it, in sampling and training).
@@ -71,8 +71,8 @@ def test_strategic_silence_emerges_for_the_agent_that_never_helps():
     0.97 -> 0.99; seed 4 0.01 -> 0.95, 0.01, 1.00 -> 0.99. Xeon with AMX (2026-12-04, ~24 s a seed):
     seed 1 0.01 -> 0.66, 0.11 (the helper fell silent in up to 84 % of its turns around step 63 and
     was recovering), 0.95 -> 0.89; seed 2 0.05 -> 0.80, 0.01, 0.98 -> 0.99; seed 3 0.03 -> 0.86,
-    0.03, 0.97 -> 0.97; seed 4 0.01 -> 0.97, 0.02, 1.00 -> 0.98. Seed 0 collapses on the first
-    machine: silence leaks to the helper too (0.04 -> 0.99, helper 0.99, accuracy 1.00 -> 0.01);
+    0.03, 0.97 -> 0.97; seed 4 0.01 -> 0.97, 0.02, 1.00 -> 0.98 (exactly 1.000 -> 0.981). Seed 0
+    collapses on the first machine: silence leaks to the helper too (0.04 -> 0.99, helper 0.99, accuracy 1.00 -> 0.01);
     with (agent, round) groups seed 0 still silences the helper (0.83). One shared tiny policy tells
     the agents apart only by a few prompt tokens, which is why a seed can tip into the shared optimum.
     """

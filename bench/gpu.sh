@@ -4,6 +4,7 @@
 #
 #   bash bench/gpu.sh            # from anywhere; runs in the repository root
 #   bash bench/gpu.sh --travel   # only print what must travel with it, and exit
+#   PARTS=decode_step,static_cache bash bench/gpu.sh   # a rerun of some parts only
 #
 # 1. what must travel (wheels in .whl/), nvidia-smi, torch/CUDA and package versions;
 # 2. gpu_train: the GSPO trainer end to end (components.gspo.job.train) through DeepSpeed ZeRO-2 on
@@ -16,7 +17,10 @@
 #    G=8 = 32 completions per step, 128 tokens, 4 optimizer steps per generation;
 # 5. bench/mfu.py: DeepSpeed ZeRO-2 bf16 training MFU on a Qwen2.5-0.5B shape vs a measured matmul peak
 #    (DeepSpeed config from components.gspo.engines.deepspeed_config, as in training);
-# 6. bench/rollout.py --model smollm2-shape: our batched engine vs one generate per message.
+# 6. bench/rollout.py --model smollm2-shape: our batched engine vs one generate per message;
+# 7. bench/decode_step.py: milliseconds per decode step of 32 rows, ours (the decoder alone, with the
+#    other padding mask, and through the rollout engine) vs model.generate, and the profiler's
+#    per-step counts (kernel launches, synchronisations) where the two differ.
 #
 # Without CUDA every part runs its CPU logic check instead (tiny models, a few steps): that is
 # how the script itself is tested off the GPU. Logs and summary.txt go to $OUT (when the device
@@ -94,6 +98,9 @@ fi
 part() {
   local name=$1 limit=$2
   shift 2
+  if [ -n "${PARTS:-}" ] && [[ ",$PARTS," != *",$name,"* ]]; then
+    return
+  fi
   local left=$((TOTAL_S - (SECONDS - T0) - 5))
   if [ "$left" -lt 20 ]; then
     failed=1
@@ -111,7 +118,7 @@ part() {
     failed=1
     echo "$name: FAILED (exit $rc, see $LOGS/$name.log)" >>"$SUMMARY"
   fi
-  grep -E '^(bench [a-z_]+:|gpu_train:|static_cache:|checks:|mfu:|peak:|settings:)' "$LOGS/$name.log" | sed "s/^/$name: /" >>"$SUMMARY" \
+  grep -E '^(bench [a-z_]+:|gpu_train:|static_cache:|checks:|mfu:|peak:|settings:|profile |ours|peer)' "$LOGS/$name.log" | sed "s/^/$name: /" >>"$SUMMARY" \
     || true
 }
 
@@ -125,6 +132,8 @@ if [ "$DEVICE" = cuda ]; then
   # SmolLM2 shape at a size the per-message peer finishes: 48 messages x 16 tokens
   part rollout 60 python3 bench/rollout.py --device cuda --model smollm2-shape --questions 2 --group 4 --agents 3 \
     --rounds 2 --tokens 16
+  part decode_step 120 python3 bench/decode_step.py --device cuda --rows 32 --prompt 128 --short 8 --long 40 \
+    --profile --profile-steps 3 --mask2d --engine
   part static_cache 260 python3 bench/gpu_train.py --device cuda --model smollm2-shape --zero-stage 2 --steps 2 \
     --set mas.static_cache=true
 else
@@ -136,6 +145,8 @@ else
     --tokens 16 --minibatches 2 --steps 1 --repeats 1
   part rollout 60 python3 bench/rollout.py --device cpu --questions 2 --group 2 --agents 2 --rounds 1 --tokens 8
   part mfu 60 python3 bench/mfu.py --device cpu --tiny --steps 2 --warmup 1
+  part decode_step 60 python3 bench/decode_step.py --device cpu --model tiny-random --rows 4 --prompt 16 --short 2 \
+    --long 6 --profile --mask2d --engine --static
 fi
 
 echo

@@ -132,6 +132,14 @@ def run(args: argparse.Namespace, work: Path) -> int:
     return 1 if failures else 0
 
 
+LOGPROB_TOL = {torch.float32: 1e-3, torch.bfloat16: 0.1, torch.float16: 0.1}
+"""Largest |log-prob difference| accepted between the two caches' equal greedy messages, by model dtype.
+The two caches run different attention shapes (the static one attends over all its columns, masked),
+so reductions round differently: in fp32 that stays near 1e-6; in bf16 the logits themselves are
+rounded to 8 significant bits (an ulp is 2^-7 to 2^-5 at the magnitudes seen), and the first H200
+run measured 1.6e-2 on 16 equal messages. The ids must match exactly either way."""
+
+
 def static_vs_dynamic(cfg, folder: Path, items: list, device: str) -> tuple[str, bool]:
     """Greedy 2-round episodes of the trained policy on the dynamic cache and on the static cache
     (uncompiled: compilation is what training exercised; this checks the cache logic exactly)."""
@@ -155,10 +163,12 @@ def static_vs_dynamic(cfg, folder: Path, items: list, device: str) -> tuple[str,
     diff = max((abs(x - y) for a, b in zip(dyn, sta, strict=False) if a[0] == b[0] for x, y in zip(a[1], b[1],
                                                                                                  strict=True)),
                default=0.0)
-    ok = len(dyn) == len(sta) == same and dyn_reused == sta_reused and diff < 1e-3
+    tol, dtype = LOGPROB_TOL[model.dtype], str(model.dtype).removeprefix("torch.")
+    ok = len(dyn) == len(sta) == same and dyn_reused == sta_reused and diff < tol
     return (f"static_cache: {same}/{len(dyn)} greedy messages equal to the dynamic cache's (max |log-prob "
-            f"difference| {diff:.1e}); prompt tokens served from shared heads / stored prefixes: {sta_reused} "
-            f"static, {dyn_reused} dynamic; rollout {sta_s:.2f} s static (uncompiled), {dyn_s:.2f} s dynamic"), ok
+            f"difference| {diff:.1e}, tolerance {tol:g} in {dtype}); prompt tokens served from shared heads / "
+            f"stored prefixes: {sta_reused} static, {dyn_reused} dynamic; rollout {sta_s:.2f} s static "
+            f"(uncompiled), {dyn_s:.2f} s dynamic"), ok
 
 
 if __name__ == "__main__":

@@ -87,3 +87,44 @@ def test_decode_ops_refuses_an_odd_row_count() -> None:
     res = subprocess.run([sys.executable, "bench/decode_ops.py", "--rows", "3"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 2 and "--rows must be even" in res.stderr
+
+
+def test_decode_step_times_every_side_and_profiles_whole_operation_counts(capsys) -> None:
+    """bench/decode_step.py on the tiny model: a time per step for each side it was asked for, the
+    profile's per-step aten counts, and the bench line; the profile of one side repeats exactly."""
+    sys.path.insert(0, str(ROOT))
+    from bench import decode_step
+
+    assert decode_step.main(["--model", "tiny-random", "--rows", "8", "--prompt", "16", "--short", "2", "--long",
+                             "5", "--repeats", "1", "--profile", "--mask2d", "--engine", "--static"]) == 0
+    out = capsys.readouterr().out
+    import re
+
+    for side in ("ours", "ours_mask2d", "ours_static", "ours_engine", "peer"):
+        assert re.search(rf"^{side}: [0-9.]+ ms per decode step of 8 rows", out, re.M), side
+    assert "ours_engine: 8 rows, chat prompts of" in out
+    assert out.count("profile ") == 5 and "profile ours - peer, calls per step: aten::" in out
+    assert out.strip().splitlines()[-1].startswith("bench decode_step: ours ")
+
+    import torch
+
+    from bench.common import BenchSettings, build_policy
+
+    model, tok = build_policy(BenchSettings(model="tiny-random"))
+    args = decode_step.parse_args(["--model", "tiny-random", "--rows", "4", "--prompt", "8"])
+    side = decode_step.make_sides(model, tok, args, torch.device("cpu"))["ours"]
+    calls = [decode_step.profile_step(side, torch.device("cpu"), 1, 4)[0] for _ in range(2)]
+    assert calls[0] == calls[1] and all(float(v).is_integer() for v in calls[0].values())
+    assert calls[0]["aten::mm"] > 0
+
+
+def test_decode_step_refuses_bad_lengths_and_cuda_without_a_gpu() -> None:
+    import torch
+
+    cases = [(["--short", "5", "--long", "5"], "1 <= --short < --long")]
+    if not torch.cuda.is_available():
+        cases.append((["--device", "cuda"], "CUDA is not available"))
+    for extra, message in cases:
+        res = subprocess.run([sys.executable, "bench/decode_step.py", "--model", "tiny-random", *extra], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2 and message in res.stderr, res.stderr

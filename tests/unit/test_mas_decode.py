@@ -236,3 +236,26 @@ def test_decode_makes_one_host_sync_per_token(monkeypatch):
                                PrefixPlan())
         assert gen.steps == 24
         assert counts["n"] <= gen.steps + 8, (static, counts["n"])
+
+
+def test_the_two_padding_masks_decode_alike_and_each_device_gets_its_faster_one():
+    """The 4-D boolean mask (CPU, static cache) and transformers' 2-D mask (dynamic cache on CUDA)
+    give the same ids and log-probs on padded rows with shared heads, greedy and sampled; which one a
+    decoder passes follows bench/decode_step.py's measurements (see Decoder's docstring)."""
+    model, tok = build_tiny_model(0)
+    model.eval()
+    stops = StopIds(int(tok.eos_token_id), int(tok.pad_token_id), 3)
+    head = list(range(5, 45))
+    prompts = [head + [90, 91, 92], list(range(50, 62)), head + [94, 95], list(range(100, 120)), [7, 8]]
+    for sampling, seed in ((Sampling(8, greedy=True, min_new_tokens=8), None), (Sampling(8, temperature=0.9), 5)):
+        runs = []
+        for mask_4d in (True, False):
+            decoder = Decoder(model, stops)
+            decoder.mask_4d = mask_4d
+            gen = None if seed is None else torch.Generator().manual_seed(seed)
+            runs.append(decoder.generate(prompts, sampling, gen, PrefixPlan()))
+        assert runs[0].reused_tokens > 0
+        _same(runs[0], runs[1])
+    assert Decoder(model, stops).mask_4d is True  # CPU: 28 vs 60 ms per step
+    assert Decoder(model, stops, device="cuda").mask_4d is False  # H200: 24.4 vs 33.5 ms (no CUDA needed to build)
+    assert Decoder(model, stops, device="cuda", static_cache=True).mask_4d is True  # what the compiled step ran

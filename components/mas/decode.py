@@ -124,12 +124,13 @@ class Decoder:
     applied to every step's logits before sampling and is part of the distribution.
 
     The step's padding mask: with SDPA attention on CPU, and on the static cache, it is passed as a
-    ready 4-D boolean mask; otherwise as the 2-D mask transformers turns into its own. Measured
-    (``bench/decode_step.py``, SmolLM2-135M's shape, ms per decode step): on 2 CPU cores, 8 rows,
-    the 4-D mask 28 against 60 for the 2-D one (transformers' mask builder is host work per step);
-    on an H200 in bf16, 32 rows, the 4-D mask 33.5 against 24.4 (the same as ``model.generate``,
-    24.5): there the builder's work is cheap and the ready boolean mask costs a conversion per
-    layer. The compiled static cache keeps the 4-D mask it was verified with.
+    ready 4-D boolean mask; otherwise as the 2-D mask transformers turns into its own. Measured on
+    SmolLM2-135M's shape, ms per decode step: on an H200 in bf16, 32 rows
+    (``bench/decode_step.py``), the 4-D mask 33.5 against 24.4 for the 2-D one, the same as
+    ``model.generate`` (24.5): the ready boolean mask costs a conversion in every layer there. On
+    2 CPU cores, 8 rows, the two cost the same (68.0 / 67.4 / 68.8 against 67.9 / 69.3 / 67.3
+    with 64-id prompts, 73 against 73 with 200), so the CPU keeps the mask every committed result
+    was decoded with; the compiled static cache keeps the one it was verified with.
 
     Host-device synchronisation: the stop check ``bool(done.all())`` once per generated token
     (and, with the 2-D mask, transformers' own check whether it may drop the mask).

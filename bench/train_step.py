@@ -112,18 +112,21 @@ def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
     gc.freeze()  # as components.gspo.job.train does before its first step
     trainer.train_step()  # warm-up: allocator, kernels, tokenizer caches
     _sync(s.device)
-    tokens, gen_s, rewards, prompt_lens = 0, 0.0, [], []
+    tokens, gen_s, rewards, prompt_lens, calls, decode_steps = 0, 0.0, [], [], 0, 0
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(s.steps):
         res = trainer.train_step()
         tokens += sum(m.completion_tokens for ep in res.episodes for m in ep.messages)
         gen_s += rollout.last_stats.generate_s
+        calls += rollout.last_stats.calls  # one per round wave; its prompt-length buckets add decode steps
+        decode_steps += rollout.last_stats.decode_steps
         rewards.append(res.metrics["train/accuracy"])
         prompt_lens += [len(ep.messages[0].prompt_ids) for ep in res.episodes[:: s.group]]
     _sync(s.device)
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     return SideResult("ours", tokens, seconds, s.steps, s.steps * s.minibatches, cpu_seconds,
-                      {"generate_s": gen_s, "mean_prompt_tokens": sum(prompt_lens) / len(prompt_lens),
+                      {"generate_s": gen_s, "decode_calls": calls, "decode_steps": decode_steps,
+                       "mean_prompt_tokens": sum(prompt_lens) / len(prompt_lens),
                        "mean_reward": sum(rewards) / len(rewards), "optimizer_updates": engine.optimizer_steps})
 
 
@@ -201,6 +204,9 @@ def spawn_side(argv: list[str], side: str, s: BenchSettings) -> SideResult:
 def _side_line(r: SideResult) -> str:
     d = r.detail
     extra = f" [trl {d['trl_version']}]" if "trl_version" in d else ""
+    if d.get("decode_steps"):  # where ours spends its generation time (the H200 question, bench/README.md)
+        extra += (f"; {d['decode_calls']} decode calls, {d['decode_steps']} decode steps, "
+                  f"{d['generate_s'] / d['decode_steps'] * 1e3:.1f} ms per step with the prefill")
     return (f"{r.name}: {r.tokens} tokens in {r.seconds:.2f}s over {r.steps} steps ({r.optimizer_steps} optimizer "
             f"updates; generate {d['generate_s']:.2f}s), {_n(r.tokens_per_s)} tokens/s "
             f"({_n(r.tokens_per_cpu_s)} per CPU-s), prompt "

@@ -45,6 +45,7 @@ Accounting (token ids end to end):
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -137,7 +138,8 @@ def length_buckets(lengths: list[int], *, max_ratio: float = 2.0, min_rows: int 
     longest prompt of a call made prompt-heavy batches (MMLU: 1,237 vs 560 tokens on average)
     slower than one row at a time; a handful of buckets keeps the batching win. Each bucket runs
     its own decode loop, so buckets split only at a 2x length ratio (GSM8K prompts of 174–383
-    tokens stay one call). Deterministic.
+    tokens stay one call). Deterministic. ``max_ratio=math.inf``: one bucket (what the engine
+    uses on CUDA, see :attr:`RolloutEngine.bucket_ratio`).
     """
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
     buckets: list[list[int]] = []
@@ -194,6 +196,13 @@ class RolloutEngine:
         self.decoder = Decoder(model, stops, device=self.device, static_cache=bool(cfg.static_cache),
                                compile_backend=backend, logits_processor=logits_processor,
                                first_banned=self.first_banned)
+        self.bucket_ratio = math.inf if self.device.type == "cuda" else 2.0
+        """prompt-length ratio that splits a call into buckets (:func:`length_buckets`). On CPU padding
+        costs arithmetic, so buckets pay. On CUDA a decode step is host-bound: 24-33 ms for 32 rows of
+        SmolLM2's shape on an H200 whatever the padding (bench/decode_step.py), so every extra bucket
+        repeats the whole decode loop (``bench/train_step.py``'s 4 GSM8K prompts fall into two buckets,
+        32 decode steps for 16 tokens, so its H200 run decoded 256 steps for 128 tokens). One call per
+        round there."""
         self.last_stats = RolloutStats()
 
     # -- silence ---------------------------------------------------------------------------------
@@ -255,7 +264,7 @@ class RolloutEngine:
         lps: list[list[float]] = [[] for _ in rows]
         silence = [0.0] * len(rows)
         steps = reused = 0
-        for bucket in length_buckets([len(r.prompt) for r in rows]):
+        for bucket in length_buckets([len(r.prompt) for r in rows], max_ratio=self.bucket_ratio):
             plan = PrefixPlan([rows[i].prefix_len for i in bucket], store)
             extra = {} if no_silence is None else {"no_silence": [no_silence[i] for i in bucket]}
             gen = self.decoder.generate([rows[i].prompt for i in bucket], sampling, generator, plan, **extra)

@@ -101,7 +101,7 @@ def test_decode_step_times_every_side_and_profiles_whole_operation_counts(capsys
     import re
 
     for side in ("ours", "ours_mask2d", "ours_static", "ours_engine", "peer"):
-        assert re.search(rf"^{side}: [0-9.]+ ms per decode step of 8 rows", out, re.M), side
+        assert re.search(rf"^{side}: -?[0-9.]+ ms per decode step of 8 rows", out, re.M), side  # noise: may be < 0
     assert "ours_engine: 8 rows, chat prompts of" in out
     assert out.count("profile ") == 5 and "profile ours - peer, calls per step: aten::" in out
     assert out.strip().splitlines()[-1].startswith("bench decode_step: ours ")

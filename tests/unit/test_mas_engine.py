@@ -238,3 +238,37 @@ def test_static_cache_on_cpu_decodes_on_the_static_cache_uncompiled(tiny):
     """mas.static_cache on CPU: the static KV cache (same ids, see test_mas_decode), no torch.compile."""
     eng = _engine(tiny, static_cache=True)
     assert eng.decoder.static_cache is True and eng.decoder.step_fn is tiny[0]
+
+
+def test_length_buckets_split_at_twice_the_shortest_and_never_on_cuda(tiny):
+    """Buckets split a call at a 2x prompt-length ratio once they hold 8 rows (CPU: padding costs
+    arithmetic); on CUDA (host-bound decode steps) a call is one bucket. Both decode the same
+    greedy episodes; one bucket takes the decode steps of its longest message only."""
+    import math
+
+    from components.mas.engine import length_buckets
+
+    lengths = [10] * 8 + [25] * 8 + [12, 19]
+    assert length_buckets(lengths) == [[*range(8), 16, 17], list(range(8, 16))]
+    assert length_buckets([10, 50, 30]) == [[0, 2, 1]]  # fewer than min_rows: one bucket
+    assert length_buckets(lengths, max_ratio=math.inf) == [[*range(8), 16, 17, *range(8, 16)]]
+    model, tok = tiny
+    cfg = MasConfig(agents=1, rounds=1, max_message_tokens=6)
+    assert RolloutEngine(model, tok, cfg).bucket_ratio == 2.0
+    assert RolloutEngine(model, tok, cfg, device="cuda").bucket_ratio == math.inf  # builds without a GPU
+    short = [Item(id=f"s/{i}", benchmark="gsm8k", split="test", question=f"{i}+1?", answer="1",
+                  answer_type="numeric") for i in range(4)]
+    long = [Item(id=f"l/{i}", benchmark="gsm8k", split="test", answer="1", answer_type="numeric",
+                 question=" ".join(["Tom has many apples and pears in a very large basket."] * 12) + f" {i}?")
+            for i in range(4)]
+    runs = []
+    for ratio in (2.0, math.inf):
+        engine = RolloutEngine(model, tok, cfg, min_new_tokens=6)
+        engine.bucket_ratio = ratio
+        episodes = engine.rollout(short + long, 2, seed=0, greedy=True)
+        runs.append(([(m.completion_ids, m.logprobs) for ep in episodes for m in ep.messages],
+                     engine.last_stats.decode_steps))
+    assert runs[0][1] == 12 and runs[1][1] == 6  # two buckets of 8 rows, then one of 16
+    for (ids_a, lps_a), (ids_b, lps_b) in zip(runs[0][0], runs[1][0], strict=True):
+        assert ids_a == ids_b
+        torch.testing.assert_close(torch.tensor(lps_a), torch.tensor(lps_b), atol=1e-5, rtol=0)

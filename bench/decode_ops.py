@@ -12,7 +12,10 @@ step is the difference between a long and a short run divided by the extra steps
 warm-up and per-call setup cancel out. Here lower is better: the ratio is ours / peer, and the
 target is to stay at or below 1x.
 
-    python bench/decode_ops.py [--model smollm2-shape|tiny-random] [--rows 8]
+    python bench/decode_ops.py [--model smollm2-shape|tiny-random] [--rows 8] [--mask 4d|2d]
+
+``--mask 2d`` counts what our decoder dispatches on CUDA (transformers' 2-D padding mask; the
+default ``4d`` is the ready mask it passes on CPU).
 
 Ends with ``bench decode_ops: ours <x> ops/step, peer <y> ops/step, ratio <r>x (target 1x)`` (at most).
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import sys
 from pathlib import Path
 
@@ -53,12 +57,14 @@ class OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _ours(model, tok, rows: int, tokens: int) -> collections.Counter[str]:
-    """One rollout call of ``rows`` messages (rows/2 questions x G 2, one agent, one round)."""
+def _ours(model, tok, rows: int, tokens: int, mask: str = "4d") -> collections.Counter[str]:
+    """One rollout call of ``rows`` messages (rows/2 questions x G 2, one agent, one round), with the
+    step's padding mask as the CPU decoder passes it (``4d``) or as the CUDA one does (``2d``)."""
     items = [Item(id=f"ops/{i}", benchmark="gsm8k", split="test", answer="1", answer_type="numeric",
                   question=f"What is {i} plus one?") for i in range(rows // 2)]
     cfg = MasConfig(agents=1, rounds=1, topology="complete", max_message_tokens=tokens, temperature=0.8, top_p=1.0)
     engine = RolloutEngine(model, tok, cfg, device="cpu", min_new_tokens=tokens)
+    engine.decoder.mask_4d = mask == "4d"
     with OpCounter() as counter:
         engine.rollout(items, 2, seed=0)
     return counter.counts
@@ -85,14 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=8, help="sequences decoded together (even)")
     ap.add_argument("--short", type=int, default=4, help="tokens in the short run")
     ap.add_argument("--long", type=int, default=12, help="tokens in the long run")
+    ap.add_argument("--mask", choices=("4d", "2d"), default="4d",
+                    help="our step's padding mask: 4d as decoded on CPU, 2d as on CUDA (components/mas/decode.py)")
     args = ap.parse_args(argv)
     if args.rows < 2 or args.rows % 2 or not 1 <= args.short < args.long:
         print("bench decode_ops: error: --rows must be even and >= 2, and 1 <= --short < --long", file=sys.stderr)
         return 2
     torch.set_num_threads(min(2, torch.get_num_threads()))
     model, tok = build_policy(BenchSettings(model=args.model))
-    print(f"settings: model={args.model} device=cpu rows={args.rows} tokens {args.short} vs {args.long}")
-    ours = per_step(_ours, model, tok, args.rows, args.short, args.long)
+    print(f"settings: model={args.model} device=cpu rows={args.rows} tokens {args.short} vs {args.long} "
+          f"mask={args.mask}")
+    ours = per_step(functools.partial(_ours, mask=args.mask), model, tok, args.rows, args.short, args.long)
     peer = per_step(_peer, model, tok, args.rows, args.short, args.long)
     for name, counts in (("ours", ours), ("peer", peer)):
         kernels = sum(v for k, v in counts.items() if k not in VIEWS)

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from bench.common import BenchSettings, SideResult, build_policy, chat_prompt, letter_parity_reward
+from bench.common import BenchSettings, SideResult, build_policy, chat_prompt, letter_parity_reward, sync
 from components.data.item import Item
 
 
@@ -65,10 +65,10 @@ def run_trl(s: BenchSettings, items: list[Item]) -> SideResult:
     inner_generate = model.generate
 
     def timed_generate(*args: Any, **kwargs: Any) -> Any:
-        _sync(s.device)
+        sync(s.device)
         t0 = time.perf_counter()
         out = inner_generate(*args, **kwargs)
-        _sync(s.device)
+        sync(s.device)
         gen_times.append(time.perf_counter() - t0)
         return out
 
@@ -78,7 +78,7 @@ def run_trl(s: BenchSettings, items: list[Item]) -> SideResult:
 
     class Clock(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            _sync(s.device)
+            sync(s.device)
             stamps[state.global_step] = (time.perf_counter(), time.process_time())
 
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as tmp:
@@ -115,6 +115,3 @@ def run_trl(s: BenchSettings, items: list[Item]) -> SideResult:
                        "mean_reward": sum(r for _, r in timed) / len(timed)})
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()

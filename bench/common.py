@@ -28,6 +28,13 @@ def ratio_line(bench: str, ours: float, peer: float, unit: str, target: float, d
             f"ratio {ratio:.{digits}f}x (target {target:g}x)")
 
 
+def sync(device: str | torch.device) -> None:
+    """Wait for the device's queued work (CUDA); timings around GPU work need it. A no-op on CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _n(x: float) -> str:
     """At least 3 significant digits (a big model on CPU makes < 1 token/s)."""
     return f"{x:.0f}" if x >= 100 else f"{x:.3g}"

@@ -37,7 +37,7 @@ import torch
 if __package__ in (None, ""):  # `python bench/decode_step.py`: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import MODELS, BenchSettings, build_policy, ratio_line  # noqa: E402
+from bench.common import MODELS, BenchSettings, build_policy, ratio_line, sync  # noqa: E402
 from components.mas.decode import Decoder, Sampling, StopIds  # noqa: E402
 
 Side = Callable[[int], None]
@@ -47,11 +47,6 @@ RUNTIME_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "c
                  "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemsetAsync",
                  "cudaEventRecord", "cudaStreamWaitEvent")
 """the CUDA runtime/driver calls worth counting per step (launches, synchronisations, copies)"""
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def make_sides(model, tok, args: argparse.Namespace, device: torch.device) -> dict[str, Side]:
@@ -100,17 +95,18 @@ def engine_side(model, tok, args: argparse.Namespace, device: torch.device) -> S
     from components.mas.baselines import single_cot_engine
 
     items, source = load_questions(max(1, args.rows // 8), "data")
+    told = False
 
     def side(n: int) -> None:
+        nonlocal told
         cfg = MasConfig(agents=1, rounds=1, max_message_tokens=n, temperature=0.8, top_p=1.0)
         engine = single_cot_engine(model, tok, cfg, device=device, min_new_tokens=n)
         eps = engine.rollout(items, min(8, args.rows), seed=1)
-        if not side.told:  # type: ignore[attr-defined]
+        if not told:  # say once what the engine decodes
             prompt = sum(len(ep.messages[0].prompt_ids) for ep in eps) / len(eps)
             print(f"ours_engine: {len(eps)} rows, chat prompts of {prompt:.0f} ids on average, questions: {source}")
-            side.told = True  # type: ignore[attr-defined]
+            told = True
 
-    side.told = False  # type: ignore[attr-defined]
     return side
 
 
@@ -121,10 +117,10 @@ def ms_per_step(side: Side, device: torch.device, short: int, long: int, repeats
     for _ in range(repeats):
         times = []
         for n in (short, long):
-            _sync(device)
+            sync(device)
             t0 = time.perf_counter()
             side(n)
-            _sync(device)
+            sync(device)
             times.append(time.perf_counter() - t0)
         best = min(best, (times[1] - times[0]) / (long - short) * 1e3)
     return best
@@ -143,7 +139,7 @@ def profile_step(side: Side, device: torch.device, short: int, long: int) -> Pro
     for n in (short, long):
         with profile(activities=acts) as prof:
             side(n)
-            _sync(device)
+            sync(device)
         events = prof.key_averages()
         runs.append((collections.Counter({e.key: e.count for e in events}),
                      collections.Counter({e.key: e.self_cpu_time_total for e in events})))

@@ -35,6 +35,8 @@ import torch
 if __package__ in (None, ""):  # `python bench/mfu.py`: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import sync  # noqa: E402
+
 QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                   intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768, rope_theta=1_000_000.0,
                   rms_norm_eps=1e-6, tie_word_embeddings=True)
@@ -64,11 +66,6 @@ def _tf(x: float) -> str:
     return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure_peak(device: torch.device, dtype: torch.dtype, n: int, iters: int = 10, warmup: int = 3) -> float:
     """Sustained matmul TFLOP/s: mean over ``iters`` products of two n×n matrices (after warm-up)."""
     gen = torch.Generator(device=device).manual_seed(0)
@@ -77,11 +74,11 @@ def measure_peak(device: torch.device, dtype: torch.dtype, n: int, iters: int = 
     out = torch.empty(n, n, device=device, dtype=dtype)
     for _ in range(warmup):
         torch.matmul(a, b, out=out)
-    _sync(device)
+    sync(device)
     t0 = time.perf_counter()
     for _ in range(iters):
         torch.matmul(a, b, out=out)
-    _sync(device)
+    sync(device)
     return 2 * n**3 * iters / (time.perf_counter() - t0) / 1e12
 
 
@@ -154,11 +151,11 @@ def run(args: argparse.Namespace) -> MfuResult:
 
         for _ in range(args.warmup):
             step()
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         for _ in range(args.steps):
             loss = step()
-        _sync(device)
+        sync(device)
         seconds = time.perf_counter() - t0
         tokens = args.seqs * args.seq_len * args.steps
         mem = f", peak memory {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB" if on_cuda else ""

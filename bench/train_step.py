@@ -53,6 +53,7 @@ from bench.common import (  # noqa: E402
     letter_parity_reward,
     load_questions,
     ratio_line,
+    sync,
 )
 from components.data.item import Item  # noqa: E402
 from components.errors import UserError  # noqa: E402
@@ -111,7 +112,7 @@ def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
     trainer.sampler = InOrderSampler(items, s.seed)  # the questions TRL sees (shuffle_dataset=False), in order
     gc.freeze()  # as components.gspo.job.train does before its first step
     trainer.train_step()  # warm-up: allocator, kernels, tokenizer caches
-    _sync(s.device)
+    sync(s.device)
     tokens, gen_s, rewards, prompt_lens, calls, decode_steps = 0, 0.0, [], [], 0, 0
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(s.steps):
@@ -122,17 +123,12 @@ def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
         decode_steps += rollout.last_stats.decode_steps
         rewards.append(res.metrics["train/accuracy"])
         prompt_lens += [len(ep.messages[0].prompt_ids) for ep in res.episodes[:: s.group]]
-    _sync(s.device)
+    sync(s.device)
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     return SideResult("ours", tokens, seconds, s.steps, s.steps * s.minibatches, cpu_seconds,
                       {"generate_s": gen_s, "decode_calls": calls, "decode_steps": decode_steps,
                        "mean_prompt_tokens": sum(prompt_lens) / len(prompt_lens),
                        "mean_reward": sum(rewards) / len(rewards), "optimizer_updates": engine.optimizer_steps})
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 # ----------------------------------------------------------------------------- main

@@ -198,11 +198,11 @@ class RolloutEngine:
                                first_banned=self.first_banned)
         self.bucket_ratio = math.inf if self.device.type == "cuda" else 2.0
         """prompt-length ratio that splits a call into buckets (:func:`length_buckets`). On CPU padding
-        costs arithmetic, so buckets pay. On CUDA a decode step is host-bound: 24-33 ms for 32 rows of
-        SmolLM2's shape on an H200 whatever the padding (bench/decode_step.py), so every extra bucket
-        repeats the whole decode loop (``bench/train_step.py``'s 4 GSM8K prompts fall into two buckets,
-        32 decode steps for 16 tokens, so its H200 run decoded 256 steps for 128 tokens). One call per
-        round there."""
+        costs arithmetic, so buckets pay. On CUDA a decode step is host-bound (24-33 ms for 32 rows of
+        SmolLM2's shape on an H200, bench/decode_step.py, where the arithmetic needs well under 1 ms),
+        so padding costs little there while every extra bucket repeats the whole decode loop
+        (``bench/train_step.py``'s 4 GSM8K prompts fall into two buckets, 32 decode steps for 16
+        tokens, so its H200 run decoded 256 steps for 128 tokens). One call per round there."""
         self.last_stats = RolloutStats()
 
     # -- silence ---------------------------------------------------------------------------------

@@ -145,3 +145,19 @@ def test_decode_step_refuses_bad_lengths_and_cuda_without_a_gpu() -> None:
         res = subprocess.run([sys.executable, "bench/decode_step.py", "--model", "tiny-random", *extra], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
         assert res.returncode == 2 and message in res.stderr, res.stderr
+
+
+def test_train_step_reports_the_decode_steps_its_rollout_took() -> None:
+    """bench/train_step.py's ours line says how many decode loops and steps generation took: the
+    figure that located half of the H200's slow generation (two prompt-length buckets on CPU rules
+    for its 4 GSM8K prompts: twice the decode steps of the longest message)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.common import BenchSettings, load_questions
+    from bench.train_step import _side_line, run_ours
+
+    s = BenchSettings(model="tiny-random", questions=4, group=8, tokens=8, minibatches=4, steps=1, repeats=1)
+    items, _ = load_questions(s.questions * (s.steps + 1), str(ROOT / "data"))
+    res = run_ours(s, items)
+    assert res.detail["decode_calls"] == 1
+    assert res.detail["decode_steps"] in (8, 16)  # one bucket (synthetic questions) or two (GSM8K)
+    assert f"1 decode calls, {res.detail['decode_steps']} decode steps, " in _side_line(res)

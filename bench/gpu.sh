@@ -54,6 +54,14 @@ if [ "${1:-}" = "--travel" ]; then
   travel
   exit 0
 fi
+KNOWN_PARTS=",gpu_train,train_step,mfu,rollout,decode_step,static_cache,"
+PARTS=${PARTS:-}
+for name in ${PARTS//,/ }; do
+  if [[ "$KNOWN_PARTS" != *",$name,"* ]]; then
+    echo "gpu.sh: PARTS names an unknown part '$name' (parts: ${KNOWN_PARTS:1:-1})" >&2
+    exit 2
+  fi
+done
 travel
 
 if compgen -G ".whl/*.whl" >/dev/null; then

@@ -161,3 +161,11 @@ def test_train_step_reports_the_decode_steps_its_rollout_took() -> None:
     assert res.detail["decode_calls"] == 1
     assert res.detail["decode_steps"] in (8, 16)  # one bucket (synthetic questions) or two (GSM8K)
     assert f"1 decode calls, {res.detail['decode_steps']} decode steps, " in _side_line(res)
+
+
+def test_gpu_sh_refuses_an_unknown_part_before_doing_anything() -> None:
+    """A typo in PARTS would otherwise run nothing and exit 0 with an empty summary."""
+    env = {**os.environ, "PARTS": "decode_step,statc_cache"}
+    res = subprocess.run(["bash", "bench/gpu.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "unknown part 'statc_cache'" in res.stderr and "Python wheels" not in res.stdout

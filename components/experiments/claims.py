@@ -46,7 +46,7 @@ TRAINED = ("gspo_b25", "gspo_b50")
 """the Agent-GSPO runs, the budgeted run of record first"""
 LAMBDA0, NO_ADV_NORM, TOKEN_LEVEL = "lambda0", "no_adv_norm", "grpo_token"
 MAIN = "agent_gspo"
-LAMBDA0_LIKE_FOR_LIKE = {"lambda0_answer": "gspo_b25_answer"}
+LAMBDA0_LIKE_FOR_LIKE = {"lambda0_answer": "gspo_b25_answer", "lambda0_mix_answer": "gspo_b25_mix_answer"}
 """λ = 0 runs made under a budgeted variant's own recipe (training sources, prior, guards): claim (b) shows
 each pair as evidence, not counted (the claim is about the run of record, B25)"""
 TOKEN_SHARE = 0.25
@@ -233,10 +233,39 @@ def claim_a(results: Mapping[str, ResultsFile]) -> Claim:
                      f"-> {'meets' if ok else 'misses'} the claim")
         verdicts.append(like_with_like(gate("PASS" if ok else "FAIL", [(name, moved(results, name))], lines),
                                        results, name, BASELINES, lines))
+    lines += _budgeted_variants(results)
     if not verdicts:
         return Claim("a", title, "FAIL", lines)
     status = "PASS" if "PASS" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts else "FAIL"
     return Claim("a", title, status, lines)
+
+
+def _budgeted_variants(results: Mapping[str, ResultsFile]) -> list[str]:
+    """Evidence lines, not counted, for every other budgeted Agent-GSPO recipe (``gspo_*`` files with a
+    budget: the variants that change training sources, prior or guards): the same paired accuracy
+    difference and token ratios as the runs of record, with no verdict. Claim (a) stays about B25 and
+    B50, whose recipe was fixed before any of them ran; a variant picked after seeing results would
+    not be a test of the claim."""
+    base = cells_of(results, BASELINES, UNTRAINED)
+    lines: list[str] = []
+    if base is None:
+        return lines
+    for name in sorted(results):
+        res = results[name]
+        if not name.startswith("gspo_") or name in TRAINED or res.budget is None:
+            continue
+        cells = cells_of(results, name)
+        pair = compare(cells, base) if cells is not None else None
+        if pair is None:
+            continue
+        t, u = pair
+        d, how = accuracy_difference(results, (name, MAIN), (BASELINES, UNTRAINED), t, u)
+        ratio = t.tokens_total / u.tokens_total if u.tokens_total else math.inf
+        comp = t.tokens_completion / u.tokens_completion if u.tokens_completion else math.inf
+        lines.append(f"variant, not counted: {name}: accuracy {t.accuracy:.3f} vs {u.accuracy:.3f} (difference "
+                     f"{d.diff:+.3f}, SE {d.se:.3f}, {how}); total tokens {t.tokens_total} vs {u.tokens_total} = "
+                     f"{ratio:.2f}x (completion tokens {comp:.2f}x); {moved(results, name).why}")
+    return lines
 
 
 def claim_b(results: Mapping[str, ResultsFile]) -> Claim:

@@ -364,6 +364,28 @@ def test_lambda0_under_a_budgeted_variants_recipe_is_shown_in_b_not_counted(tmp_
     assert not any("same recipe" in x for x in b.evidence)
 
 
+def test_budgeted_variants_are_listed_in_a_with_their_numbers_but_never_decide_it(tmp_path):
+    """Every other budgeted gspo_* recipe gets one claim (a) line (paired difference, token ratios,
+    movement) with no verdict: a variant under the bar does not turn the runs of record's FAIL into a
+    PASS, one over it does not spoil their PASS, and an unbudgeted run (λ = 0 variant) is not listed."""
+    folder = _passing(tmp_path / "results")
+    _write(folder, trained("gspo_b25_variant", 0.30, 95_000, history([20, 15, 12, 11, 12]), budget_target=100.0),
+           trained("lambda0_variant", 0.30, 15_000, history([300, 310, 305, 320, 330])))
+    a = next(c for c in build_report(folder, tmp_path / "o.md").claims if c.key == "a")
+    assert a.status == "PASS"  # gspo_b25 at 0.20x; the variant's 0.95x is shown, not judged
+    line = next(x for x in a.evidence if x.startswith("variant, not counted: gspo_b25_variant"))
+    assert "accuracy 0.300 vs 0.300 (difference +0.000" in line and "= 0.95x" in line, line
+    assert "meets" not in line and "misses" not in line
+    assert not any("lambda0_variant" in x for x in a.evidence)
+    # runs of record over the bar, a variant under it: still FAIL
+    _write(folder, trained("gspo_b25", 0.29, 90_000, history([150, 120, 104, 97, 101]), budget_target=100.0),
+           trained("gspo_b50", 0.31, 90_000, history([220, 200, 205, 195, 198]), budget_target=200.0, fraction=0.5),
+           trained("gspo_b25_variant", 0.30, 10_000, history([20, 15, 12, 11, 12]), budget_target=100.0))
+    a = next(c for c in build_report(folder, tmp_path / "o.md").claims if c.key == "a")
+    assert a.status == "FAIL"
+    assert any(x.startswith("variant, not counted: gspo_b25_variant") and "= 0.10x" in x for x in a.evidence)
+
+
 def test_a_results_file_linked_to_an_endless_device_is_named_not_read(tmp_path):
     """Was: `results/x.json -> /dev/zero` was read until memory ran out."""
     (tmp_path / "gspo_b25.json").symlink_to("/dev/zero")

@@ -207,6 +207,16 @@ def eval_budget_figure(res: ResultsFile) -> float | None:
     return pooled_tokens_mean(cells, res.budget.benchmarks, res.budget.measure)
 
 
+def _versus_untrained(results: Mapping[str, ResultsFile], name: str, t: Macro,
+                      u: Macro) -> tuple[Paired, str, float, float]:
+    """Run ``name`` (macro ``t``) against the untrained MAS (``u``): the accuracy difference and how it
+    was computed, the total-token ratio and the completion-token ratio."""
+    d, how = accuracy_difference(results, (name, MAIN), (BASELINES, UNTRAINED), t, u)
+    ratio = t.tokens_total / u.tokens_total if u.tokens_total else math.inf
+    comp = t.tokens_completion / u.tokens_completion if u.tokens_completion else math.inf
+    return d, how, ratio, comp
+
+
 def claim_a(results: Mapping[str, ResultsFile]) -> Claim:
     """PASS when at least one Agent-GSPO run (B25, B50) is within one SE of the untrained MAS's accuracy
     (or above) at <= 25 % of its total tokens; each run's numbers are listed either way."""
@@ -223,9 +233,7 @@ def claim_a(results: Mapping[str, ResultsFile]) -> Claim:
             lines.append(f"{name}: no benchmark in common with {BASELINES}")
             continue
         t, u = pair
-        d, how = accuracy_difference(results, (name, MAIN), (BASELINES, UNTRAINED), t, u)
-        ratio = t.tokens_total / u.tokens_total if u.tokens_total else math.inf
-        comp = t.tokens_completion / u.tokens_completion if u.tokens_completion else math.inf
+        d, how, ratio, comp = _versus_untrained(results, name, t, u)
         ok = d.within_one_se_or_above() and ratio <= TOKEN_SHARE
         lines.append(f"{name}: accuracy {t.accuracy:.3f} vs {u.accuracy:.3f} "
                      f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how}); total tokens {t.tokens_total} vs "
@@ -259,9 +267,7 @@ def _budgeted_variants(results: Mapping[str, ResultsFile]) -> list[str]:
         if pair is None:
             continue
         t, u = pair
-        d, how = accuracy_difference(results, (name, MAIN), (BASELINES, UNTRAINED), t, u)
-        ratio = t.tokens_total / u.tokens_total if u.tokens_total else math.inf
-        comp = t.tokens_completion / u.tokens_completion if u.tokens_completion else math.inf
+        d, how, ratio, comp = _versus_untrained(results, name, t, u)
         lines.append(f"variant, not counted: {name}: accuracy {t.accuracy:.3f} vs {u.accuracy:.3f} (difference "
                      f"{d.diff:+.3f}, SE {d.se:.3f}, {how}); total tokens {t.tokens_total} vs {u.tokens_total} = "
                      f"{ratio:.2f}x (completion tokens {comp:.2f}x); {moved(results, name).why}")

@@ -207,14 +207,32 @@ def eval_budget_figure(res: ResultsFile) -> float | None:
     return pooled_tokens_mean(cells, res.budget.benchmarks, res.budget.measure)
 
 
-def _versus_untrained(results: Mapping[str, ResultsFile], name: str, t: Macro,
-                      u: Macro) -> tuple[Paired, str, float, float]:
-    """Run ``name`` (macro ``t``) against the untrained MAS (``u``): the accuracy difference and how it
-    was computed, the total-token ratio and the completion-token ratio."""
+@dataclass
+class Versus:
+    """A trained run against the untrained MAS over the benchmarks both evaluated."""
+
+    trained: Macro
+    untrained: Macro
+    diff: Paired
+    """accuracy, trained − untrained"""
+    how: str
+    """how ``diff`` was computed (paired, or the unpaired fallback)"""
+    ratio: float
+    """total tokens, trained / untrained"""
+    completion_ratio: float
+
+
+def versus_untrained(results: Mapping[str, ResultsFile], name: str) -> Versus | None:
+    """Run ``name`` against the untrained MAS (None when either is missing or they share no benchmark)."""
+    base, cells = cells_of(results, BASELINES, UNTRAINED), cells_of(results, name)
+    pair = compare(cells, base) if cells is not None and base is not None else None
+    if pair is None:
+        return None
+    t, u = pair
     d, how = accuracy_difference(results, (name, MAIN), (BASELINES, UNTRAINED), t, u)
     ratio = t.tokens_total / u.tokens_total if u.tokens_total else math.inf
     comp = t.tokens_completion / u.tokens_completion if u.tokens_completion else math.inf
-    return d, how, ratio, comp
+    return Versus(t, u, d, how, ratio, comp)
 
 
 def claim_a(results: Mapping[str, ResultsFile]) -> Claim:
@@ -227,13 +245,12 @@ def claim_a(results: Mapping[str, ResultsFile]) -> Claim:
     if base is None or not runs:
         return Claim("a", title, "NOT RUN", [f"needs {BASELINES} and one of {', '.join(TRAINED)}"])
     lines, verdicts = [], []
-    for name, cells in runs:
-        pair = compare(cells, base)
-        if pair is None:
+    for name, _ in runs:
+        v = versus_untrained(results, name)
+        if v is None:
             lines.append(f"{name}: no benchmark in common with {BASELINES}")
             continue
-        t, u = pair
-        d, how, ratio, comp = _versus_untrained(results, name, t, u)
+        t, u, d, how, ratio, comp = v.trained, v.untrained, v.diff, v.how, v.ratio, v.completion_ratio
         ok = d.within_one_se_or_above() and ratio <= TOKEN_SHARE
         lines.append(f"{name}: accuracy {t.accuracy:.3f} vs {u.accuracy:.3f} "
                      f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how}); total tokens {t.tokens_total} vs "
@@ -254,23 +271,18 @@ def _budgeted_variants(results: Mapping[str, ResultsFile]) -> list[str]:
     difference and token ratios as the runs of record, with no verdict. Claim (a) stays about B25 and
     B50, whose recipe was fixed before any of them ran; a variant picked after seeing results would
     not be a test of the claim."""
-    base = cells_of(results, BASELINES, UNTRAINED)
     lines: list[str] = []
-    if base is None:
-        return lines
     for name in sorted(results):
         res = results[name]
         if not name.startswith("gspo_") or name in TRAINED or res.budget is None:
             continue
-        cells = cells_of(results, name)
-        pair = compare(cells, base) if cells is not None else None
-        if pair is None:
+        v = versus_untrained(results, name)
+        if v is None:
             continue
-        t, u = pair
-        d, how, ratio, comp = _versus_untrained(results, name, t, u)
-        lines.append(f"variant, not counted: {name}: accuracy {t.accuracy:.3f} vs {u.accuracy:.3f} (difference "
-                     f"{d.diff:+.3f}, SE {d.se:.3f}, {how}); total tokens {t.tokens_total} vs {u.tokens_total} = "
-                     f"{ratio:.2f}x (completion tokens {comp:.2f}x); {moved(results, name).why}")
+        lines.append(f"variant, not counted: {name}: accuracy {v.trained.accuracy:.3f} vs {v.untrained.accuracy:.3f} "
+                     f"(difference {v.diff.diff:+.3f}, SE {v.diff.se:.3f}, {v.how}); total tokens "
+                     f"{v.trained.tokens_total} vs {v.untrained.tokens_total} = {v.ratio:.2f}x (completion tokens "
+                     f"{v.completion_ratio:.2f}x); {moved(results, name).why}")
     return lines
 
 

@@ -17,6 +17,7 @@ from components.experiments import claims as cl
 from components.experiments import plots
 from components.experiments.definitions import settings_diff
 from components.experiments.proof_report import proof_section
+from components.experiments.report_seeds import seeds_section
 from components.experiments.report_silence import held_out_silence, silence_by_benchmark, training_silence
 from components.experiments.results import EvalCell, ResultsFile, SilenceCounts, load_proofs, load_results_dir
 from components.io import write_text_atomic
@@ -327,6 +328,7 @@ def build_report(results_dir: str | Path, out: str | Path, *, command: str | Non
     md += _token_breakdown(rows)
     md += held_out_silence(rows) + silence_by_benchmark(rows, benches)
     md += _claims_md(claims)
+    md += seeds_section(results)
     md += _training(results)
     md += [f"![λ_tok]({rel}/lambda_tok.png)", "", f"![tokens vs budget]({rel}/tokens_vs_budget.png)", "",
            f"![reward]({rel}/reward.png)", "", f"![silence per agent and round]({rel}/silence.png)", ""]

@@ -21,10 +21,11 @@ SEED_KEY = "gspo.seed="
 
 def recipe_key(res: ResultsFile) -> tuple[str, ...]:
     """What makes a trained run the run it is, the training seed aside: the effective overrides
-    without ``gspo.seed=`` entries, plus the settings that comparisons must share."""
+    without ``gspo.seed=`` entries, plus the settings that comparisons must share and the evaluated
+    item ids."""
     overrides = tuple(o for o in res.overrides if not o.replace(" ", "").startswith(SEED_KEY))
     settings = tuple(f"{k}={res.settings[k]!r}" for k in sorted(res.settings))
-    return (res.profile, *overrides, "|", *settings)
+    return (res.profile, *overrides, "|", *settings, res.item_ids_sha256)
 
 
 def replicate_groups(results: Mapping[str, ResultsFile]) -> list[list[str]]:

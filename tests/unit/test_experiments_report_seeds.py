@@ -32,8 +32,9 @@ def test_another_override_or_setting_or_one_seed_is_not_a_replicate():
     a = _run("a", 0, (40_000, 40_000))
     other_recipe = _run("b", 1, (40_000, 40_000), overrides=["data.train_sources=['gsm8k/train']"])
     other_cap = _run("c", 2, (40_000, 40_000), settings=SETTINGS | {"mas.max_message_tokens": 64})
+    other_items = _run("e", 4, (40_000, 40_000), item_ids="b" * 64)
     same_seed = _run("d", 0, (40_000, 40_000))  # a re-run on the same seed is no second seed
-    assert replicate_groups(_results(a, other_recipe, other_cap)) == []
+    assert replicate_groups(_results(a, other_recipe, other_cap, other_items)) == []
     assert replicate_groups(_results(a, same_seed)) == []
     assert seeds_section(_results(a, other_recipe)) == []
 

@@ -28,7 +28,8 @@ def test_dvc_repro_runs_the_smoke_chain_and_experiments_live_apart() -> None:
     assert list(root) == ["prepare", "validate", "train", "evaluate"]
     assert "--profile smoke" in root["train"]["cmd"] and "--profile smoke" in root["evaluate"]["cmd"]
     experiments = _stages("experiments/dvc.yaml")
-    assert set(experiments) == {"run", "report"} and all(s["wdir"] == ".." for s in experiments.values())
+    assert set(experiments) == {"run", "report", "run_cap128"}
+    assert all(s["wdir"] == ".." for s in experiments.values())
     for stage in [*root.values(), *experiments.values()]:
         for dep in _paths(stage.get("deps")):  # nothing outside the repository: `dvc exp run --temp` copies it
             assert not dep.startswith(("../", "/")), dep
@@ -40,6 +41,17 @@ def test_every_defined_experiment_is_an_output_of_the_run_stage() -> None:
     definitions = yaml.safe_load((ROOT / "params.yaml").read_text())["experiments"]["definitions"]
     outs = set(_paths(_stages("experiments/dvc.yaml")["run"]["outs"]))
     assert outs == {f"results/{name}.json" for name in definitions}
+
+
+def test_the_cap128_set_runs_defined_experiments_into_its_own_folder() -> None:
+    """The message-cap sensitivity set: every name it runs is a definition, each is a declared output
+    under results/cap128/, and the cap it states is the one it sets."""
+    definitions = yaml.safe_load((ROOT / "params.yaml").read_text())["experiments"]["definitions"]
+    stage = _stages("experiments/dvc.yaml")["run_cap128"]
+    names = stage["cmd"].split("--only ", 1)[1].split()[0].split(",")
+    assert set(names) <= set(definitions)
+    assert set(_paths(stage["outs"])) == {f"results/cap128/{name}.json" for name in names}
+    assert "--results results/cap128" in stage["cmd"] and "--set mas.max_message_tokens=128" in stage["cmd"]
 
 
 def _numbers_only(value, where: str) -> None:

@@ -242,8 +242,9 @@ def claim_a(results: Mapping[str, ResultsFile]) -> Claim:
              f"than {TOKEN_SHARE:g} of its tokens")
     base = cells_of(results, BASELINES, UNTRAINED)
     runs = [(n, c) for n in TRAINED if (c := cells_of(results, n)) is not None]
-    if base is None or not runs:
-        return Claim("a", title, "NOT RUN", [f"needs {BASELINES} and one of {', '.join(TRAINED)}"])
+    if base is None or not runs:  # a folder of variants alone (e.g. a sensitivity set) still shows them
+        return Claim("a", title, "NOT RUN", [f"needs {BASELINES} and one of {', '.join(TRAINED)}",
+                                             *_budgeted_variants(results)])
     lines, verdicts = [], []
     for name, _ in runs:
         v = versus_untrained(results, name)
@@ -293,7 +294,8 @@ def claim_b(results: Mapping[str, ResultsFile]) -> Claim:
     free = cells_of(results, LAMBDA0)
     budgeted = next(((n, c) for n in TRAINED if (c := cells_of(results, n)) is not None), None)
     if free is None or budgeted is None:
-        return Claim("b", title, "NOT RUN", [f"needs {LAMBDA0} and one of {', '.join(TRAINED)}"])
+        return Claim("b", title, "NOT RUN", [f"needs {LAMBDA0} and one of {', '.join(TRAINED)}",
+                                             *_like_for_like_lambda0(results)])
     pair = compare(free, budgeted[1])
     if pair is None:
         return Claim("b", title, "NOT RUN", [f"{LAMBDA0} and {budgeted[0]} share no benchmark"])

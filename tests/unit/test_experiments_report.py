@@ -386,6 +386,23 @@ def test_budgeted_variants_are_listed_in_a_with_their_numbers_but_never_decide_i
     assert any(x.startswith("variant, not counted: gspo_b25_variant") and "= 0.10x" in x for x in a.evidence)
 
 
+def test_a_folder_without_the_runs_of_record_still_shows_the_not_counted_evidence(tmp_path):
+    """A sensitivity set (e.g. results/cap128: the untrained MAS, a variant and its λ = 0 twin) has no
+    B25 / B50 / λ = 0 of record: (a) and (b) are NOT RUN, yet list the variant and the like-for-like pair."""
+    folder = _write(tmp_path / "r", baselines(),
+                    trained("gspo_b25_mix_answer", 0.30, 10_000, history([20, 15, 12, 11, 12]), budget_target=100.0),
+                    trained("lambda0_mix_answer", 0.30, 25_000, history([300, 310, 305, 320, 330])))
+    claims = {c.key: c for c in build_report(folder, tmp_path / "o.md").claims}
+    assert claims["a"].status == "NOT RUN" and claims["b"].status == "NOT RUN"
+    assert any(x.startswith("variant, not counted: gspo_b25_mix_answer") for x in claims["a"].evidence)
+    assert any(x.startswith("same recipe, not counted: lambda0_mix_answer 50000 vs gspo_b25_mix_answer 20000 = 2.50x")
+               for x in claims["b"].evidence), claims["b"].evidence
+    (folder / "gspo_b25_mix_answer.json").unlink()
+    claims = {c.key: c for c in build_report(folder, tmp_path / "o.md").claims}
+    assert claims["a"].evidence == ["needs baselines and one of gspo_b25, gspo_b50"]
+    assert not any("same recipe" in x for x in claims["b"].evidence)
+
+
 def test_a_results_file_linked_to_an_endless_device_is_named_not_read(tmp_path):
     """Was: `results/x.json -> /dev/zero` was read until memory ran out."""
     (tmp_path / "gspo_b25.json").symlink_to("/dev/zero")

@@ -28,7 +28,7 @@ def test_dvc_repro_runs_the_smoke_chain_and_experiments_live_apart() -> None:
     assert list(root) == ["prepare", "validate", "train", "evaluate"]
     assert "--profile smoke" in root["train"]["cmd"] and "--profile smoke" in root["evaluate"]["cmd"]
     experiments = _stages("experiments/dvc.yaml")
-    assert set(experiments) == {"run", "report", "run_cap128"}
+    assert set(experiments) == {"run", "report", "run_cap128", "report_cap128"}
     assert all(s["wdir"] == ".." for s in experiments.values())
     for stage in [*root.values(), *experiments.values()]:
         for dep in _paths(stage.get("deps")):  # nothing outside the repository: `dvc exp run --temp` copies it
@@ -52,6 +52,8 @@ def test_the_cap128_set_runs_defined_experiments_into_its_own_folder() -> None:
     assert set(names) <= set(definitions)
     assert set(_paths(stage["outs"])) == {f"results/cap128/{name}.json" for name in names}
     assert "--results results/cap128" in stage["cmd"] and "--set mas.max_message_tokens=128" in stage["cmd"]
+    report = _stages("experiments/dvc.yaml")["report_cap128"]
+    assert "--results results/cap128" in report["cmd"] and "results/cap128" in _paths(report["deps"])
 
 
 def _numbers_only(value, where: str) -> None:
@@ -65,7 +67,7 @@ def _numbers_only(value, where: str) -> None:
 def test_metrics_are_small_numbers_only_files_tracked_in_git() -> None:
     metrics = [entry for rel in ("dvc.yaml", "experiments/dvc.yaml") for stage in _stages(rel).values()
                for entry in stage.get("metrics") or []]
-    assert len(metrics) == 4
+    assert len(metrics) == 5
     for entry in metrics:
         (path, opts), = entry.items()
         assert path.startswith("metrics/") and opts == {"cache": False}, entry

@@ -16,7 +16,7 @@ import yaml
 
 PIPELINES = ("dvc.yaml", "experiments/dvc.yaml")
 UNLOCKED_OK = {"experiments/dvc.yaml:run", "experiments/dvc.yaml:run_cap128"}
-"""the experiments stages (~6.5 h; the cap-128 set ~3 h): locked when someone runs them through DVC; their
+"""the experiments stages (~6.5 h; the cap-128 set ~3.5 h): locked when someone runs them through DVC; their
 results files are committed as they are"""
 
 

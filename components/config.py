@@ -113,6 +113,18 @@ class ExperimentDef(_Section):
         return self
 
 
+class RecordConfig(_Section):
+    """Which experiment plays each role in the report's claims (a)-(f): the runs of record. The
+    defaults are the paper's set; a results folder re-run under another recipe names its own runs
+    here (``--set experiments.record.b25=NAME``), so the same rules judge it, and the report says so."""
+
+    b25: str = Field("gspo_b25", description="the budgeted Agent-GSPO run of record (B = 25 %)")
+    b50: str = Field("gspo_b50", description="the second budgeted run (B = 50 %)")
+    lambda0: str = Field("lambda0", description="task reward only, under the same recipe as b25")
+    no_adv_norm: str = Field("no_adv_norm", description="b25 with advantage normalisation off")
+    grpo_token: str = Field("grpo_token", description="b25 with token-level importance ratios")
+
+
 class ExperimentsConfig(_Section):
     profile: str = Field("results", description="profile `experiments run` uses when --profile is not given")
     results_dir: Name = Field("results", description="one <name>.json per experiment (committed)")
@@ -120,6 +132,7 @@ class ExperimentsConfig(_Section):
     report: Name = Field("docs/results.md", description="generated report; PNGs go to <report dir>/<stem>/")
     last_k: int = Field(5, ge=1, description="last training steps averaged when checking tokens against B")
     definitions: dict[str, ExperimentDef] = Field(default_factory=dict, description="name -> experiment")
+    record: RecordConfig = Field(default_factory=RecordConfig, description="the runs of record the claims judge")
 
     @model_validator(mode="after")
     def _check(self) -> ExperimentsConfig:
@@ -137,6 +150,10 @@ class ExperimentsConfig(_Section):
                     raise ValueError(f"definitions.{name}.extends: cycle {' -> '.join([*seen, d.extends])}")
                 seen.append(d.extends)
                 d = defs[d.extends]
+        for role, spec in RecordConfig.model_fields.items():  # a default that names nothing is NOT RUN
+            name = getattr(self.record, role)
+            if name != spec.default and name not in defs:
+                raise ValueError(f"record.{role}: unknown experiment {name!r} (defined: {', '.join(defs) or 'none'})")
         return self
 
 

@@ -42,15 +42,14 @@ from components.experiments.stats import (
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN", "REPORTED"]
 """REPORTED: numbers shown with no verdict (the claim has no target)"""
 BASELINES, UNTRAINED = "baselines", "mas_untrained"
-TRAINED = ("gspo_b25", "gspo_b50")
-"""the Agent-GSPO runs, the budgeted run of record first"""
-LAMBDA0, NO_ADV_NORM, TOKEN_LEVEL = "lambda0", "no_adv_norm", "grpo_token"
 MAIN = "agent_gspo"
 LAMBDA0_LIKE_FOR_LIKE = {"lambda0_answer": "gspo_b25_answer", "lambda0_mix_answer": "gspo_b25_mix_answer"}
 """λ = 0 runs made under a budgeted variant's own recipe (training sources, prior, guards): claim (b) shows
 each pair as evidence, not counted (the claim is about the run of record, B25)"""
 TOKEN_SHARE = 0.25
 """claim (a): trained tokens at most this share of the free-for-all MAS's"""
+TARGET_SHARE = 0.5
+"""claim (f), the project's target: B25's total tokens at most this share of the free-for-all MAS's"""
 LAMBDA0_RATIO = 2.0
 """claim (b): λ = 0 uses at least this many times the budgeted run's tokens"""
 BUDGET_TOLERANCE = 0.10
@@ -68,6 +67,30 @@ class Claim:
     title: str
     status: Status
     evidence: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Record:
+    """The runs of record: which experiment plays each role in the claims (``experiments.record``).
+    The defaults are the paper's set; a folder re-run under another recipe names its own."""
+
+    b25: str = "gspo_b25"
+    b50: str = "gspo_b50"
+    lambda0: str = "lambda0"
+    no_adv_norm: str = "no_adv_norm"
+    grpo_token: str = "grpo_token"
+
+    @property
+    def trained(self) -> tuple[str, str]:
+        """the Agent-GSPO runs, the budgeted run of record first"""
+        return (self.b25, self.b50)
+
+    def roles(self) -> dict[str, str]:
+        return {"B25": self.b25, "B50": self.b50, "λ=0": self.lambda0, "no-adv-norm": self.no_adv_norm,
+                "GRPO-token": self.grpo_token}
+
+
+DEFAULT_RECORD = Record()
 
 
 @dataclass
@@ -235,16 +258,17 @@ def versus_untrained(results: Mapping[str, ResultsFile], name: str) -> Versus | 
     return Versus(t, u, d, how, ratio, comp)
 
 
-def claim_a(results: Mapping[str, ResultsFile]) -> Claim:
+def claim_a(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:
     """PASS when at least one Agent-GSPO run (B25, B50) is within one SE of the untrained MAS's accuracy
     (or above) at <= 25 % of its total tokens; each run's numbers are listed either way."""
     title = (f"Trained MAS accuracy within one standard error of (or above) the free-for-all MAS at no more "
              f"than {TOKEN_SHARE:g} of its tokens")
     base = cells_of(results, BASELINES, UNTRAINED)
-    runs = [(n, c) for n in TRAINED if (c := cells_of(results, n)) is not None]
+    trained = record.trained
+    runs = [(n, c) for n in trained if (c := cells_of(results, n)) is not None]
     if base is None or not runs:  # a folder of variants alone (e.g. a sensitivity set) still shows them
-        return Claim("a", title, "NOT RUN", [f"needs {BASELINES} and one of {', '.join(TRAINED)}",
-                                             *_budgeted_variants(results)])
+        return Claim("a", title, "NOT RUN", [f"needs {BASELINES} and one of {', '.join(trained)}",
+                                             *_budgeted_variants(results, record)])
     lines, verdicts = [], []
     for name, _ in runs:
         v = versus_untrained(results, name)
@@ -259,14 +283,14 @@ def claim_a(results: Mapping[str, ResultsFile]) -> Claim:
                      f"-> {'meets' if ok else 'misses'} the claim")
         verdicts.append(like_with_like(gate("PASS" if ok else "FAIL", [(name, moved(results, name))], lines),
                                        results, name, BASELINES, lines))
-    lines += _budgeted_variants(results)
+    lines += _budgeted_variants(results, record)
     if not verdicts:
         return Claim("a", title, "FAIL", lines)
     status = "PASS" if "PASS" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts else "FAIL"
     return Claim("a", title, status, lines)
 
 
-def _budgeted_variants(results: Mapping[str, ResultsFile]) -> list[str]:
+def _budgeted_variants(results: Mapping[str, ResultsFile], record: Record) -> list[str]:
     """Evidence lines, not counted, for every other budgeted Agent-GSPO recipe (``gspo_*`` files with a
     budget: the variants that change training sources, prior or guards): the same paired accuracy
     difference and token ratios as the runs of record, with no verdict. Claim (a) stays about B25 and
@@ -275,7 +299,7 @@ def _budgeted_variants(results: Mapping[str, ResultsFile]) -> list[str]:
     lines: list[str] = []
     for name in sorted(results):
         res = results[name]
-        if not name.startswith("gspo_") or name in TRAINED or res.budget is None:
+        if not name.startswith("gspo_") or name in record.trained or res.budget is None:
             continue
         v = versus_untrained(results, name)
         if v is None:
@@ -287,39 +311,43 @@ def _budgeted_variants(results: Mapping[str, ResultsFile]) -> list[str]:
     return lines
 
 
-def claim_b(results: Mapping[str, ResultsFile]) -> Claim:
+def claim_b(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:
     """Evaluation total tokens of λ = 0 against the budgeted run of record (B25, else B50); the
     training-side ratio (budget measure, last k steps) is shown as supporting evidence."""
     title = f"λ = 0 uses at least {LAMBDA0_RATIO:g}x the tokens of the budgeted run"
-    free = cells_of(results, LAMBDA0)
-    budgeted = next(((n, c) for n in TRAINED if (c := cells_of(results, n)) is not None), None)
+    lam = record.lambda0
+    free = cells_of(results, lam)
+    budgeted = next(((n, c) for n in record.trained if (c := cells_of(results, n)) is not None), None)
     if free is None or budgeted is None:
-        return Claim("b", title, "NOT RUN", [f"needs {LAMBDA0} and one of {', '.join(TRAINED)}",
-                                             *_like_for_like_lambda0(results)])
+        return Claim("b", title, "NOT RUN", [f"needs {lam} and one of {', '.join(record.trained)}",
+                                             *_like_for_like_lambda0(results, record)])
     pair = compare(free, budgeted[1])
     if pair is None:
-        return Claim("b", title, "NOT RUN", [f"{LAMBDA0} and {budgeted[0]} share no benchmark"])
+        return Claim("b", title, "NOT RUN", [f"{lam} and {budgeted[0]} share no benchmark"])
     f, b = pair
     ratio = f.tokens_total / b.tokens_total if b.tokens_total else math.inf
-    lines = [f"evaluation total tokens: {LAMBDA0} {f.tokens_total} vs {budgeted[0]} {b.tokens_total} = {ratio:.2f}x "
+    lines = [f"evaluation total tokens: {lam} {f.tokens_total} vs {budgeted[0]} {b.tokens_total} = {ratio:.2f}x "
              f"(completion tokens {f.tokens_completion} vs {b.tokens_completion})"]
-    h0, hb = results[LAMBDA0].history, results[budgeted[0]].history
-    k = min(results[LAMBDA0].last_k, len(h0) or 1, len(hb) or 1)
+    h0, hb = results[lam].history, results[budgeted[0]].history
+    k = min(results[lam].last_k, len(h0) or 1, len(hb) or 1)
     m0, mb = last_k_mean(h0, "train/budget_tokens", k), last_k_mean(hb, "train/budget_tokens", k)
     if m0 is not None and mb:
         lines.append(f"training, last {k} steps, tokens/episode (budget measure): {m0:.1f} vs {mb:.1f} "
                      f"= {m0 / mb:.2f}x")
     lines.append(f"accuracy: {f.accuracy:.3f} vs {b.accuracy:.3f}")
     status = gate("PASS" if ratio >= LAMBDA0_RATIO else "FAIL",
-                  [(LAMBDA0, moved(results, LAMBDA0)), (budgeted[0], moved(results, budgeted[0]))], lines)
-    status = like_with_like(status, results, LAMBDA0, budgeted[0], lines)
-    return Claim("b", title, status, lines + _like_for_like_lambda0(results))
+                  [(lam, moved(results, lam)), (budgeted[0], moved(results, budgeted[0]))], lines)
+    status = like_with_like(status, results, lam, budgeted[0], lines)
+    return Claim("b", title, status, lines + _like_for_like_lambda0(results, record))
 
 
-def _like_for_like_lambda0(results: Mapping[str, ResultsFile]) -> list[str]:
-    """Evidence lines for each :data:`LAMBDA0_LIKE_FOR_LIKE` pair with both results files (not counted)."""
+def _like_for_like_lambda0(results: Mapping[str, ResultsFile], record: Record) -> list[str]:
+    """Evidence lines for each :data:`LAMBDA0_LIKE_FOR_LIKE` pair with both results files (not counted;
+    a pair that is the record's own λ=0 and B25 is the claim itself, not evidence beside it)."""
     lines: list[str] = []
     for free_name, budgeted_name in LAMBDA0_LIKE_FOR_LIKE.items():
+        if (free_name, budgeted_name) == (record.lambda0, record.b25):
+            continue
         free, budgeted = cells_of(results, free_name), cells_of(results, budgeted_name)
         pair = compare(free, budgeted) if free is not None and budgeted is not None else None
         if pair is None:
@@ -344,7 +372,7 @@ def _held_out_line(name: str, res: ResultsFile) -> list[str]:
             f"B = {b.fraction:g} x {b.baseline_mean:.1f} ({b.figure}, {b.system})"]
 
 
-def claim_c(results: Mapping[str, ResultsFile]) -> Claim:
+def claim_c(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:
     """Every Agent-GSPO run (B25, B50) within ±10 % of its B; the ablations that also carry a budget are
     listed but not counted (tracking is the method's claim, not the ablations')."""
     title = (f"Mean tokens tracked the budget B within ±{BUDGET_TOLERANCE:.0%} (two-sided) over the last "
@@ -354,7 +382,7 @@ def claim_c(results: Mapping[str, ResultsFile]) -> Claim:
     for name, res in results.items():
         if res.budget is None or not res.history:
             continue
-        counted = name in TRAINED
+        counted = name in record.trained
         mean, n = last_episodes(res.history, "train/budget_tokens")
         if mean is None or n < WINDOW:
             # too few episodes to PASS; a miss that every one of the last k steps shows on the same
@@ -385,22 +413,23 @@ def claim_c(results: Mapping[str, ResultsFile]) -> Claim:
             lines.append(f"{name}: {endings.text()}")
         lines.extend(_held_out_line(name, res))
     if not verdicts:
-        return Claim("c", title, "NOT RUN", lines or [f"needs a trained, budgeted {' or '.join(TRAINED)}"])
+        return Claim("c", title, "NOT RUN", lines or [f"needs a trained, budgeted {' or '.join(record.trained)}"])
     if False in verdicts:
         return Claim("c", title, "FAIL", lines)
     return Claim("c", title, "INCONCLUSIVE" if None in verdicts else "PASS", lines)
 
 
-def claim_d(results: Mapping[str, ResultsFile]) -> Claim:
+def claim_d(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:
     """no_adv_norm against gspo_b25 (its parent: only advantage normalisation differs). The paper gives
     no threshold, so the verdict is a majority over the indicators that separate the runs: reward
     spread over steps (when the two differ by more than SPREAD_MARGIN of the larger), evaluation
     accuracy (when the difference exceeds its standard error), and collapse (when only one run
     collapsed). No separating indicator -> INCONCLUSIVE: a tiny run must not read as evidence."""
     title = "Advantage normalisation matters for stability"
-    ref, off = results.get(TRAINED[0]), results.get(NO_ADV_NORM)
+    b25, off_name = record.b25, record.no_adv_norm
+    ref, off = results.get(b25), results.get(off_name)
     if ref is None or off is None or not ref.history or not off.history:
-        return Claim("d", title, "NOT RUN", [f"needs {TRAINED[0]} and {NO_ADV_NORM} (trained)"])
+        return Claim("d", title, "NOT RUN", [f"needs {b25} and {off_name} (trained)"])
     votes: list[bool] = []
     lines = []
     rs = [spread(series(r.history, "train/reward")) for r in (ref, off)]
@@ -413,7 +442,7 @@ def claim_d(results: Mapping[str, ResultsFile]) -> Claim:
         votes.append(rs[0] <= rs[1])  # type: ignore[operator]
     pair = compare(ref.eval.get(MAIN, {}), off.eval.get(MAIN, {}))
     if pair is not None:
-        d, how = accuracy_difference(results, (TRAINED[0], MAIN), (NO_ADV_NORM, MAIN), *pair)
+        d, how = accuracy_difference(results, (b25, MAIN), (off_name, MAIN), *pair)
         if abs(d.diff) > d.se:
             votes.append(d.diff >= 0)
         lines.append(f"evaluation accuracy: normalised {pair[0].accuracy:.3f} vs off {pair[1].accuracy:.3f} "
@@ -432,23 +461,24 @@ def claim_d(results: Mapping[str, ResultsFile]) -> Claim:
     lines.append(f"no hard threshold: PASS when the normalised run is better on most of the {len(votes)} "
                  f"separating indicator(s) ({sum(votes)} of {len(votes)})")
     status = gate("PASS" if sum(votes) * 2 > len(votes) else "FAIL",
-                  [(TRAINED[0], moved(results, TRAINED[0])), (NO_ADV_NORM, moved(results, NO_ADV_NORM))], lines)
-    return Claim("d", title, like_with_like(status, results, TRAINED[0], NO_ADV_NORM, lines), lines)
+                  [(b25, moved(results, b25)), (off_name, moved(results, off_name))], lines)
+    return Claim("d", title, like_with_like(status, results, b25, off_name, lines), lines)
 
 
-def claim_e(results: Mapping[str, ResultsFile]) -> Claim:
+def claim_e(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:
     """grpo_token against gspo_b25 (same settings, token-level ratios): accuracy decides, budget tracking
     and reward spread are shown alongside. Two collapsed runs (e.g. both silent) are INCONCLUSIVE: their
     accuracies tie whatever the ratio level, a non-inferiority check that cannot fail."""
     title = "Sequence-level GSPO vs token-level (GRPO-style) ratios at the same settings"
-    seq, tok = results.get(TRAINED[0]), results.get(TOKEN_LEVEL)
+    b25, tok_name = record.b25, record.grpo_token
+    seq, tok = results.get(b25), results.get(tok_name)
     if seq is None or tok is None or MAIN not in seq.eval or MAIN not in tok.eval:
-        return Claim("e", title, "NOT RUN", [f"needs {TRAINED[0]} and {TOKEN_LEVEL}"])
+        return Claim("e", title, "NOT RUN", [f"needs {b25} and {tok_name}"])
     pair = compare(seq.eval[MAIN], tok.eval[MAIN])
     if pair is None:
-        return Claim("e", title, "NOT RUN", [f"{TRAINED[0]} and {TOKEN_LEVEL} share no benchmark"])
+        return Claim("e", title, "NOT RUN", [f"{b25} and {tok_name} share no benchmark"])
     s, t = pair
-    d, how = accuracy_difference(results, (TRAINED[0], MAIN), (TOKEN_LEVEL, MAIN), s, t)
+    d, how = accuracy_difference(results, (b25, MAIN), (tok_name, MAIN), s, t)
     lines = [f"accuracy: GSPO {s.accuracy:.3f} vs token-level {t.accuracy:.3f} "
              f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how}); total tokens {s.tokens_total} vs {t.tokens_total}"]
     errs = [budget_error(r) for r in (seq, tok)]
@@ -462,9 +492,28 @@ def claim_e(results: Mapping[str, ResultsFile]) -> Claim:
         lines += [f"collapse: GSPO {cs[0]}; token-level {cs[1]}", BOTH_COLLAPSED]
         return Claim("e", title, "INCONCLUSIVE", lines)
     status = gate("PASS" if d.within_one_se_or_above() else "FAIL",
-                  [(TRAINED[0], moved(results, TRAINED[0])), (TOKEN_LEVEL, moved(results, TOKEN_LEVEL))], lines)
-    return Claim("e", title, like_with_like(status, results, TRAINED[0], TOKEN_LEVEL, lines), lines)
+                  [(b25, moved(results, b25)), (tok_name, moved(results, tok_name))], lines)
+    return Claim("e", title, like_with_like(status, results, b25, tok_name, lines), lines)
 
 
-def all_claims(results: Mapping[str, ResultsFile]) -> list[Claim]:
-    return [claim_a(results), claim_b(results), claim_c(results), claim_d(results), claim_e(results)]
+def claim_f(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:
+    """The project's target (looser than the paper's (a)): the budgeted run of record B25 at no more
+    than :data:`TARGET_SHARE` of the untrained MAS's total tokens, its macro accuracy not lower by
+    more than one paired standard error. One run against a fixed target: it must have moved."""
+    title = (f"Agent-GSPO B25 at no more than {TARGET_SHARE:g}x the free-for-all MAS's total tokens, accuracy "
+             "not lower by more than one standard error (the project's target)")
+    name = record.b25
+    v = versus_untrained(results, name)
+    if v is None:
+        return Claim("f", title, "NOT RUN", [f"needs {BASELINES} and {name}, sharing a benchmark"])
+    ok = v.diff.within_one_se_or_above() and v.ratio <= TARGET_SHARE
+    lines = [f"{name}: total tokens {v.trained.tokens_total} vs {v.untrained.tokens_total} = {v.ratio:.2f}x (needs "
+             f"<= {TARGET_SHARE:g}x; completion tokens {v.completion_ratio:.2f}x); accuracy {v.trained.accuracy:.3f} "
+             f"vs {v.untrained.accuracy:.3f} (difference {v.diff.diff:+.3f}, SE {v.diff.se:.3f}, {v.how}) -> "
+             f"{'meets' if ok else 'misses'} the target"]
+    status = gate("PASS" if ok else "FAIL", [(name, moved(results, name))], lines)
+    return Claim("f", title, like_with_like(status, results, name, BASELINES, lines), lines)
+
+
+def all_claims(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> list[Claim]:
+    return [claim(results, record) for claim in (claim_a, claim_b, claim_c, claim_d, claim_e, claim_f)]

@@ -25,18 +25,18 @@ from components.machine import describe
 
 SYSTEM_LABELS = {"single_cot": "CoT", "self_consistency": "SC", "mas_untrained": "untrained MAS (free-for-all)",
                  "mas_prior": "prior only (no RL)"}
-PAPER_ROWS: tuple[tuple[str, str, str], ...] = (
-    ("baselines", "single_cot", "CoT"),
-    ("baselines", "self_consistency", "SC"),
-    ("baselines", "mas_untrained", "untrained MAS (free-for-all)"),
-    ("baselines", "mas_prior", "prior only (no RL)"),
-    ("gspo_b50", "agent_gspo", "Agent-GSPO B50"),
-    ("gspo_b25", "agent_gspo", "Agent-GSPO B25"),
-    ("lambda0", "agent_gspo", "λ=0"),
-    ("no_adv_norm", "agent_gspo", "no-adv-norm"),
-    ("grpo_token", "agent_gspo", "GRPO-token"),
-)
-"""rows of the paper-shaped table: (experiment, system, label when the experiment has not run)"""
+def paper_rows(record: cl.Record = cl.DEFAULT_RECORD) -> tuple[tuple[str, str, str], ...]:
+    """Rows of the paper-shaped table, the runs of record in their roles: (experiment, system, label
+    when the experiment has not run)."""
+    return (("baselines", "single_cot", "CoT"),
+            ("baselines", "self_consistency", "SC"),
+            ("baselines", "mas_untrained", "untrained MAS (free-for-all)"),
+            ("baselines", "mas_prior", "prior only (no RL)"),
+            (record.b50, "agent_gspo", "Agent-GSPO B50"),
+            (record.b25, "agent_gspo", "Agent-GSPO B25"),
+            (record.lambda0, "agent_gspo", "λ=0"),
+            (record.no_adv_norm, "agent_gspo", "no-adv-norm"),
+            (record.grpo_token, "agent_gspo", "GRPO-token"))
 
 
 @dataclass
@@ -59,10 +59,10 @@ class ReportOutput:
     """paper-table experiments without a results file"""
 
 
-def rows_of(results: Mapping[str, ResultsFile]) -> list[Row]:
+def rows_of(results: Mapping[str, ResultsFile], record: cl.Record = cl.DEFAULT_RECORD) -> list[Row]:
     """The paper's rows (in its order), then every other system found in the folder."""
     rows, seen = [], set()
-    for exp, system, default in PAPER_ROWS:
+    for exp, system, default in paper_rows(record):
         res = results.get(exp)
         label = default if res is None or res.kind == "baselines" else (res.label or default)
         rows.append(Row(exp, system, label, None if res is None else res.eval.get(system), _silence(res, system)))
@@ -262,8 +262,11 @@ def _groups(groups: dict[str, list[str]]) -> str:
     return "; ".join(f"`{value[:12]}` ({', '.join(names)})" for value, names in groups.items())
 
 
-def _claims_md(claims: list[cl.Claim]) -> list[str]:
+def _claims_md(claims: list[cl.Claim], record: cl.Record) -> list[str]:
     out = ["## Claims", "", "Computed from the numbers above (see components/experiments/claims.py for each rule).", ""]
+    if record != cl.DEFAULT_RECORD:
+        roles = ", ".join(f"{role} = `{name}`" for role, name in record.roles().items())
+        out += [f"Runs of record (`experiments.record`, not the paper's default names): {roles}.", ""]
     for c in claims:
         out.append(f"### ({c.key}) {c.title}: **{c.status}**")
         out.append("")
@@ -272,20 +275,22 @@ def _claims_md(claims: list[cl.Claim]) -> list[str]:
     return out
 
 
-def build_report(results_dir: str | Path, out: str | Path, *, command: str | None = None) -> ReportOutput:
+def build_report(results_dir: str | Path, out: str | Path, *, command: str | None = None,
+                 record: cl.Record = cl.DEFAULT_RECORD) -> ReportOutput:
     """Read every ``<results_dir>/*.json`` and write ``out`` (markdown) + PNGs in ``<out dir>/<out stem>/``.
 
-    A results file that does not parse or fit the schema raises :class:`ResultsFileError` naming it.
+    ``record`` names the runs of record the claims judge and the paper-shaped rows show. A results
+    file that does not parse or fit the schema raises :class:`ResultsFileError` naming it.
     """
     results_dir, out = Path(results_dir), Path(out)
     found = load_results_dir(results_dir)
-    order = list(dict.fromkeys(e for e, _, _ in PAPER_ROWS))
+    order = list(dict.fromkeys(e for e, _, _ in paper_rows(record)))
     results = dict(sorted(found.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
     command = command or f"agent-gspo experiments report --results {results_dir} --out {out}"
     fig_dir = out.parent / out.stem
     benches = benchmark_order(results)
-    rows = rows_of(results)
-    claims = cl.all_claims(results)
+    rows = rows_of(results, record)
+    claims = cl.all_claims(results, record)
     missing = [e for e in dict.fromkeys(r.experiment for r in rows) if e not in results]
 
     points = []
@@ -327,7 +332,7 @@ def build_report(results_dir: str | Path, out: str | Path, *, command: str | Non
     md += [f"![accuracy vs tokens]({rel}/accuracy_vs_tokens.png)", ""]
     md += _token_breakdown(rows)
     md += held_out_silence(rows) + silence_by_benchmark(rows, benches)
-    md += _claims_md(claims)
+    md += _claims_md(claims, record)
     md += seeds_section(results)
     md += _training(results)
     md += [f"![λ_tok]({rel}/lambda_tok.png)", "", f"![tokens vs budget]({rel}/tokens_vs_budget.png)", "",

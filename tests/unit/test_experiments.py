@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PARAMS = ROOT / "params.yaml"
 NAMES = ["baselines", "gspo_b50", "gspo_b25", "lambda0", "no_adv_norm", "grpo_token", "gspo_b25_choice",
          "gspo_b25_code", "gspo_b25_answer", "gspo_b25_mc_answer", "gspo_b25_mix_answer", "gspo_b25_mix_answer_s1",
-         "lambda0_answer", "lambda0_mix_answer", "silence_proof"]
+         "lambda0_answer", "lambda0_mix_answer", "gspo_b50_mix_answer", "no_adv_norm_mix_answer",
+         "grpo_token_mix_answer", "silence_proof"]
 
 
 def _params(tmp_path: Path, definitions: dict, **section) -> Path:

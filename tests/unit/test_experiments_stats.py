@@ -87,7 +87,7 @@ def test_runs_that_did_not_move_make_every_comparison_inconclusive():
                                      budget_target=100.0)}
     status = _status(results)
     assert status == {"a": "INCONCLUSIVE", "b": "INCONCLUSIVE", "c": "PASS", "d": "INCONCLUSIVE",
-                      "e": "INCONCLUSIVE"}, status
+                      "e": "INCONCLUSIVE", "f": "INCONCLUSIVE"}, status
     e = next(c for c in all_claims(results) if c.key == "e")
     assert any("gspo_b25 did not move" in line and "at most 0.0001" in line for line in e.evidence)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from components.config import BENCHMARKS
 from components.experiments import claims as cl
+from components.experiments import evidence as ev
 from components.experiments import plots
 from components.experiments.definitions import settings_diff
 from components.experiments.proof_report import proof_section
@@ -105,7 +106,7 @@ def _tables(rows: list[Row], benches: list[str]) -> list[str]:
             tpc.append(f"| {r.label} | {r.experiment} | " + " | ".join(["not run"] * (len(benches) + 1)) + " |")
             continue
         mine = [b for b in benches if b in r.cells]
-        m = cl.macro(r.cells, mine)
+        m = ev.macro(r.cells, mine)
         correct = sum(r.cells[b].correct for b in mine)
         acc.append(f"| {r.label} | {r.experiment} | " + " | ".join(
             accuracy_cell(r.cells[b]) if b in r.cells else "-" for b in benches)
@@ -163,17 +164,17 @@ def _training(results: Mapping[str, ResultsFile]) -> list[str]:
     notes = []
     for name, res in trained.items():
         h, k = res.history, min(res.last_k, len(res.history))
-        err = cl.budget_error(res)
-        rew = cl.series(h, "train/reward")
-        lam = cl.series(h, "train/lambda_tok")
-        tokens = cl.last_k_mean(h, "train/budget_tokens", k)
-        acc = cl.last_k_mean(h, "train/accuracy", len(h))
-        sil = cl.last_k_mean(h, "train/silence_rate", k)
+        err = ev.budget_error(res)
+        rew = ev.series(h, "train/reward")
+        lam = ev.series(h, "train/lambda_tok")
+        tokens = ev.last_k_mean(h, "train/budget_tokens", k)
+        acc = ev.last_k_mean(h, "train/accuracy", len(h))
+        sil = ev.last_k_mean(h, "train/silence_rate", k)
         out.append(f"| {name} | {len(h)} | {f'{res.budget.target:.1f}' if res.budget else '-'} | "
-                   f"{cl.fmt(tokens, '.1f')} | {f'{err[1]:+.1%}' if err else '-'} | "
-                   f"{cl.fmt(lam[-1] if lam else None, '.4f')} | {cl.fmt(sum(rew) / len(rew) if rew else None)} "
-                   f"({cl.fmt(cl.spread(rew))}) | {cl.fmt(acc)} | {cl.fmt(sil, '.2f')} | {_zero_adv(h)} | "
-                   f"{cl.collapse(res) or '-'} |")
+                   f"{ev.fmt(tokens, '.1f')} | {f'{err[1]:+.1%}' if err else '-'} | "
+                   f"{ev.fmt(lam[-1] if lam else None, '.4f')} | {ev.fmt(sum(rew) / len(rew) if rew else None)} "
+                   f"({ev.fmt(ev.spread(rew))}) | {ev.fmt(acc)} | {ev.fmt(sil, '.2f')} | {_zero_adv(h)} | "
+                   f"{ev.collapse(res) or '-'} |")
         if _never_updated(h):
             notes.append(f"- **{name}: every group had zero advantage at every step, so no update moved the policy** "
                          "(all episodes of a group got the same reward, e.g. none solved its question); its "
@@ -184,12 +185,12 @@ def _training(results: Mapping[str, ResultsFile]) -> list[str]:
 def _zero_adv(history: list[dict[str, float]]) -> str:
     """'zero / all' advantage groups summed over steps ('-' when the run did not log them).
     A group whose episodes all got the same reward has zero advantage: it teaches nothing."""
-    zero, groups = cl.series(history, "train/zero_adv_groups"), cl.series(history, "train/adv_groups")
+    zero, groups = ev.series(history, "train/zero_adv_groups"), ev.series(history, "train/adv_groups")
     return f"{sum(zero):.0f} / {sum(groups):.0f}" if groups else "-"
 
 
 def _never_updated(history: list[dict[str, float]]) -> bool:
-    zero, groups = cl.series(history, "train/zero_adv_groups"), cl.series(history, "train/adv_groups")
+    zero, groups = ev.series(history, "train/zero_adv_groups"), ev.series(history, "train/adv_groups")
     return bool(groups) and len(zero) == len(groups) == len(history) and zero == groups
 
 
@@ -299,7 +300,7 @@ def build_report(results_dir: str | Path, out: str | Path, *, command: str | Non
             continue
         for b, c in r.cells.items():
             points.append(plots.Point(r.label, b, c.tokens_total_mean, c.accuracy, c.accuracy_se))
-        m = cl.macro(r.cells, list(r.cells))
+        m = ev.macro(r.cells, list(r.cells))
         n_items = m.n or 1
         points.append(plots.Point(r.label, "mean", m.tokens_total / n_items, m.accuracy, m.se))
     histories = {n: r.history for n, r in results.items() if r.history}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from components.experiments.claims import BASELINES, MAIN, UNTRAINED, cells_of, versus_untrained
+from components.experiments.evidence import BASELINES, MAIN, UNTRAINED, cells_of, versus_untrained
 from components.experiments.results import ResultsFile
 
 SEED_KEY = "gspo.seed="

@@ -16,8 +16,8 @@ import yaml
 
 PIPELINES = ("dvc.yaml", "experiments/dvc.yaml")
 UNLOCKED_OK = {"experiments/dvc.yaml:run", "experiments/dvc.yaml:run_cap128"}
-"""the experiments stages (~6.5 h; the cap-128 set ~3.5 h): locked when someone runs them through DVC; their
-results files are committed as they are"""
+"""the experiments stages (~6.5 h; the cap-128 set ~8 h: three of its six runs took 63, 71 and 61 min):
+locked when someone runs them through DVC; their results files are committed as they are"""
 
 
 def _stages(root: Path) -> dict[str, dict]:

@@ -124,6 +124,16 @@ class RecordConfig(_Section):
     no_adv_norm: str = Field("no_adv_norm", description="b25 with advantage normalisation off")
     grpo_token: str = Field("grpo_token", description="b25 with token-level importance ratios")
 
+    @property
+    def trained(self) -> tuple[str, str]:
+        """the Agent-GSPO runs, the budgeted run of record first"""
+        return (self.b25, self.b50)
+
+    def roles(self) -> dict[str, str]:
+        """role label (as the report names it) -> experiment"""
+        return {"B25": self.b25, "B50": self.b50, "λ=0": self.lambda0, "no-adv-norm": self.no_adv_norm,
+                "GRPO-token": self.grpo_token}
+
 
 class ExperimentsConfig(_Section):
     profile: str = Field("results", description="profile `experiments run` uses when --profile is not given")

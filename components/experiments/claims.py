@@ -1,6 +1,6 @@
 """The report's "Claims" section: the paper's token-economy claims (a)-(e) and the project's target
-(f) checked against the results files, with the runs of record in their roles (:class:`Record`,
-``experiments.record``); the evidence helpers live in :mod:`components.experiments.evidence`.
+(f) checked against the results files, with the runs of record in their roles (``experiments.record``,
+:class:`components.config.RecordConfig`); the evidence helpers live in :mod:`components.experiments.evidence`.
 
 Every claim is computed from the numbers (never typed), names the experiments it compares, and
 is PASS / FAIL, INCONCLUSIVE when the runs exist but cannot decide it, or NOT RUN when an
@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from components.config import RecordConfig as Record
 from components.experiments.definitions import settings_diff
 from components.experiments.evidence import (
     BASELINES,
@@ -76,28 +77,8 @@ class Claim:
     evidence: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Record:
-    """The runs of record: which experiment plays each role in the claims (``experiments.record``).
-    The defaults are the paper's set; a folder re-run under another recipe names its own."""
-
-    b25: str = "gspo_b25"
-    b50: str = "gspo_b50"
-    lambda0: str = "lambda0"
-    no_adv_norm: str = "no_adv_norm"
-    grpo_token: str = "grpo_token"
-
-    @property
-    def trained(self) -> tuple[str, str]:
-        """the Agent-GSPO runs, the budgeted run of record first"""
-        return (self.b25, self.b50)
-
-    def roles(self) -> dict[str, str]:
-        return {"B25": self.b25, "B50": self.b50, "λ=0": self.lambda0, "no-adv-norm": self.no_adv_norm,
-                "GRPO-token": self.grpo_token}
-
-
 DEFAULT_RECORD = Record()
+"""the paper's names in every role (``experiments.record`` left at its defaults)"""
 
 
 def claim_a(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:

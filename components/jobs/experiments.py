@@ -41,7 +41,6 @@ class ReportJob(Job):
     def run(self) -> Any:
         """:class:`components.experiments.report.ReportOutput` (claims, written paths)."""
         from components.experiments import build_report
-        from components.experiments.claims import Record
         from components.experiments.results import load_results_dir
         from components.io import check_output_file
         from components.jobs.metrics import write_metrics
@@ -63,8 +62,7 @@ class ReportJob(Job):
             if path is not None:
                 check_output_file(Path(path), what)
         metrics = experiments_metrics(load_results_dir(results)) if self.metrics_file else None  # loads = checks
-        record = Record(**self.cfg.experiments.record.model_dump())
-        report = build_report(Path(results), Path(out), record=record,
+        report = build_report(Path(results), Path(out), record=self.cfg.experiments.record,
                               command=f"agent-gspo experiments report --results {results} --out {out}")
         if metrics is not None:
             write_metrics(self.metrics_file, metrics)

@@ -347,7 +347,6 @@ def test_committed_report_is_regenerated_byte_for_byte_from_the_committed_result
     import yaml
 
     from components.config import load_config
-    from components.experiments.claims import Record
 
     root = Path(__file__).resolve().parents[2]
     argv = shlex.split(yaml.safe_load((root / "experiments/dvc.yaml").read_text())["stages"][stage]["cmd"])
@@ -359,7 +358,7 @@ def test_committed_report_is_regenerated_byte_for_byte_from_the_committed_result
     report = opts.get("--out", cfg.experiments.report)
     shutil.copytree(root / "results", tmp_path / "results")
     monkeypatch.chdir(tmp_path)  # the header names the paths as given: the committed ones are relative
-    build_report(Path(results), Path(report), record=Record(**cfg.experiments.record.model_dump()))
+    build_report(Path(results), Path(report), record=cfg.experiments.record)
     assert (tmp_path / report).read_bytes() == (root / report).read_bytes()
 
 

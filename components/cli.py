@@ -263,7 +263,8 @@ def _cmd_experiments(cfg: Config, args: argparse.Namespace) -> int:
     if args.profile is None and not os.environ.get("AGENT_GSPO_PROFILE"):
         cfg = load_config(args.params, cfg.experiments.profile, args.overrides)
     outcomes = ExperimentsJob(cfg=cfg, only=args.only, limit=args.limit, results_dir=args.results,
-                              user_overrides=list(args.overrides), track=not args.no_track, params=args.params).run()
+                              user_overrides=list(args.overrides), track=not args.no_track, params=args.params,
+                              resume=args.resume).run()
     for o in outcomes:
         if o.results.kind == "proof":
             c = {s: next(iter(cells.values())) for s, cells in o.results.eval.items()}
@@ -382,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--limit", type=_positive, default=None, help="items per benchmark (overrides eval.limit)")
     q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
     q.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    q.add_argument("--resume", action="store_true",
+                   help="a trained experiment whose run folder holds checkpoints continues from the newest one "
+                        "(same config only) instead of starting over; evaluations run in full")
     q = exp_sub.add_parser("report", parents=[common], help="regenerate the report from the results folder")
     q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
     q.add_argument("--out", default=None, help="markdown report (default experiments.report; PNGs beside it)")

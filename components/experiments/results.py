@@ -124,6 +124,9 @@ class ResultsFile(_Strict):
     wall_seconds: float = Field(ge=0.0)
     train_seconds: float | None
     eval_seconds: float = Field(ge=0.0)
+    resumed_from_step: int | None = Field(None, ge=1)
+    """set when training continued from this checkpoint step (``experiments run --resume``): the
+    seconds above then count the resuming process only"""
     mlflow: dict[str, str | None]
     """train_run_id, eval_run_id, model_version (ids only: tracking URIs are machine-local)"""
     eval: dict[str, dict[str, EvalCell]]

@@ -83,11 +83,15 @@ def _set_run_tag(cfg: Config, run_id: str | None, name: str) -> None:
 
 
 def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir: Path,
-            track: bool = True, log: Log = print, commit: str | None = None) -> ResultsFile:
+            track: bool = True, log: Log = print, commit: str | None = None, resume: bool = False) -> ResultsFile:
     """Run one experiment under its resolved ``cfg``; returns the (unwritten) results.
 
     ``commit``: the git commit of the code that runs, taken when the run STARTED (HEAD may move
-    while a long run is going); default: HEAD now."""
+    while a long run is going); default: HEAD now. ``resume``: a ``gspo`` experiment whose run
+    folder holds a complete checkpoint continues from the newest one (the trainer refuses one of
+    another config: its hash is checked) instead of training from scratch; the evaluation always
+    runs in full. ``train_seconds`` / ``wall_seconds`` then count this process only, and
+    ``resumed_from_step`` says from where."""
     from components.evaluation import evaluate
     from components.tracking import git_commit
 
@@ -98,6 +102,7 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir:
     train_s: float | None = None
     trained: str | None = None
     budget = None
+    resumed_from: int | None = None
     ids = {"train_run_id": None, "eval_run_id": None, "model_version": None}
     tags = {"stage": "evaluate", "experiment.name": exp.name}
     if exp.kind == "baselines":
@@ -112,8 +117,12 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir:
         log(f"[{exp.name}] training {cfg.gspo.steps} step(s) into {cfg.gspo.out_dir}"
             + (f" with B = {cfg.budget.fraction:g} x the untrained policy's {cfg.reward.token_measure} tokens per "
                "sampled training episode" if cfg.budget.fraction is not None and cfg.budget.enabled else ""))
-        # an experiment (re)run trains from scratch: the folder's earlier checkpoints are its own
-        result = train(cfg, out_dir=cfg.gspo.out_dir, data_dir=data_dir, track=track, overwrite=True)
+        # without resume an experiment (re)run trains from scratch: the folder's earlier checkpoints are its own
+        resumed_from = _resume_point(Path(cfg.gspo.out_dir)) if resume else None
+        if resumed_from is not None:
+            log(f"[{exp.name}] resuming training from step {resumed_from} (newest checkpoint in {cfg.gspo.out_dir})")
+        result = train(cfg, out_dir=cfg.gspo.out_dir, data_dir=data_dir, track=track,
+                       resume=resumed_from is not None, overwrite=resumed_from is None)
         train_s = time.perf_counter() - t0
         if cfg.budget.fraction is not None and cfg.budget.enabled:
             where = f"{cfg.gspo.out_dir}/metrics.json"
@@ -147,11 +156,19 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir:
         "item_ids_sha256": item_ids_sha256(meta["item_ids"]), "settings": settings_of(cfg), "budget": budget,
         "last_k": cfg.experiments.last_k, "git_commit": commit, "wall_seconds": round(wall, 1),
         "train_seconds": None if train_s is None else round(train_s, 1),
-        "eval_seconds": round(wall - (train_s or 0), 1),
+        "eval_seconds": round(wall - (train_s or 0), 1), "resumed_from_step": resumed_from,
         "mlflow": ids, "eval": cells, "summary": report.summary, "history": history, "items": items,
         "silence": {name: {"silent": g.silent, "sent": g.total} for name, g in report.silence_grids.items()},
         "machine": meta.get("machine"),
     })
+
+
+def _resume_point(out: Path) -> int | None:
+    """The step of the newest complete checkpoint in a run folder, or None (nothing to resume)."""
+    from components.gspo.checkpoint import latest_checkpoint, step_of
+
+    newest = latest_checkpoint(out)
+    return None if newest is None else step_of(newest)
 
 
 def _recordable(override: str) -> str:
@@ -164,12 +181,14 @@ def _recordable(override: str) -> str:
 def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: int | None = None,
                     results_dir: str | Path | None = None, user_overrides: Sequence[str] = (),
                     data_dir: str | Path | None = None, track: bool = True,
-                    log: Log = print, params: str | None = None) -> list[ExperimentOutcome]:
+                    log: Log = print, params: str | None = None, resume: bool = False) -> list[ExperimentOutcome]:
     """Run the selected experiments (all by default) and write ``<results_dir>/<name>.json`` each.
 
     ``base`` is the config with the profile and ``user_overrides`` applied; the overrides are
     applied again after each experiment's own, so ``--set`` wins over a definition. ``limit``
-    overrides ``eval.limit`` for every experiment (the baselines file must then match it).
+    overrides ``eval.limit`` for every experiment (the baselines file must then match it). ``resume``: an interrupted
+    ``gspo`` experiment continues from its newest checkpoint (:func:`run_one`); baselines and proof
+    experiments run in full.
     """
     user = list(user_overrides) + ([f"eval.limit={limit}"] if limit is not None else [])
     if limit is not None:
@@ -202,7 +221,8 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
             overrides = list(exp.overrides) + [_recordable(t) for t in user]
             if exp.budget_fraction is not None:
                 overrides.append(f"budget.fraction={exp.budget_fraction}")
-            res = run_one(cfg, exp, overrides=overrides, data_dir=data, track=track, log=log, commit=commit)
+            res = run_one(cfg, exp, overrides=overrides, data_dir=data, track=track, log=log, commit=commit,
+                          resume=resume)
         path = write_results(results / f"{exp.name}.json", res)
         log(f"[{exp.name}] wrote {path} ({res.wall_seconds:.0f} s)")
         outcomes.append(ExperimentOutcome(exp.name, path, res))

@@ -66,6 +66,14 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:06d}"
 
 
+def step_of(checkpoint: str | os.PathLike[str]) -> int:
+    """The step a ``step-NNNNNN`` checkpoint folder was saved after (inverse of :func:`step_dir_name`)."""
+    m = _STEP_RE.match(Path(checkpoint).name)
+    if m is None:
+        raise ValueError(f"{checkpoint}: not a step-NNNNNN checkpoint folder")
+    return int(m.group(1))
+
+
 def _fsync_tree(root: Path) -> None:
     """fsync every file, then every folder bottom-up, so the rename publishes durable data."""
     for dirpath, _dirs, files in os.walk(root, topdown=False):

@@ -21,13 +21,15 @@ class ExperimentsJob(Job):
     user_overrides: list[str] = Field(default_factory=list, description="--set overrides, re-applied last")
     track: bool = Field(True, description="log MLflow runs")
     params: str | None = Field(None, description="the params file the config came from (for subprocess runs)")
+    resume: bool = Field(False, description="continue an interrupted gspo experiment from its newest checkpoint")
 
     def run(self) -> list[Any]:
         """One :class:`components.experiments.runner.ExperimentOutcome` per experiment run."""
         from components.experiments import run_experiments
 
         return run_experiments(self.cfg, only=self.only, limit=self.limit, results_dir=self.results_dir,
-                               user_overrides=self.user_overrides, track=self.track, params=self.params)
+                               user_overrides=self.user_overrides, track=self.track, params=self.params,
+                               resume=self.resume)
 
 
 class ReportJob(Job):

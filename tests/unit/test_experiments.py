@@ -159,7 +159,7 @@ class FakeRunOne:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Config]] = []
 
-    def __call__(self, cfg, exp, *, overrides, data_dir, track=True, log=print, commit=None):
+    def __call__(self, cfg, exp, *, overrides, data_dir, track=True, log=print, commit=None, resume=False):
         self.calls.append((exp.name, cfg))
         if exp.kind == "baselines":
             res = baselines()

@@ -215,6 +215,8 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
     for exp in selected:
         cfg = configs[exp.name]
         if exp.kind == "proof":  # its own profile and task: see components/experiments/proof.py
+            if resume:
+                log(f"[{exp.name}] --resume applies to gspo experiments only: a proof experiment trains from scratch")
             res: Any = run_proof(cfg, exp, overrides=list(exp.overrides) + [_recordable(t) for t in user],
                                  data_dir=Path(data_dir or cfg.data.out_dir), track=track, log=log, commit=commit)
         else:

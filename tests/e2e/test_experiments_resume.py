@@ -1,7 +1,7 @@
 """`experiments run --resume` through the CLI with the tiny random model: a gspo experiment whose
 training was interrupted after a checkpoint continues from it (its history keeps the steps before),
-one whose checkpoint was written under another config is refused by name, and without --resume the
-experiment starts over."""
+one interrupted during its evaluation only evaluates again, one whose checkpoint was written under
+another config is refused by name, and without --resume the experiment starts over."""
 
 from __future__ import annotations
 
@@ -61,6 +61,14 @@ def test_resume_continues_an_interrupted_training_and_refuses_another_config(pre
     assert res["history"][0] == done["history"][0]  # the step before the checkpoint, as it was logged
     assert res["budget"] == done["budget"]  # B as the first run measured it before step 1
     assert (run / "final" / "config.json").exists()
+
+    # interrupted during the evaluation: the last step's checkpoint is there, no results file; nothing to train
+    (results / "gspo_b25.json").unlink()
+    evaluated = _cli(*args, "--resume")
+    assert evaluated.returncode == 0, evaluated.stdout[-3000:] + evaluated.stderr[-3000:]
+    assert "resuming training from step 2" in evaluated.stdout
+    last = json.loads((results / "gspo_b25.json").read_text())
+    assert last["resumed_from_step"] == 2 and last["history"] == res["history"]
 
     again = _cli(*args)  # without --resume: from scratch, as before
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]

@@ -158,9 +158,11 @@ class FakeRunOne:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Config]] = []
+        self.resumes: list[bool] = []
 
     def __call__(self, cfg, exp, *, overrides, data_dir, track=True, log=print, commit=None, resume=False):
         self.calls.append((exp.name, cfg))
+        self.resumes.append(resume)
         if exp.kind == "baselines":
             res = baselines()
         else:
@@ -205,6 +207,27 @@ def test_tracking_uri_is_not_recorded(tmp_path, monkeypatch):
                                user_overrides=["tracking.uri=postgresql+psycopg://u:secret@db/mlflow"])
     saved = load_results(tmp_path / "lambda0.json")
     assert "tracking.uri=<not recorded>" in saved.overrides and "secret" not in (tmp_path / "lambda0.json").read_text()
+
+
+def test_resume_reaches_the_gspo_experiments_and_a_proof_experiment_says_it_starts_over(tmp_path, monkeypatch):
+    fake = FakeRunOne()
+    monkeypatch.setattr(runner_mod, "run_one", fake)
+
+    class ProofStarted(Exception):
+        pass
+
+    def proof_starts(*args, **kwargs):
+        raise ProofStarted
+
+    monkeypatch.setattr("components.experiments.proof.run_proof", proof_starts)
+    logs: list[str] = []
+    with pytest.raises(ProofStarted):
+        runner_mod.run_experiments(_tiny_cfg(), only=["lambda0", "silence_proof"], results_dir=tmp_path, track=False,
+                                   log=logs.append, resume=True, params=str(PARAMS))
+    assert [n for n, _ in fake.calls] == ["lambda0"] and fake.resumes == [True]
+    assert "[silence_proof] --resume applies to gspo experiments only: a proof experiment trains from scratch" in logs
+    runner_mod.run_experiments(_tiny_cfg(), only=["lambda0"], results_dir=tmp_path, track=False, log=logs.append)
+    assert fake.resumes == [True, False]  # off unless asked
 
 
 def test_cli_run_uses_the_experiments_profile_unless_one_is_given(monkeypatch, capsys):

@@ -16,12 +16,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from components.config import ALL_BENCHMARKS, BASELINE_NAMES, Config, ConfigError, format_errors, load_config
+from components.config import ALL_BENCHMARKS, BASELINE_NAMES, Config, load_config
 from components.dvc_stage import follow_dvc
 from components.errors import UserError, run_command
 from components.jobs.base import ConfigSource
+from components.jobs.rollout import ROLLOUT_MAX_EPISODES
 
 
 def _csv(text: str) -> list[str]:
@@ -47,12 +46,6 @@ def _seed(text: str) -> int:
     if not 0 <= value <= 2**32 - 1:
         raise argparse.ArgumentTypeError(f"{value} must be in 0..{2**32 - 1}")
     return value
-
-
-ROLLOUT_MAX_EPISODES = 256
-"""``rollout`` decodes all its episodes (``--limit`` x ``--group-size``) as one batch; a typo such as
-``--group-size 100000`` took all 24 GB of the machine. It is a command to look at episodes:
-``evaluate`` runs larger numbers in batches of ``eval.batch_size`` questions."""
 
 
 def _names(text: str) -> list[str]:
@@ -134,56 +127,18 @@ def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
-    from components.data.prepare import load_split
-    from components.mas.engine import RolloutEngine
-    from components.mas.environment import Environment
-    from components.mas.transcript import episodes_summary, format_transcript
-    from components.models import load_policy
-    from components.reward.reward import apply_rewards
+    from components.jobs import RolloutJob
 
-    mas = cfg.mas.model_copy(update={k: v for k, v in (("agents", args.agents), ("rounds", args.rounds),
-                                                        ("topology", args.topology)) if v is not None})
-    try:
-        cfg = cfg.model_copy(update={"mas": type(cfg.mas).model_validate(mas.model_dump())})
-    except ValidationError as exc:
-        raise ConfigError(format_errors(exc, "--agents/--rounds/--topology")) from exc
-    if args.limit * args.group_size > ROLLOUT_MAX_EPISODES:
-        raise UserError(f"--limit {args.limit} x --group-size {args.group_size} = {args.limit * args.group_size} "
-                        f"episodes in one batch; at most {ROLLOUT_MAX_EPISODES} (use `agent-gspo evaluate` for more)")
-    if args.json:
-        from components.io import check_output_file
-
-        check_output_file(args.json, "episode records (--json)")
-    items = load_split(Path(args.data or cfg.data.out_dir), args.benchmark, args.split)[: args.limit]
-    model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
-                             silence_marker=cfg.mas.silence_marker)
-    if args.silence_prior:  # the policy train starts from (step 0): the base model plus the silence row
-        from components.gspo.job import load_train_items
-        from components.mas.prior import apply_silence_prior
-
-        if cfg.model.silence_prior <= 0:
-            raise UserError("--silence-prior: model.silence_prior is 0 in this config; set it (e.g. --set "
-                            "model.silence_prior=0.1) or choose a profile that does (results, proof)")
-        reached = apply_silence_prior(model, tok, cfg.mas, load_train_items(cfg, Path(args.data or cfg.data.out_dir)),
-                                      cfg.model.silence_prior, cfg.model.silence_calibration)
-        print(f"silence prior: P(silence first) = {reached:.3f} (model.silence_prior {cfg.model.silence_prior})",
-              file=sys.stderr)
-    elif cfg.model.silence_prior > 0:
-        print(f"note: the policy runs as loaded; model.silence_prior {cfg.model.silence_prior} is applied by "
-              "`train` at step 0 (and by evaluation's mas_prior), here only with --silence-prior", file=sys.stderr)
-    engine = RolloutEngine(model, tok, cfg.mas)
-    episodes = Environment(engine).play(items, args.group_size, seed=args.seed, greedy=args.greedy)
-    apply_rewards(episodes, cfg.reward, cfg.reward.lambda_tok)
-    for ep in episodes:
-        print(format_transcript(ep, tok))
+    result = RolloutJob(cfg=cfg, benchmark=args.benchmark, split=args.split, limit=args.limit,
+                        group_size=args.group_size, agents=args.agents, rounds=args.rounds, topology=args.topology,
+                        seed=args.seed, greedy=args.greedy, silence_prior=args.silence_prior, data=args.data,
+                        json_out=args.json).run()
+    for transcript in result.transcripts:
+        print(transcript)
         print()
-    summary = episodes_summary(episodes) | {"generated_tokens_per_s": engine.last_stats.tokens_per_s}
-    print(json.dumps(summary, indent=2))
-    if args.json:
-        from components.io import write_text_atomic
-
-        write_text_atomic(args.json, "".join(json.dumps(ep.to_dict()) + "\n" for ep in episodes))
-        print(f"episode records: {args.json}")
+    print(json.dumps(result.summary, indent=2))
+    if result.json_path:
+        print(f"episode records: {result.json_path}")
     return 0
 
 

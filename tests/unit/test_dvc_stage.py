@@ -58,9 +58,10 @@ def test_outside_a_stage_nothing_is_watched(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_cli_follows_dvc_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:
     from components import cli
+    from components.config import ConfigError
 
     calls: list[str] = []
     monkeypatch.setattr(cli, "follow_dvc", lambda: calls.append("follow"))
-    monkeypatch.setattr(cli, "load_config", lambda *a: (_ for _ in ()).throw(cli.ConfigError("stop here")))
+    monkeypatch.setattr(cli, "load_config", lambda *a: (_ for _ in ()).throw(ConfigError("stop here")))
     assert cli.main(["validate"]) == 2
     assert calls == ["follow"]

@@ -32,7 +32,7 @@ def test_rollout_returns_every_episode_its_transcript_and_the_records(cfg, prepa
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["messages"] for r in records] == [ep.to_dict()["messages"] for ep in result.episodes]
     assert 0.0 <= result.summary["silence_rate"] <= 1.0 and result.summary["generated_tokens_per_s"] > 0
-    assert not list(tmp_path.glob("*.tmp*"))  # written atomically
+    assert [p.name for p in tmp_path.iterdir()] == ["episodes.jsonl"]  # no temporary file left beside it
 
 
 def test_too_many_episodes_fail_before_the_model_loads(cfg, tmp_path):

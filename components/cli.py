@@ -340,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--no-track", action="store_true", help="do not log to MLflow")
     q.add_argument("--resume", action="store_true",
                    help="a gspo experiment whose run folder holds checkpoints continues from the newest one "
-                        "(same config only) instead of starting over; evaluations run in full")
+                        "(same config only) instead of starting over; a baselines experiment keeps the systems "
+                        "its results file holds (same config but eval.baselines, data and machine only) and "
+                        "evaluates the missing ones")
     q = exp_sub.add_parser("report", parents=[common], help="regenerate the report from the results folder")
     q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
     q.add_argument("--out", default=None, help="markdown report (default experiments.report; PNGs beside it)")

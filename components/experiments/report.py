@@ -211,6 +211,14 @@ def _provenance(results: Mapping[str, ResultsFile]) -> list[str]:
     samples = _by_value(results, "item_ids_sha256")
     manifests = _by_value(results, "data_manifest_sha256")
     out.append("")
+    for name, r in results.items():
+        for c in r.carried or []:
+            out.append(f"{name}: {', '.join(c.systems)} kept (`--resume`) from an earlier evaluation under the same "
+                       f"config but for `eval.baselines` (git `{(c.git_commit or 'unknown')[:10]}`, config "
+                       f"`{c.config_hash[:12]}`, eval run {c.eval_run_id or '-'}, {c.eval_seconds:.0f} s); the row "
+                       "above is the run that evaluated the others.")
+    if any(r.carried for r in results.values()):
+        out.append("")
     if len(samples) > 1:
         out.append(f"**WARNING: the experiments were not all evaluated on the same items ({len(samples)} item "
                    f"samples: {_groups(samples)}); comparisons mix samples.**")

@@ -90,6 +90,21 @@ class SilenceCounts(_Strict):
         return self
 
 
+class CarriedSystems(_Strict):
+    """Systems of a baselines file that an earlier evaluation measured (``experiments run --resume``
+    kept them and evaluated only the systems it lacked; :mod:`components.experiments.carry`). The
+    top-level commit, config hash, MLflow runs and seconds are those of the latest evaluation; these
+    are the earlier one's."""
+
+    systems: list[str] = Field(min_length=1)
+    git_commit: str | None
+    config_hash: str
+    """the earlier run's config (same as this file's but for ``eval.baselines``: checked when carried)"""
+    overrides: list[str]
+    eval_run_id: str | None
+    eval_seconds: float = Field(ge=0.0)
+
+
 class ResultsFile(_Strict):
     """Everything the report needs about one experiment (no transcripts: kilobytes, not megabytes)."""
 
@@ -144,6 +159,9 @@ class ResultsFile(_Strict):
     machine: dict[str, Any] | None = None
     """what it ran on (components/machine.py: CPU, bf16 flags, cores, threads, versions): greedy bf16
     decodes and wall times differ across machines; None in files written before it was recorded"""
+    carried: list[CarriedSystems] | None = None
+    """baselines only: systems kept from earlier evaluations of the same config and items on the same
+    machine (``--resume``), one entry per earlier run; None when every system was evaluated by this run"""
 
     @model_validator(mode="after")
     def _complete(self) -> ResultsFile:
@@ -153,6 +171,13 @@ class ResultsFile(_Strict):
             raise ValueError("eval: no evaluated system (a finished experiment has at least one cell)")
         if self.kind == "gspo" and not self.history:
             raise ValueError("history: empty (a trained experiment records one entry per training step)")
+        if self.carried:
+            if self.kind != "baselines":
+                raise ValueError("carried: only a baselines file carries systems over from an earlier evaluation")
+            named = [s for c in self.carried for s in c.systems]
+            if len(set(named)) != len(named) or not set(named) < set(self.eval):
+                raise ValueError(f"carried: systems {named} must be distinct, evaluated in this file, and leave at "
+                                 f"least one system to this run (eval has {sorted(self.eval)})")
         for system, agg in self.summary.items():
             for key, value in agg.items():
                 if value is None:

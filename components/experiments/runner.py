@@ -33,7 +33,7 @@ from components.experiments.definitions import (
     select,
     settings_of,
 )
-from components.experiments.results import ResultsFile, write_results
+from components.experiments.results import ResultsFile, load_results, write_results
 from components.experiments.stats import ItemColumns
 from components.redact import redact
 
@@ -163,6 +163,21 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir:
     })
 
 
+def _keepable(cfg: Config, path: Path, data_dir: Path, log: Log) -> ResultsFile | None:
+    """The existing baselines file whose systems ``--resume`` keeps (checked before anything runs:
+    :func:`components.experiments.carry.plan_carry`), or None when there is none yet."""
+    if not path.exists():
+        log(f"[{path.stem}] no {path} to keep systems from (--resume): evaluating every system")
+        return None
+    from components.data.outputs import manifest_sha256
+    from components.experiments.carry import plan_carry
+    from components.machine import machine_fingerprint
+
+    existing = load_results(path)
+    plan_carry(cfg, existing, path, manifest_sha256=manifest_sha256(data_dir), machine=machine_fingerprint())
+    return existing
+
+
 def _resume_point(out: Path) -> int | None:
     """The step of the newest complete checkpoint in a run folder, or None (nothing to resume)."""
     from components.gspo.checkpoint import latest_checkpoint, step_of
@@ -187,7 +202,9 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
     ``base`` is the config with the profile and ``user_overrides`` applied; the overrides are
     applied again after each experiment's own, so ``--set`` wins over a definition. ``limit``
     overrides ``eval.limit`` for every experiment (the baselines file must then match it). ``resume``: an interrupted
-    ``gspo`` experiment continues from its newest checkpoint (:func:`run_one`); baselines and proof
+    ``gspo`` experiment continues from its newest checkpoint (:func:`run_one`); a baselines experiment keeps
+    the systems its results file holds and evaluates only the missing ones (:mod:`.carry`: same config
+    but for ``eval.baselines``, same data and machine, or it is refused before anything runs); proof
     experiments run in full.
     """
     user = list(user_overrides) + ([f"eval.limit={limit}"] if limit is not None else [])
@@ -212,6 +229,8 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
         check_output_file(results / f"{exp.name}.json", "results file")
     configs = {exp.name: proof_config(params, exp, str(exp.profile), user) if exp.kind == "proof"
                else experiment_config(base, exp, user_overrides=user) for exp in selected}
+    kept = {exp.name: _keepable(configs[exp.name], results / f"{exp.name}.json", data, log)
+            for exp in selected if resume and exp.kind == "baselines"}
     for exp in selected:
         cfg = configs[exp.name]
         if exp.kind == "proof":  # its own profile and task: see components/experiments/proof.py
@@ -223,8 +242,24 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
             overrides = list(exp.overrides) + [_recordable(t) for t in user]
             if exp.budget_fraction is not None:
                 overrides.append(f"budget.fraction={exp.budget_fraction}")
-            res = run_one(cfg, exp, overrides=overrides, data_dir=data, track=track, log=log, commit=commit,
-                          resume=resume)
+            old = kept.get(exp.name)
+            if old is not None:  # --resume of a baselines file: evaluate only what it lacks
+                from components.experiments.carry import merge_carried, with_systems
+
+                missing = [s for s in cfg.eval.baselines if s not in old.eval]
+                if not missing:
+                    log(f"[{exp.name}] {results / f'{exp.name}.json'} already holds {', '.join(cfg.eval.baselines)}: "
+                        "nothing to evaluate (--resume)")
+                    outcomes.append(ExperimentOutcome(exp.name, results / f"{exp.name}.json", old))
+                    continue
+                log(f"[{exp.name}] keeping {', '.join(s for s in cfg.eval.baselines if s in old.eval)} of "
+                    f"{results / f'{exp.name}.json'} (--resume); evaluating {', '.join(missing)}")
+                fresh = run_one(with_systems(cfg, missing), exp, overrides=overrides, data_dir=data, track=track,
+                                log=log, commit=commit)
+                res = merge_carried(cfg, fresh, old)
+            else:
+                res = run_one(cfg, exp, overrides=overrides, data_dir=data, track=track, log=log, commit=commit,
+                              resume=resume)
         path = write_results(results / f"{exp.name}.json", res)
         log(f"[{exp.name}] wrote {path} ({res.wall_seconds:.0f} s)")
         outcomes.append(ExperimentOutcome(exp.name, path, res))

@@ -21,7 +21,8 @@ class ExperimentsJob(Job):
     user_overrides: list[str] = Field(default_factory=list, description="--set overrides, re-applied last")
     track: bool = Field(True, description="log MLflow runs")
     params: str | None = Field(None, description="the params file the config came from (for subprocess runs)")
-    resume: bool = Field(False, description="continue an interrupted gspo experiment from its newest checkpoint")
+    resume: bool = Field(False, description="continue an interrupted gspo experiment from its newest checkpoint; "
+                         "a baselines experiment keeps the systems its results file holds")
 
     def run(self) -> list[Any]:
         """One :class:`components.experiments.runner.ExperimentOutcome` per experiment run."""

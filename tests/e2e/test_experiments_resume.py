@@ -74,3 +74,33 @@ def test_resume_continues_an_interrupted_training_and_refuses_another_config(pre
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "resuming" not in again.stdout
     assert json.loads((results / "gspo_b25.json").read_text())["resumed_from_step"] is None
+
+
+def test_resume_on_baselines_evaluates_only_the_added_system(prepared_data, tmp_path):
+    """The real path: the tiny model's single_cot file, then mas_prior added with --resume; the kept
+    system's numbers are the first run's, byte for byte, and a changed setting is refused."""
+    results = tmp_path / "results"
+    tiny = ["model.name=tiny-random", "mas.max_message_tokens=8", "mas.context_tokens=128",
+            "eval.benchmarks=[gsm8k]", "eval.batch_size=2", f"data.out_dir={prepared_data}"]
+    sets = [a for t in tiny for a in ("--set", t)]
+    args = ("experiments", "run", "--profile", "results", "--only", "baselines", "--limit", "2", "--no-track",
+            "--results", str(results), *sets)
+    first = _cli(*args, "--set", "eval.baselines=[single_cot]")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    one = json.loads((results / "baselines.json").read_text())
+
+    refused = _cli(*args, "--resume", "--set", "eval.baselines=[single_cot, mas_prior]", "--set", "mas.rounds=3")
+    assert refused.returncode != 0 and "mas.rounds: 2 vs 3" in refused.stderr, refused.stderr[-2000:]
+    assert json.loads((results / "baselines.json").read_text()) == one
+
+    added = _cli(*args, "--resume", "--set", "eval.baselines=[single_cot, mas_prior]")
+    assert added.returncode == 0, added.stdout[-3000:] + added.stderr[-3000:]
+    assert "keeping single_cot" in added.stdout and "evaluating mas_prior" in added.stdout
+    both = json.loads((results / "baselines.json").read_text())
+    assert set(both["eval"]) == {"single_cot", "mas_prior"} and set(both["silence"]) == {"mas_prior"}
+    for key in ("eval", "items", "summary"):
+        assert both[key]["single_cot"] == one[key]["single_cot"], key
+    assert both["carried"] == [{"systems": ["single_cot"], "git_commit": one["git_commit"],
+                                "config_hash": one["config_hash"], "overrides": one["overrides"],
+                                "eval_run_id": None, "eval_seconds": one["eval_seconds"]}]
+    assert both["item_ids_sha256"] == one["item_ids_sha256"] and both["config_hash"] != one["config_hash"]

@@ -52,7 +52,8 @@ def plan_carry(cfg: Config, existing: ResultsFile, where: str | Path, *, manifes
         raise ExperimentError(f"{where}: a {existing.kind} results file, not baselines; {rerun}")
     if not _evaluated_under(cfg, existing):
         diff = settings_diff(existing.settings, settings_of(cfg))
-        what = f" (it differs in {'; '.join(diff)})" if diff else " (a setting outside eval.baselines differs)"
+        what = (f" (it differs in {'; '.join(diff)})" if diff else " (a setting the results file does not list "
+                "differs, or the code's config gained a field since the file was written)")
         raise ExperimentError(f"{where}: its systems were evaluated under another config than this run{what}; "
                               f"{rerun}")
     if existing.data_manifest_sha256 != manifest_sha256:

@@ -52,7 +52,7 @@ def test_plan_keeps_a_file_of_the_same_config_in_any_order_and_names_what_is_mis
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"cfg": ["mas.rounds=3"]}, "mas.rounds: 2 vs 3"),
-    ({"cfg": ["eval.self_consistency_k=7"]}, "a setting outside eval.baselines differs"),
+    ({"cfg": ["eval.self_consistency_k=7"]}, "a setting the results file does not list differs"),
     ({"manifest": "e" * 64}, "another version of the prepared data"),
     ({"machine": {**MACHINE, "cpu": "Intel Xeon"}}, "measured on AMD EPYC, 2 cores, torch 2.13.0+cpu x 2 threads"),
 ])

@@ -163,9 +163,9 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir:
     })
 
 
-def _keepable(cfg: Config, path: Path, data_dir: Path, log: Log) -> ResultsFile | None:
-    """The existing baselines file whose systems ``--resume`` keeps (checked before anything runs:
-    :func:`components.experiments.carry.plan_carry`), or None when there is none yet."""
+def _keepable(cfg: Config, path: Path, data_dir: Path, log: Log) -> tuple[ResultsFile, list[str]] | None:
+    """The existing baselines file whose systems ``--resume`` keeps and the systems it lacks (checked
+    before anything runs: :func:`components.experiments.carry.plan_carry`), or None when there is none yet."""
     if not path.exists():
         log(f"[{path.stem}] no {path} to keep systems from (--resume): evaluating every system")
         return None
@@ -174,8 +174,8 @@ def _keepable(cfg: Config, path: Path, data_dir: Path, log: Log) -> ResultsFile 
     from components.machine import machine_fingerprint
 
     existing = load_results(path)
-    plan_carry(cfg, existing, path, manifest_sha256=manifest_sha256(data_dir), machine=machine_fingerprint())
-    return existing
+    return existing, plan_carry(cfg, existing, path, manifest_sha256=manifest_sha256(data_dir),
+                                machine=machine_fingerprint())
 
 
 def _resume_point(out: Path) -> int | None:
@@ -242,11 +242,11 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
             overrides = list(exp.overrides) + [_recordable(t) for t in user]
             if exp.budget_fraction is not None:
                 overrides.append(f"budget.fraction={exp.budget_fraction}")
-            old = kept.get(exp.name)
-            if old is not None:  # --resume of a baselines file: evaluate only what it lacks
+            carry = kept.get(exp.name)
+            if carry is not None:  # --resume of a baselines file: evaluate only what it lacks
                 from components.experiments.carry import merge_carried, with_systems
 
-                missing = [s for s in cfg.eval.baselines if s not in old.eval]
+                old, missing = carry
                 if not missing:
                     log(f"[{exp.name}] {results / f'{exp.name}.json'} already holds {', '.join(cfg.eval.baselines)}: "
                         "nothing to evaluate (--resume)")

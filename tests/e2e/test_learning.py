@@ -63,7 +63,7 @@ def test_strategic_silence_emerges_for_the_agent_that_never_helps():
 
     Silence is one token that may only start a reply (masked after it, in sampling and training).
     Why 3 of 4 seeds, not each of a fixed few: the trajectories are deterministic on one machine but
-    not across CPUs (other kernels round differently, see README "Reproducibility"), and a seed can
+    not across CPUs (other kernels round differently, see docs/reproducibility.md), and a seed can
     tip into the shared optimum (silence leaking to the helper) on one machine and not on another.
     Seen (λ_tok 0.5, episode-level reward, 70 steps; useless agent's silence first -> last, helper's
     last, accuracy first -> last). Machine used until 2026-12-03 (~45 s a seed): seed 1 0.01 -> 0.84,

@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM on a training launched under torchrun: exit 130 / 143 with one line, no
-launcher traceback, no process left (README: "Ctrl-C exits 130 and SIGTERM 143 with one line").
+launcher traceback, no process left (docs/pipeline.md: "Ctrl-C exits 130 and SIGTERM 143 with one line").
 Was: torchrun's SignalException traceback (two chained ones on Ctrl-C) and the rank's own
 "interrupted" line before the CLI's."""
 

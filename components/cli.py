@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from components.cli_parser import build_parser
 from components.config import Config, load_config
 from components.dvc_stage import follow_dvc
 from components.errors import UserError, run_command
 from components.jobs.base import ConfigSource
+from components.progress import log_to_stderr
 
 
 def _source(args: argparse.Namespace) -> ConfigSource:
@@ -31,7 +30,7 @@ def _cmd_prepare(cfg: Config, args: argparse.Namespace) -> int:
     from components.jobs import PrepareJob
 
     job = PrepareJob(cfg=cfg, benchmarks=args.benchmarks, mirror=args.mirror, out_dir=args.out,
-                     validate_after=not args.no_validate, progress=sys.stdout.isatty(), metrics_file=args.metrics)
+                     validate_after=not args.no_validate, progress=True, metrics_file=args.metrics)
     result = job.run()
     report = result.report
     print(f"prepared {len(report.results)} benchmark(s) into {job.out} in {report.seconds:.1f} s")
@@ -205,32 +204,8 @@ COMMANDS: dict[str, Callable[[Config, argparse.Namespace], int]] = {
 def _log_progress(command: str) -> None:
     """Progress lines of the library (``components.*`` loggers, INFO) on stderr. Not for ``run``:
     there Prefect shows them (see flows/logs.py), and twice would be noise."""
-
-    if command == "run":
-        return
-    logger = logging.getLogger("components")
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):  # main() may run many times in one process
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-
-
-class _StderrHandler(logging.StreamHandler):
-    """A handler on whatever ``sys.stderr`` is when a record is written, not the one at setup: a
-    caller that swaps stderr (a test's capture, a wrapper) and closes it later would otherwise get
-    "--- Logging error ---" tracebacks from every later progress line."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass
+    if command != "run":
+        log_to_stderr()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

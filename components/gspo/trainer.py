@@ -43,6 +43,7 @@ from components.gspo.memory import PhasePeaks
 from components.gspo.resume import check_resume_config, resume_hash, resume_settings
 from components.gspo.step_batch import StepBatch
 from components.mas.records import Episode
+from components.progress import leaf
 from components.reward.budget import DualBudgetController
 from components.reward.reward import apply_rewards
 
@@ -270,6 +271,7 @@ class GSPOTrainer:
         self.engine.train()
         loss_metrics: list[dict[str, float]] = []
         grad_norms: list[float] = []
+        progress = leaf("update", len(micro), "mini-batches")
         for k, part in enumerate(micro):
 
             def micro_loss(rows: torch.Tensor, first: bool = k == 0) -> torch.Tensor:
@@ -284,6 +286,7 @@ class GSPOTrainer:
                 return out.loss
 
             grad_norms.append(self.engine.update([(int(m.numel()), lambda m=m: micro_loss(m)) for m in part]))
+            progress.advance()
         return loss_metrics, grad_norms
 
     def _all_ranks(self, local: dict[str, float], tokens: int, rollout_s: float,

@@ -96,7 +96,15 @@ def _progress_line(step: int, total: int, m: dict[str, float]) -> str:
             f"λ {m.get('train/lambda_tok', 0):.3f}  silence {m.get('train/silence_rate', 0):.2f}  "
             f"clip {m.get('gspo/clip_frac_low', 0) + m.get('gspo/clip_frac_high', 0):.3f}  "
             f"{m.get('perf/rollout_tokens_per_s', 0):.0f} tok/s  {m.get('perf/step_s', 0):.1f} s/step"
-            + _memory_part(m))
+            + _memory_part(m) + _noop_part(m))
+
+
+def _noop_part(m: dict[str, float]) -> str:
+    """``  no-op: all 4 advantage groups zero`` when the update could not move the policy."""
+    from components.gspo.trainer import noop_reason
+
+    reason = noop_reason(m)
+    return f"  no-op: {reason}" if reason else ""
 
 
 def _memory_part(m: dict[str, float]) -> str:
@@ -143,6 +151,13 @@ def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool,
     from components.models import default_device, load_policy
 
     info = init_distributed(for_deepspeed=cfg.gspo.engine == "deepspeed")
+    if cfg.gspo.engine == "torch":
+        from components.gspo.distributed import quiet_deepspeed_cpu_warning
+
+        quiet_deepspeed_cpu_warning()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Writing model shards" bars at every checkpoint: progress is ours
     try:
         seed_everything(cfg.gspo.seed + info.rank)
         train_items = items if items is not None else load_train_items(cfg, data_dir)

@@ -222,8 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def command() -> int:
         follow_dvc()  # a DVC stage stops when the `dvc` running it is killed (it does not pass SIGTERM on)
         cfg = load_config(args.params, args.profile, args.overrides)
-        if getattr(args, "metrics", None):  # checked before the work, not after it (exit 2, no traceback)
-            from components.io import check_output_file
+        if getattr(args, "metrics", None) and args.command != "evaluate":  # checked before the work, not
+            from components.io import check_output_file  # after it (exit 2); evaluate's is a folder (EvaluateJob)
 
             check_output_file(args.metrics, "metrics file (--metrics)")
         return COMMANDS[args.command](cfg, args)

@@ -179,8 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="run folder (default gspo.out_dir)")
     p.add_argument("--no-track", action="store_true", help=NO_TRACK_HELP)
     p.add_argument("--best-params", default=None, help="apply a search's best-params file (search.out_params)")
-    p.add_argument("--metrics", default=None, help=METRICS_HELP + "; the per-step series goes beside it "
-                   "(train_history.csv)")
+    p.add_argument("--metrics", default=None, help=METRICS_HELP + " (the per-step series is always written to "
+                   "history.csv in the run folder)")
 
     p = command("evaluate")
     p.add_argument("--model", default=None, help="local folder, HF id, alias, or models:/<name>[/<v>|@<alias>]")
@@ -189,7 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma list of {','.join(BASELINE_NAMES)} (empty string: none)")
     p.add_argument("--out", default=None, help="output folder (default eval.out_dir)")
     p.add_argument("--no-track", action="store_true", help=NO_TRACK_HELP)
-    p.add_argument("--metrics", default=None, help=METRICS_HELP)
+    p.add_argument("--metrics", default=None, help="also write one small numbers-only JSON per system into this "
+                   "folder, <system>.json (what the DVC stage tracks)")
 
     p = command("search")
     p.add_argument("--budget-tokens", type=int, default=None, help="stop after this many tokens (all workers)")

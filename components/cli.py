@@ -30,7 +30,7 @@ def _cmd_prepare(cfg: Config, args: argparse.Namespace) -> int:
     from components.jobs import PrepareJob
 
     job = PrepareJob(cfg=cfg, benchmarks=args.benchmarks, mirror=args.mirror, out_dir=args.out,
-                     validate_after=not args.no_validate, progress=True, metrics_file=args.metrics)
+                     validate_after=not args.no_validate, metrics_file=args.metrics)
     result = job.run()
     report = result.report
     print(f"prepared {len(report.results)} benchmark(s) into {job.out} in {report.seconds:.1f} s")

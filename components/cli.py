@@ -10,66 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from components.config import ALL_BENCHMARKS, BASELINE_NAMES, Config, load_config
+from components.cli_parser import build_parser
+from components.config import Config, load_config
 from components.dvc_stage import follow_dvc
 from components.errors import UserError, run_command
 from components.jobs.base import ConfigSource
-from components.jobs.rollout import ROLLOUT_MAX_EPISODES
-
-
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
-def _seed(text: str) -> int:
-    """``--seed``: what numpy, torch and Python's random all accept (as ``gspo.seed``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 0 <= value <= 2**32 - 1:
-        raise argparse.ArgumentTypeError(f"{value} must be in 0..{2**32 - 1}")
-    return value
-
-
-def _names(text: str) -> list[str]:
-    """A comma list that must name something: an empty one would silently mean "all"."""
-    names = _csv(text)
-    if not names:
-        raise argparse.ArgumentTypeError(f"{text!r} names nothing (give a comma list, or omit the flag for all)")
-    return names
-
-
-def _known(names: list[str], allowed: Sequence[str], what: str) -> list[str]:
-    unknown = [n for n in names if n not in allowed]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown {what}(s) {unknown} (allowed: {', '.join(allowed)})")
-    return names
-
-
-def _benchmarks(text: str) -> list[str]:
-    return _known(_names(text), ALL_BENCHMARKS, "benchmark")
-
-
-def _baselines(text: str) -> list[str]:
-    """``--baselines``: checked by name before any model loads (an empty string: none)."""
-    return _known(_csv(text), BASELINE_NAMES, "baseline")
+from components.progress import log_to_stderr
 
 
 def _source(args: argparse.Namespace) -> ConfigSource:
@@ -80,7 +30,7 @@ def _cmd_prepare(cfg: Config, args: argparse.Namespace) -> int:
     from components.jobs import PrepareJob
 
     job = PrepareJob(cfg=cfg, benchmarks=args.benchmarks, mirror=args.mirror, out_dir=args.out,
-                     validate_after=not args.no_validate, progress=sys.stdout.isatty(), metrics_file=args.metrics)
+                     validate_after=not args.no_validate, metrics_file=args.metrics)
     result = job.run()
     report = result.report
     print(f"prepared {len(report.results)} benchmark(s) into {job.out} in {report.seconds:.1f} s")
@@ -234,151 +184,28 @@ def _cmd_experiments(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, tuple[str, Callable[[Config, argparse.Namespace], int]]] = {
-    "prepare": ("prepare benchmarks into normalised parquet (mirror > hub > package)", _cmd_prepare),
-    "validate": ("validate prepared data with great-expectations", _cmd_validate),
-    "rollout": ("run multi-agent episodes and print transcripts", _cmd_rollout),
-    "train": ("GSPO training (in-process, or under torchrun / deepspeed per deepspeed.launcher)", _cmd_train),
-    "evaluate": ("evaluate a policy and the baselines on the seven benchmarks", _cmd_evaluate),
-    "search": ("budget-constrained hyper-parameter search (Optuna)", _cmd_search),
-    "promote": ("gate a registered version against @champion (accuracy AND tokens)", _cmd_promote),
-    "run": ("the whole pipeline as one Prefect flow", _cmd_run),
-    "score": ("score a JSON-lines predictions file against a benchmark", _cmd_score),
-    "experiments": ("reproduce the paper's token-economy claims (run) and regenerate docs/results.md (report)",
-                    _cmd_experiments),
+def _cmd_config(cfg: Config, args: argparse.Namespace) -> int:
+    """`config keys`: every --set key (type, default, description, from the schema); `config show`:
+    the resolved config of --profile with every --set applied (what a command with them would use)."""
+    from components.config_doc import format_keys, resolved_yaml
+
+    print(format_keys(cfg, args.section) if args.config_command == "keys" else resolved_yaml(cfg), end="\n")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[Config, argparse.Namespace], int]] = {
+    "prepare": _cmd_prepare, "validate": _cmd_validate, "rollout": _cmd_rollout, "train": _cmd_train,
+    "evaluate": _cmd_evaluate, "search": _cmd_search, "promote": _cmd_promote, "run": _cmd_run,
+    "score": _cmd_score, "experiments": _cmd_experiments, "config": _cmd_config,
 }
-
-
-METRICS_HELP = "also write a small numbers-only metrics JSON here (what the DVC stages track)"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--params", default=None, help="params file (default params.yaml or $AGENT_GSPO_PARAMS)")
-    common.add_argument("--profile", default=None, help="profile in params.yaml (default, smoke, ...)")
-    common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one param, e.g. --set budget.target=200 (repeatable)")
-    parser = argparse.ArgumentParser(prog="agent-gspo", description="Agent-GSPO: communication-efficient "
-                                     "multi-agent LLM training with GSPO, as an MLOps pipeline.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    helps = {name: help_ for name, (help_, _) in COMMANDS.items()}
-
-    p = sub.add_parser("prepare", parents=[common], help=helps["prepare"])
-    p.add_argument("--benchmarks", type=_benchmarks, default=None, help="comma list (default: data.benchmarks)")
-    p.add_argument("--mirror", default=None, help="mirror folder (overrides $AGENT_GSPO_DATA_MIRROR, data.mirror)")
-    p.add_argument("--out", default=None, help="output folder (default data.out_dir)")
-    p.add_argument("--no-validate", action="store_true", help="skip the validation report after preparing")
-    p.add_argument("--metrics", default=None, help=METRICS_HELP)
-
-    p = sub.add_parser("validate", parents=[common], help=helps["validate"])
-    p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
-
-    p = sub.add_parser("rollout", parents=[common], help=helps["rollout"])
-    p.add_argument("--benchmark", required=True, choices=ALL_BENCHMARKS)
-    p.add_argument("--split", default="test")
-    p.add_argument("--limit", type=_positive, default=8, help="questions (first N of the split)")
-    p.add_argument("--agents", type=_positive, default=None)
-    p.add_argument("--rounds", type=_positive, default=None)
-    p.add_argument("--topology", default=None, choices=["complete", "chain", "star", "layered", "debate"])
-    p.add_argument("--group-size", type=_positive, default=1,
-                   help=f"episodes per question (--limit x --group-size <= {ROLLOUT_MAX_EPISODES})")
-    p.add_argument("--seed", type=_seed, default=0)
-    p.add_argument("--silence-prior", action="store_true",
-                   help="apply model.silence_prior at load, as train does at step 0 (the base model: a trained "
-                        "policy has learned its own silence row)")
-    p.add_argument("--greedy", action="store_true")
-    p.add_argument("--data", default=None)
-    p.add_argument("--json", default=None, help="write episode records (JSON lines) here")
-
-    p = sub.add_parser("train", parents=[common], help=helps["train"])
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
-    p.add_argument("--overwrite", action="store_true",
-                   help="delete the checkpoints and outputs in --out, start over (a fresh run refuses a used folder)")
-    p.add_argument("--max-steps", type=_positive, default=None, help="stop after N steps (default gspo.steps)")
-    p.add_argument("--out", default=None, help="run folder (default gspo.out_dir)")
-    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
-    p.add_argument("--best-params", default=None, help="apply a search's best-params file (search.out_params)")
-    p.add_argument("--metrics", default=None, help=METRICS_HELP)
-
-    p = sub.add_parser("evaluate", parents=[common], help=helps["evaluate"])
-    p.add_argument("--model", default=None, help="local folder, HF id, alias, or models:/<name>[/<v>|@<alias>]")
-    p.add_argument("--limit", type=_positive, default=None, help="items per benchmark (seeded sample)")
-    p.add_argument("--baselines", type=_baselines, default=None,
-                   help=f"comma list of {','.join(BASELINE_NAMES)} (empty string: none)")
-    p.add_argument("--out", default=None, help="output folder (default eval.out_dir)")
-    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
-    p.add_argument("--metrics", default=None, help=METRICS_HELP)
-
-    p = sub.add_parser("search", parents=[common], help=helps["search"])
-    p.add_argument("--budget-tokens", type=int, default=None, help="stop after this many tokens (all workers)")
-    p.add_argument("--trials", type=_positive, default=None)
-    p.add_argument("--storage", default=None, help="Optuna storage URL (sqlite:///..., postgresql+psycopg://...)")
-    p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
-
-    p = sub.add_parser("promote", parents=[common], help=helps["promote"])
-    p.add_argument("--candidate", default=None, help="models:/<name>[/<version>|@<alias>] (default: newest version)")
-    p.add_argument("--limit", type=_positive, default=None, help="items per benchmark of the compared evaluations "
-                   "(default eval.limit; as given to evaluate)")
-    p.add_argument("--evaluate-champion", action="store_true", help="evaluate @champion first when it has no "
-                   "results under the same setting")
-
-    sub.add_parser("run", parents=[common], help=helps["run"])
-
-    p = sub.add_parser("score", parents=[common], help=helps["score"])
-    p.add_argument("--benchmark", required=True, choices=ALL_BENCHMARKS)
-    p.add_argument("--predictions", required=True, help='JSON lines {"id", "prediction"}')
-    p.add_argument("--split", default="test")
-    p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
-    p.add_argument("--out", default=None, help="per-item results (JSON lines; not the predictions file)")
-
-    p = sub.add_parser("experiments", help=helps["experiments"])
-    exp_sub = p.add_subparsers(dest="experiments_command", required=True, metavar="ACTION")
-    q = exp_sub.add_parser("run", parents=[common], help="train / evaluate the experiments of experiments.definitions")
-    q.add_argument("--only", type=_names, default=None, help="comma list of experiment names (default: all)")
-    q.add_argument("--limit", type=_positive, default=None, help="items per benchmark (overrides eval.limit)")
-    q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
-    q.add_argument("--no-track", action="store_true", help="do not log to MLflow")
-    q.add_argument("--resume", action="store_true",
-                   help="a gspo experiment whose run folder holds checkpoints continues from the newest one "
-                        "(same config only) instead of starting over; a baselines experiment keeps the systems "
-                        "its results file holds (same config but eval.baselines, data and machine only) and "
-                        "evaluates the missing ones")
-    q = exp_sub.add_parser("report", parents=[common], help="regenerate the report from the results folder")
-    q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
-    q.add_argument("--out", default=None, help="markdown report (default experiments.report; PNGs beside it)")
-    q.add_argument("--metrics", default=None, help=METRICS_HELP)
-    return parser
+"""each command's function; its flags and help are in :mod:`components.cli_parser`"""
 
 
 def _log_progress(command: str) -> None:
     """Progress lines of the library (``components.*`` loggers, INFO) on stderr. Not for ``run``:
     there Prefect shows them (see flows/logs.py), and twice would be noise."""
-
-    if command == "run":
-        return
-    logger = logging.getLogger("components")
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):  # main() may run many times in one process
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-
-
-class _StderrHandler(logging.StreamHandler):
-    """A handler on whatever ``sys.stderr`` is when a record is written, not the one at setup: a
-    caller that swaps stderr (a test's capture, a wrapper) and closes it later would otherwise get
-    "--- Logging error ---" tracebacks from every later progress line."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass
+    if command != "run":
+        log_to_stderr()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -395,11 +222,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     def command() -> int:
         follow_dvc()  # a DVC stage stops when the `dvc` running it is killed (it does not pass SIGTERM on)
         cfg = load_config(args.params, args.profile, args.overrides)
-        if getattr(args, "metrics", None):  # checked before the work, not after it (exit 2, no traceback)
-            from components.io import check_output_file
+        if getattr(args, "metrics", None) and args.command != "evaluate":  # checked before the work, not
+            from components.io import check_output_file  # after it (exit 2); evaluate's is a folder (EvaluateJob)
 
             check_output_file(args.metrics, "metrics file (--metrics)")
-        return COMMANDS[args.command][1](cfg, args)
+        return COMMANDS[args.command](cfg, args)
 
     return run_command(f"agent-gspo {args.command}", command, resumable=args.command == "train")
 

@@ -150,23 +150,21 @@ def prepare_benchmark(
 
 @contextlib.contextmanager
 def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None]]:
-    """A rich progress bar over ``total`` steps; the yielded ``step(label)`` starts the next one."""
+    """Progress over ``total`` steps (:mod:`components.progress`: throttled lines through logging);
+    the yielded ``step(label)`` starts the next one."""
     if not enabled:
         yield lambda _label: None
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from components.progress import report
 
-    cols = (TextColumn("prepare {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn())
-    with Progress(*cols, transient=False) as bar:
-        task, started = bar.add_task("", total=total), [0]
+    with report("prepare", total, "steps") as progress:
+        started = [False]
 
         def step(label: str) -> None:
-            bar.update(task, description=label, completed=started[0])
-            started[0] += 1
+            progress.advance(1 if started[0] else 0, detail=f"now: {label}")
+            started[0] = True
 
         yield step
-        bar.update(task, completed=started[0])
 
 
 def prepare(

@@ -126,28 +126,33 @@ def run_system(system: System, items: Sequence[Item], *, batch_size: int, seed: 
     """
     if batch_size < 1:
         raise EvalInputError(f"eval.batch_size must be >= 1, got {batch_size}")
-    from tqdm.auto import tqdm
+    from components.progress import report
 
     order = sorted(range(len(items)), key=lambda k: _length_key(items[k]))
     episodes: list[EpisodeLike | None] = [None] * len(items)
     starts = range(0, len(order), batch_size)
-    bar = tqdm(starts, desc=f"evaluate {system.name} ({benchmark})", unit="batch", leave=False, disable=len(starts) < 2)
     t0, done = time.perf_counter(), 0
     log.info("evaluate %s (%s): %d items in %d batch(es) of up to %d", system.name, benchmark, len(items),
              len(starts), batch_size)
-    for b, start in enumerate(bar):
-        idx = order[start:start + batch_size]
-        batch = [items[k] for k in idx]
-        out = system.engine.rollout(batch, 1, seed=derived_seed(seed, benchmark, system.name, b), greedy=system.greedy)
-        if len(out) != len(idx):
-            raise EvalInputError(f"system {system.name!r}: engine returned {len(out)} episodes for {len(idx)} items")
-        vote(out, batch, system.engine.cfg)
-        for k, ep in zip(idx, out, strict=True):
-            episodes[k] = EpisodeStats.from_episode(ep) if compact else ep
-        done += len(idx)
-        log.info("evaluate %s (%s): batch %d/%d done, %d/%d items, %.0f s", system.name, benchmark, b + 1,
-                 len(starts), done, len(items), time.perf_counter() - t0)
+    with report(f"evaluate {system.name} ({benchmark})", len(starts), "batches") as progress:
+        for b, start in enumerate(starts):
+            done += _run_batch(system, items, order[start:start + batch_size], b, seed, benchmark, compact, episodes)
+            progress.advance(detail=f"{done}/{len(items)} items")
+    log.info("evaluate %s (%s): %d items done in %.0f s", system.name, benchmark, done, time.perf_counter() - t0)
     return [ep for ep in episodes if ep is not None]
+
+
+def _run_batch(system: System, items: Sequence[Item], idx: list[int], b: int, seed: int, benchmark: str,
+               compact: bool, episodes: list[EpisodeLike | None]) -> int:
+    """Batch ``b`` (the items at ``idx``) into ``episodes``; returns how many items it held."""
+    batch = [items[k] for k in idx]
+    out = system.engine.rollout(batch, 1, seed=derived_seed(seed, benchmark, system.name, b), greedy=system.greedy)
+    if len(out) != len(idx):
+        raise EvalInputError(f"system {system.name!r}: engine returned {len(out)} episodes for {len(idx)} items")
+    vote(out, batch, system.engine.cfg)
+    for k, ep in zip(idx, out, strict=True):
+        episodes[k] = EpisodeStats.from_episode(ep) if compact else ep
+    return len(idx)
 
 
 def _run_benchmarks(system: System, items: dict[str, list[Item]], *, batch_size: int, seed: int,

@@ -19,6 +19,7 @@ Decision on when a default process group is created:
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -303,3 +304,19 @@ def shard(items: Sequence[T], rank: int, world: int,
     start = rank * base + min(rank, extra)
     stop = start + base + (1 if rank < extra else 0)
     return list(items[start:stop])
+
+
+class _NoCpuAcceleratorWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Setting accelerator to CPU")
+
+
+def quiet_deepspeed_cpu_warning() -> None:
+    """Drop DeepSpeed's "Setting accelerator to CPU ..." warning (printed on stdout, between step
+    lines) in a run whose engine is torch: ``transformers``' ``save_pretrained`` imports DeepSpeed
+    only to recognise a DeepSpeed-wrapped model (accelerate's ``extract_model_from_parallel``), and
+    the warning then describes nothing this run uses. A filter, not a level: DeepSpeed's logger
+    resets its level when it is imported."""
+    logger = logging.getLogger("DeepSpeed")
+    if not any(isinstance(f, _NoCpuAcceleratorWarning) for f in logger.filters):
+        logger.addFilter(_NoCpuAcceleratorWarning())

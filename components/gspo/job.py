@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from components.config import Config
 from components.data.item import Item
 from components.errors import UserError, run_command
 from components.gspo.run_folder import check_fresh_start, check_resumable, delete_earlier_run, exclusive
+from components.progress import leaf, log_to_stderr
 
 StepCallback = Callable[[int, dict[str, float]], None]
 
@@ -94,7 +96,15 @@ def _progress_line(step: int, total: int, m: dict[str, float]) -> str:
             f"λ {m.get('train/lambda_tok', 0):.3f}  silence {m.get('train/silence_rate', 0):.2f}  "
             f"clip {m.get('gspo/clip_frac_low', 0) + m.get('gspo/clip_frac_high', 0):.3f}  "
             f"{m.get('perf/rollout_tokens_per_s', 0):.0f} tok/s  {m.get('perf/step_s', 0):.1f} s/step"
-            + _memory_part(m))
+            + _memory_part(m) + _noop_part(m))
+
+
+def _noop_part(m: dict[str, float]) -> str:
+    """``  no-op: all 4 advantage groups zero`` when the update could not move the policy."""
+    from components.gspo.trainer import noop_reason
+
+    reason = noop_reason(m)
+    return f"  no-op: {reason}" if reason else ""
 
 
 def _memory_part(m: dict[str, float]) -> str:
@@ -141,6 +151,13 @@ def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool,
     from components.models import default_device, load_policy
 
     info = init_distributed(for_deepspeed=cfg.gspo.engine == "deepspeed")
+    if cfg.gspo.engine == "torch":
+        from components.gspo.distributed import quiet_deepspeed_cpu_warning
+
+        quiet_deepspeed_cpu_warning()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Writing model shards" bars at every checkpoint: progress is ours
     try:
         seed_everything(cfg.gspo.seed + info.rank)
         train_items = items if items is not None else load_train_items(cfg, data_dir)
@@ -189,11 +206,15 @@ def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool,
             if tracker is not None and tracker.run_id != run_id:  # a new run (also one replacing a lost run)
                 tracker.log_params(cfg.flat())
             first_step = trainer.step_idx
+            steps = leaf("train", total - first_step, "steps")  # lines inside a step (components.progress)
             while trainer.step_idx < total:
-                res = trainer.train_step()
+                with steps.active():
+                    steps.detail = f"step {trainer.step_idx + 1}/{total}"
+                    res = trainer.train_step()
                 done_ms = int(time.time() * 1000)
                 if info.is_main:
                     print(_progress_line(res.step, total, res.metrics), flush=True)
+                steps.advance(shown=True)
                 if on_step is not None:
                     on_step(res.step, res.metrics)
                 if res.step % cfg.gspo.checkpoint_every == 0 or res.step == total:
@@ -355,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--no-track", action="store_true")
     args = p.parse_args(argv)
+
+    if os.environ.get("RANK", "0") == "0":  # one rank's progress lines (the launcher streams them)
+        log_to_stderr()
 
     def command() -> int:
         cfg = load_config(args.params, args.profile, args.overrides)

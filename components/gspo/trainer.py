@@ -43,6 +43,7 @@ from components.gspo.memory import PhasePeaks
 from components.gspo.resume import check_resume_config, resume_hash, resume_settings
 from components.gspo.step_batch import StepBatch
 from components.mas.records import Episode
+from components.progress import leaf
 from components.reward.budget import DualBudgetController
 from components.reward.reward import apply_rewards
 
@@ -90,6 +91,21 @@ class StepResult:
     step: int
     metrics: dict[str, float]
     episodes: list[Episode] = field(default_factory=list)
+
+
+def noop_reason(m: dict[str, float]) -> str | None:
+    """Why this step's update could not change the policy, or None: every advantage group had zero
+    spread (all its episodes rewarded alike, so every advantage is 0), every ratio was clipped, or
+    the gradient was zero. The tiny model's smoke run is such a run: its replies all hit the cap, so
+    both episodes of the one question earn the same reward."""
+    groups, zero = int(m.get("train/adv_groups", 0)), int(m.get("train/zero_adv_groups", 0))
+    if groups and zero >= groups:
+        return f"all {groups} advantage group{'s' * (groups != 1)} zero"
+    if m.get("gspo/clip_frac_low", 0.0) + m.get("gspo/clip_frac_high", 0.0) >= 1.0 - 1e-9:
+        return "every ratio clipped"
+    if m.get("gspo/grad_norm") == 0.0:
+        return "zero gradient"
+    return None
 
 
 def seed_everything(seed: int) -> None:
@@ -270,6 +286,7 @@ class GSPOTrainer:
         self.engine.train()
         loss_metrics: list[dict[str, float]] = []
         grad_norms: list[float] = []
+        progress = leaf("update", len(micro), "mini-batches")
         for k, part in enumerate(micro):
 
             def micro_loss(rows: torch.Tensor, first: bool = k == 0) -> torch.Tensor:
@@ -284,6 +301,7 @@ class GSPOTrainer:
                 return out.loss
 
             grad_norms.append(self.engine.update([(int(m.numel()), lambda m=m: micro_loss(m)) for m in part]))
+            progress.advance()
         return loss_metrics, grad_norms
 
     def _all_ranks(self, local: dict[str, float], tokens: int, rollout_s: float,
@@ -321,6 +339,9 @@ class GSPOTrainer:
                                                         peaks.metrics())
         metrics |= {"gspo/grad_norm": float(np.mean(grad_norms)), "train/lambda_tok": lam,
                     "train/budget": self.controller.target, "perf/step_s": time.perf_counter() - t0}
+        groups = metrics.get("train/adv_groups", 0.0)
+        metrics["gspo/zero_adv_groups_frac"] = metrics.get("train/zero_adv_groups", 0.0) / groups if groups else 1.0
+        metrics["gspo/noop_step"] = float(noop_reason(metrics) is not None)
         self.step_idx += 1
         self.history.append({"step": float(self.step_idx)} | metrics)
         return StepResult(self.step_idx, metrics, episodes)

@@ -56,7 +56,7 @@ class PrepareJob(Job):
     mirror: str | None = Field(None, description="mirror folder (default $AGENT_GSPO_DATA_MIRROR, data.mirror)")
     out_dir: str | None = Field(None, description="output folder (default data.out_dir)")
     validate_after: bool = Field(True, description="run the validation suites afterwards")
-    progress: bool = Field(False, description="show a progress bar")
+    progress: bool = Field(True, description="log progress lines (components.progress)")
     metrics_file: str | None = Field(None, description="write rows per benchmark and split here (DVC metrics)")
 
     @property

@@ -72,13 +72,17 @@ class EvaluateJob(Job):
     data_dir: str | None = Field(None, description="prepared data (default data.out_dir)")
     split: str = Field("test", description="benchmark split")
     track: bool = Field(True, description="log an MLflow run (and record results on a registry version)")
-    metrics_file: str | None = Field(None, description="write each system's summary here (DVC metrics)")
+    metrics_file: str | None = Field(None, description="folder: one small JSON per system, <system>.json "
+                                     "(DVC metrics: a row each in `dvc metrics show`)")
 
     def run(self) -> EvaluateResult:
         if self.metrics_file:  # refused before the evaluation, not after it
-            from components.io import check_output_file
+            from components.io import check_writable_dir
 
-            check_output_file(self.metrics_file, "metrics file (--metrics)")
+            if Path(self.metrics_file).exists() and not Path(self.metrics_file).is_dir():
+                raise UserError(f"metrics folder (--metrics) {self.metrics_file}: is a file, not a folder "
+                                "(evaluate writes one file per system into it)")
+            check_writable_dir(self.metrics_file, "metrics folder (--metrics)")
             out = Path(self.out_dir or self.cfg.eval.out_dir).resolve()
             if out in Path(self.metrics_file).resolve().parents:
                 raise UserError(f"--metrics {self.metrics_file}: inside the evaluation folder {out}, whose files are "
@@ -86,9 +90,9 @@ class EvaluateJob(Job):
                                 "elsewhere")
         result = self._evaluate()
         if self.metrics_file:
-            from components.jobs.metrics import eval_metrics, write_metrics
+            from components.jobs.metrics import write_eval_metrics
 
-            write_metrics(self.metrics_file, eval_metrics(result.report.summary))
+            write_eval_metrics(self.metrics_file, result.report.summary)
         return result
 
     def _evaluate(self) -> EvaluateResult:

@@ -1,4 +1,4 @@
-"""Small numbers-only metric files for DVC (``--metrics FILE`` of prepare, train, evaluate, experiments report).
+"""Small numbers-only metric files for DVC (``--metrics`` of prepare, train, evaluate (a folder), experiments report).
 
 ``dvc metrics show / diff`` and ``dvc exp show`` flatten every leaf of a metrics file into a
 column, so these files hold only the headline numbers (no hashes, paths, names or nulls), and
@@ -15,13 +15,27 @@ from typing import Any
 
 from components.io import write_json_atomic
 
-EVAL_KEYS = ("accuracy", "accuracy_micro", "n", "tokens_total", "tokens_completion", "tokens_communicated",
-             "silence_rate", "grading_errors")
-TRAIN_KEYS = ("train/reward", "train/accuracy", "train/tokens_total", "train/tokens_completion", "train/budget_tokens",
-              "train/budget", "train/lambda_tok", "train/silence_rate", "gspo/clip_frac_low", "gspo/clip_frac_high",
-              "gspo/approx_kl", "gspo/grad_norm")
-"""of the last step; the first step keeps the first five (where training started). ``perf/*`` (throughput,
-seconds) changes run to run on the same inputs: not a metric to diff"""
+COLUMNS = ("n", "accuracy", "tokens", "silence", "reward", "lambda_tok", "budget", "noop")
+"""The one small vocabulary of every smoke-chain metrics file, one file per row.
+
+``dvc metrics show`` prints ONE table: a row per file and a column per distinct leaf key of all
+files. Files with disjoint, nested keys made it 4,082 characters wide; files that share these
+eight keys (``n``: rows, steps or items; ``tokens``: mean total tokens per episode; ``budget``:
+the token budget B; ``noop``: steps whose update changed nothing) keep it under 120 columns,
+and ``dvc metrics diff`` compares like with like. Everything else is in the stage's outputs
+(manifest, history.csv, evaluation tables)."""
+
+SERIES_COLUMNS = {"step": "step", "reward": "train/reward", "accuracy": "train/accuracy",
+                  "tokens": "train/tokens_total", "budget_tokens": "train/budget_tokens", "budget": "train/budget",
+                  "lambda_tok": "train/lambda_tok", "silence": "train/silence_rate",
+                  "zero_adv_groups_frac": "gspo/zero_adv_groups_frac", "grad_norm": "gspo/grad_norm",
+                  "loss": "gspo/loss", "approx_kl": "gspo/approx_kl"}
+"""the per-step training series (``history.csv`` in the run folder, a DVC plot with x = step):
+column -> history key"""
+SERIES_FILE = "history.csv"
+
+DIGITS = 4
+"""metrics are rounded: 5 significant decimals of a mean of 2 episodes are noise, and width"""
 
 
 def _numbers(value: Any, where: str) -> Any:
@@ -39,25 +53,62 @@ def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
     return target
 
 
+def _round(value: float) -> float | int:
+    return value if isinstance(value, int) else round(float(value), DIGITS)
+
+
 def data_metrics(manifest: Mapping[str, Any]) -> dict[str, int]:
-    """Rows per benchmark (all splits) of a prepared-data manifest, and their total."""
-    out = {name: sum(int(n) for n in (entry.get("rows") or {}).values())
-           for name, entry in sorted(manifest.get("benchmarks", {}).items())}
-    out["total_rows"] = sum(out.values())
+    """``n``: rows of every prepared benchmark and split (per benchmark: data/manifest.json)."""
+    return {"n": sum(int(n) for entry in manifest.get("benchmarks", {}).values()
+                     for n in (entry.get("rows") or {}).values())}
+
+
+def train_metrics(history: Sequence[Mapping[str, float]]) -> dict[str, float | int]:
+    """Steps run (``n``), the last step's numbers and how many steps were no-ops (:data:`COLUMNS`)."""
+    if not history:
+        return {"n": 0}
+    last = history[-1]
+    keys = {"accuracy": "train/accuracy", "tokens": "train/tokens_total", "silence": "train/silence_rate",
+            "reward": "train/reward", "lambda_tok": "train/lambda_tok", "budget": "train/budget"}
+    out: dict[str, float | int] = {"n": int(last.get("step", len(history)))}
+    out |= {col: _round(last[k]) for col, k in keys.items()
+            if isinstance(last.get(k), int | float) and math.isfinite(last[k])}
+    out["noop"] = sum(int(row.get("gspo/noop_step", 0.0) > 0) for row in history)
     return out
 
 
-def train_metrics(history: Sequence[Mapping[str, float]]) -> dict[str, Any]:
-    """Steps run, :data:`TRAIN_KEYS` of the last step and the first five of them at the first step."""
-    def pick(row: Mapping[str, float], keys: Sequence[str]) -> dict[str, float]:
-        return {k: float(row[k]) for k in keys if isinstance(row.get(k), int | float) and math.isfinite(row[k])}
-
-    if not history:
-        return {"steps": 0}
-    return {"steps": int(history[-1].get("step", len(history))), "first": pick(history[0], TRAIN_KEYS[:5]),
-            "final": pick(history[-1], TRAIN_KEYS)}
+def eval_metrics(summary: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float | int]]:
+    """Per evaluated system (one file each), ``n`` items, accuracy, mean tokens per episode, silence."""
+    keys = {"n": "n", "accuracy": "accuracy", "tokens": "tokens_total_mean", "silence": "silence_rate"}
+    return {system: {col: _round(s[k]) for col, k in keys.items() if s.get(k) is not None}
+            for system, s in summary.items()}
 
 
-def eval_metrics(summary: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Per evaluated system, its summary over benchmarks (:data:`EVAL_KEYS`, where defined)."""
-    return {system: {k: s[k] for k in EVAL_KEYS if s.get(k) is not None} for system, s in summary.items()}
+def write_eval_metrics(folder: str | Path, summary: Mapping[str, Mapping[str, Any]]) -> list[Path]:
+    """One file per system, ``<folder>/<system>.json`` (a row each in ``dvc metrics show``); files of
+    systems not evaluated now are removed, so the folder is this evaluation's."""
+    target = Path(folder)
+    rows = eval_metrics(summary)
+    written = [write_metrics(target / f"{system}.json", row) for system, row in rows.items()]
+    for stale in target.glob("*.json"):
+        if stale.stem not in rows:
+            stale.unlink()
+    return written
+
+
+def write_series(path: str | Path, history: Sequence[Mapping[str, float]]) -> Path:
+    """The per-step training series as CSV (:data:`SERIES_COLUMNS`; empty cells where a step lacks one)."""
+    import csv
+    import io
+
+    from components.io import write_text_atomic
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(SERIES_COLUMNS)
+    for row in history:
+        writer.writerow(["" if not isinstance(row.get(k), int | float) else
+                         int(row[k]) if col == "step" else _round(row[k]) for col, k in SERIES_COLUMNS.items()])
+    target = Path(path)
+    write_text_atomic(target, buf.getvalue())
+    return target

@@ -40,7 +40,8 @@ class TrainJob(Job):
     out_dir: str | None = Field(None, description="run folder (default gspo.out_dir)")
     track: bool = Field(True, description="log an MLflow run and register the final policy")
     isolate: bool = Field(False, description="train in a subprocess even with deepspeed.launcher=none")
-    metrics_file: str | None = Field(None, description="write first/final step numbers here (DVC metrics)")
+    metrics_file: str | None = Field(None, description="write the last step's numbers here (DVC metrics); the "
+                                     "per-step series is always written to history.csv in the run folder")
     on_line: Callable[[str], bool | None] | None = Field(
         None, exclude=True, description="gets each subprocess line; returns True when it showed the line itself")
 
@@ -61,6 +62,10 @@ class TrainJob(Job):
 
     def run(self) -> TrainResult:
         result = self._train()
+        if result.history:  # the per-step series, a DVC plot (x = step); none on a multi-node worker
+            from components.jobs.metrics import SERIES_FILE, write_series
+
+            write_series(Path(result.out_dir) / SERIES_FILE, result.history)
         if self.metrics_file:
             from components.jobs.metrics import train_metrics, write_metrics
 

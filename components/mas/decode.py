@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from components.mas.prefill import CacheLayout, PrefixPlan, prefill
+from components.progress import leaf
 
 LogitsProcessor = Callable[[torch.Tensor, int], torch.Tensor]
 """(logits (B, V) float32, step) -> logits (B, V)"""
@@ -187,6 +188,7 @@ class Decoder:
                 raise ValueError("Decoder.generate: no_silence rows need the decoder's first_banned mask")
             first_masked = torch.tensor(no_silence, dtype=torch.bool, device=device)
         steps = 0
+        progress = leaf("decode", n_new, "tokens")
         for t in range(n_new):
             logits = out.logits[:, -1, :].float()
             if self.logits_processor is not None:
@@ -215,6 +217,7 @@ class Decoder:
             if t == 0 and stops.silence is not None:
                 done = done | (nxt == stops.silence)
             steps = t + 1
+            progress.advance()
             if t == n_new - 1 or bool(done.all()):  # the one host-device sync per token
                 break
             last_pos = last_pos + 1

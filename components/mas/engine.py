@@ -62,6 +62,7 @@ from components.mas.records import Episode, Message
 from components.mas.roles import DECIDER, item_family, role_names, system_prompt, task_family, user_prompt
 from components.mas.topology import build_adjacency, round_waves
 from components.models.silence import silence_token_id
+from components.progress import report
 
 
 class RolloutInputError(UserError):
@@ -357,18 +358,23 @@ class RolloutEngine:
         self.model.eval()
         # frame prefixes' KV, reused by later rounds of THIS rollout only (the weights are fixed here)
         store = PrefixStore() if self.cfg.rounds > 1 else None
+        calls = self.cfg.rounds * len(self.waves) + (self.cfg.aggregation == "decision_agent")
         try:
-            for r in range(self.cfg.rounds):
-                for wave in self.waves:
-                    heard = [self._row(st, a, self.roles[a], call, lambda t, a=a: adj[t.msg.agent_id][a] == 1)
-                             for st in states for a in wave if self._prompted(st, a, r)]
-                    rows = [row for row in heard if not self._repeats(row)]
-                    if rows:
-                        self._run_call(rows, call, r, sampling, generator, store, stats)
-                    call += 1
-            if self.cfg.aggregation == "decision_agent":
-                rows = [self._row(st, n, DECIDER, call, lambda t: t.msg.agent_id < n) for st in states]
-                self._run_call(rows, call, self.cfg.rounds, sampling, generator, store, stats)
+            with report("rollout", calls, "calls") as progress:
+                progress.detail = f"{len(states)} episodes"
+                for r in range(self.cfg.rounds):
+                    for wave in self.waves:
+                        heard = [self._row(st, a, self.roles[a], call, lambda t, a=a: adj[t.msg.agent_id][a] == 1)
+                                 for st in states for a in wave if self._prompted(st, a, r)]
+                        rows = [row for row in heard if not self._repeats(row)]
+                        if rows:
+                            self._run_call(rows, call, r, sampling, generator, store, stats)
+                        call += 1
+                        progress.advance()
+                if self.cfg.aggregation == "decision_agent":
+                    rows = [self._row(st, n, DECIDER, call, lambda t: t.msg.agent_id < n) for st in states]
+                    self._run_call(rows, call, self.cfg.rounds, sampling, generator, store, stats)
+                    progress.advance()
         finally:
             self.model.train(was_training)
         episodes = [self._finish(st, self.cfg.rounds * n) for st in states]

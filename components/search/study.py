@@ -47,6 +47,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from components.config import Config
 from components.errors import Terminated
+from components.progress import leaf
 from components.redact import redact as redact_text
 from components.search import budget as B
 from components.search import study_config
@@ -140,6 +141,18 @@ def _quiet_interrupts() -> Iterator[_QuietInterrupts]:
         yield quiet
     finally:
         logger.removeFilter(quiet)
+
+
+@contextlib.contextmanager
+def _optuna_warnings_only() -> Iterator[None]:
+    """Optuna's own "Trial N finished with value ..." INFO line repeated the project's "trial i/n done"
+    line for every trial; its warnings (a failed trial) stay."""
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
 
 
 def _check_outcome(outcome: Any, number: int) -> TrialOutcome:
@@ -237,6 +250,8 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
                 trial.set_user_attr(B.ATTR_INTERRUPTED, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT")
             raise
 
+    progress = leaf("search", n_trials, "trials")  # lines inside a trial (components.progress)
+
     def run_trial(trial: optuna.Trial, parent: Any) -> float:
         before = used(before=trial.number)
         reason = B.exhausted(before, limits)
@@ -291,6 +306,8 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
         log.info("trial %d/%d done in %.0f s: dev accuracy %.3f, %.1f tokens/episode (limit %g); %s",
                  slot, n_trials, outcome.seconds or wall, outcome.dev_accuracy,
                  outcome.mean_tokens_per_episode, limit, _spent(used(), limits, int(outcome.tokens_spent)))
+        progress.done = slot
+        progress.advance(0, shown=True)  # the line above was this trial's line
         return float(outcome.dev_accuracy)
 
     def after_trial(study_: optuna.Study, _trial: FrozenTrial) -> None:
@@ -308,7 +325,7 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
         reason = B.exhausted(used(), limits)
         if reason is None:
             # a refusal stops the study (study.stop above); any other failure fails one trial only
-            with _quiet_interrupts() as quiet:
+            with _quiet_interrupts() as quiet, _optuna_warnings_only(), progress.active():
                 study.optimize(lambda t: objective(t, parent), n_trials=None, callbacks=[after_trial],
                                catch=(Exception,))
         else:

@@ -28,6 +28,7 @@ EXTRA_METRIC_NAMES: frozenset[str] = frozenset({
     "gspo/kl_base", "train/silence_prob", "train/calls_skipped", "train/cap_hit_rate", "train/episodes",
     "train/messages", "silence/informed", "silence/uninformed", "silence/decider",
     "perf/rss_rollout_gb", "perf/rss_update_gb", "perf/cuda_rollout_gb", "perf/cuda_update_gb",
+    "gspo/zero_adv_groups_frac", "gspo/noop_step",
 })
 """Diagnostics beyond the contract: the budget-measure token mean the dual controller sees, groups
 whose advantages were zero, the loss itself, the KL of π_old from the base policy, the silence
@@ -35,7 +36,9 @@ token's mean first-token probability (the exploration rate), calls the protocol 
 that reached the length cap, silence of the agents that held / did not hold the private fact
 on split-information items, silence of the decision agent (``mas.aggregation: decision_agent``),
 and the peak memory of the rollout and of the updates
-(``components.gspo.memory``) (search metrics are checked in components/search)."""
+(``components.gspo.memory``), the share of advantage groups with zero spread and whether the step's
+update was a no-op (:func:`components.gspo.trainer.noop_reason`: every group zero, every ratio
+clipped or a zero gradient) (search metrics are checked in components/search)."""
 
 EVAL_SUMMARY_NAMES: frozenset[str] = frozenset({
     "eval/accuracy", "eval/accuracy_micro", "eval/n", "eval/correct", "eval/benchmarks", "eval/tokens_total",

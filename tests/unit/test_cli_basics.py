@@ -9,7 +9,8 @@ def test_progress_lines_follow_the_current_stderr_and_main_adds_one_handler(monk
     import io
     import logging
 
-    from components.cli import _log_progress, _StderrHandler
+    from components.cli import _log_progress
+    from components.progress import StderrHandler as _StderrHandler
 
     first = io.StringIO()
     monkeypatch.setattr("sys.stderr", first)

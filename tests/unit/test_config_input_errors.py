@@ -207,10 +207,10 @@ def test_exponent_floats_without_a_dot_are_numbers_in_the_file_and_in_set(tmp_pa
     (["rollout", "--benchmark", "gsm8k", "--seed", "99999999999999999999999"], "must be in 0..4294967295"),
     (["rollout", "--benchmark", "gsm8k", "--json", "{afile}/x.jsonl"], "{afile}: exists and is not a folder"),
     (["rollout", "--benchmark", "gsm8k", "--json", "{adir}"], "is a folder, not a file"),
-    (["evaluate", "--metrics", "{afile}/m.json"], "metrics file (--metrics) folder"),
-    (["evaluate", "--metrics", "{adir}"], "metrics file (--metrics) {adir}: is a folder"),
+    (["evaluate", "--metrics", "{afile}/m"], "(--metrics) {afile}/m: {afile} exists and is not a folder"),
+    (["evaluate", "--metrics", "{afile}"], "metrics folder (--metrics) {afile}: is a file, not a folder"),
     (["train", "--metrics", "{adir}"], "metrics file (--metrics) {adir}: is a folder"),
-    (["evaluate", "--out", "{adir}", "--metrics", "{adir}/summary.json"], "inside the evaluation folder"),
+    (["evaluate", "--out", "{adir}", "--metrics", "{adir}/metrics"], "inside the evaluation folder"),
 ])
 def test_output_paths_and_sizes_are_refused_before_any_work(argv, expected, capsys, tmp_path, monkeypatch):
     """Were: an OOM kill, an int64 overflow traceback, or a FileExistsError / IsADirectoryError traceback after

@@ -178,11 +178,16 @@ def test_real_mlflow_tracker_gets_contract_metrics_nested_runs_and_artifacts(dat
     assert children[0].data.metrics["eval/aqua/accuracy"] == 0.0
 
 
-def test_progress_is_logged_per_batch_with_counts(data, tmp_path, caplog):
-    """Long evaluations say where they are (terminal via the CLI, Prefect via flows.logs)."""
-    caplog.set_level("INFO", logger="components.evaluation.runner")
+def test_progress_is_logged_per_batch_with_counts(data, tmp_path, caplog, monkeypatch):
+    """Long evaluations say where they are (terminal via the CLI, Prefect via flows.logs), through the
+    one throttled progress reporter (here a line per batch), and no tqdm bar besides."""
+    monkeypatch.setenv("AGENT_GSPO_PROGRESS_S", "0")
+    caplog.set_level("INFO", logger="components")
+    monkeypatch.setattr("tqdm.auto.tqdm", None)  # a bar would interleave with the lines
     evaluate(_cfg(), limit=3, data_dir=data, out_dir=tmp_path / "eval", systems=[System("agent_gspo", FakeEngine())])
     lines = [r.getMessage() for r in caplog.records if r.name == "components.evaluation.runner"]
     assert "evaluate agent_gspo (pooled): 6 items in 3 batch(es) of up to 2" in lines
-    assert any(line.startswith("evaluate agent_gspo (pooled): batch 3/3 done, 6/6 items") for line in lines), lines
+    assert any(line.startswith("evaluate agent_gspo (pooled): 6 items done in") for line in lines), lines
+    progress = [r.getMessage() for r in caplog.records if r.name == "components.progress"]
+    assert progress[-1].startswith("evaluate agent_gspo (pooled) 3/3 batches (6/6 items)"), progress
     assert "evaluate: grading 6 episodes" in lines

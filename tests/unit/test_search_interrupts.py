@@ -125,3 +125,14 @@ def test_a_signalled_worker_prints_one_line_and_its_trial_is_not_counted(
     assert lines == [f"agent-gspo search worker: interrupted ({name})"], err
     again = run_search(_cfg(tmp_path), SyntheticTrial(), trials=2, storage=url)
     assert again.n_complete == 2 and len(again.trials_this_worker) == 2
+
+
+def test_each_trial_is_reported_once(tmp_path: Path, optuna_log: _Records, caplog) -> None:
+    """The project's "trial i/n done" line, not Optuna's "Trial N finished with value ..." echo of it
+    too (Optuna's verbosity is given back as it was)."""
+    caplog.set_level(logging.INFO, logger="components")
+    run_search(_cfg(tmp_path), SyntheticTrial(), trials=2, storage=optuna.storages.InMemoryStorage())
+    assert optuna.logging.get_verbosity() == optuna.logging.INFO
+    assert not [m for m in optuna_log.messages if "finished with value" in m], optuna_log.messages
+    done = [m.split(" done")[0] for m in caplog.messages if m.startswith("trial ") and " done in " in m]
+    assert done == ["trial 1/2", "trial 2/2"]

@@ -140,7 +140,8 @@ class ExperimentsConfig(_Section):
     results_dir: Name = Field("results", description="one <name>.json per experiment (committed)")
     runs_dir: Name = Field("runs/experiments", description="per-experiment training and evaluation folders")
     report: Name = Field("docs/results.md", description="generated report; PNGs go to <report dir>/<stem>/")
-    last_k: int = Field(5, ge=1, description="last training steps averaged when checking tokens against B")
+    last_k: int = Field(5, ge=1, le=1_000_000,
+                        description="last training steps averaged when checking tokens against B")
     definitions: dict[str, ExperimentDef] = Field(default_factory=dict, description="name -> experiment")
     record: RecordConfig = Field(default_factory=RecordConfig, description="the runs of record the claims judge")
 

@@ -10,8 +10,9 @@ import sys
 import threading
 import time
 
-from components.scoring.sandbox import SandboxUnavailable, run_program
 from sandbox_probe import become_nobody, drop_sys_admin
+
+from components.scoring.sandbox import SandboxUnavailable, run_program
 
 MEMORY_MB = 256
 _KEEP = "import time; time.sleep(3)\n"  # hold what was allocated while the host samples

@@ -43,7 +43,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from components.gspo.checkpoint_errors import CheckpointError, _reading, _weights_problem, applying, incompatible
+from components.gspo.checkpoint_errors import (
+    CheckpointError,
+    _optimizer_problem,
+    _reading,
+    _weights_problem,
+    applying,
+    incompatible,
+)
 from components.gspo.checkpoint_integrity import hash_files, integrity_problem
 from components.gspo.distributed import barrier
 from components.gspo.engines import TrainEngine
@@ -378,6 +385,9 @@ def load_checkpoint(path: str | os.PathLike[str], engine: TrainEngine) -> dict[s
     state_file = path / "engine" / "engine_state.pt"  # the torch engine's one file; DeepSpeed's is a folder
     with applying(state_file if state_file.is_file() else path / "engine", path):
         engine.load_checkpoint_state(path / "engine")
+    problem = _optimizer_problem(getattr(engine, "optimizer", None))
+    if problem:
+        raise incompatible(state_file if state_file.is_file() else path / "engine", path, problem)
     rng_file = path / "rng" / f"rank-{engine.dist.rank:05d}.pt"
     if not rng_file.is_file():
         rng_file = path / "rng" / "rank-00000.pt"

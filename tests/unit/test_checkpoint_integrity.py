@@ -103,3 +103,22 @@ def test_a_format_1_checkpoint_resumes_with_a_warning(saved: Path, tmp_path: Pat
     check_resumable(ckpt.parent.parent, load_config(PARAMS))
     err = capsys.readouterr().err
     assert "holds no file hashes" in err and "without an integrity check" in err
+
+
+def test_a_nan_optimizer_state_is_refused_even_with_matching_hashes(saved: Path, tmp_path: Path) -> None:
+    """Someone who rewrites meta.json too gets past the hashes; a non-finite Adam moment is still refused."""
+    import torch
+
+    from components.gspo.checkpoint import load_checkpoint
+    from components.gspo.checkpoint_integrity import hash_files
+
+    ckpt = _copy(saved, tmp_path)
+    file = ckpt / "engine" / "engine_state.pt"
+    state = torch.load(file, weights_only=False)
+    next(iter(state["optimizer"]["state"].values()))["exp_avg"].fill_(float("nan"))
+    torch.save(state, file)
+    meta = json.loads((ckpt / "meta.json").read_text())
+    (ckpt / "meta.json").write_text(json.dumps(meta | {"files": hash_files(ckpt)}))
+    verify_checkpoint(ckpt)
+    with pytest.raises(CheckpointError, match=f"{file}: corrupt or incompatible checkpoint \\(optimizer state exp_avg"):
+        load_checkpoint(ckpt, torch_engine())

@@ -75,7 +75,10 @@ class EvaluateJob(Job):
     metrics_file: str | None = Field(None, description="write each system's summary here (DVC metrics)")
 
     def run(self) -> EvaluateResult:
-        if self.metrics_file:  # refused before the evaluation, not after it
+        from components.io import check_not_pipeline_input
+
+        check_not_pipeline_input(self.out_dir or self.cfg.eval.out_dir, "output folder (--out / eval.out_dir)")
+        if self.metrics_file:  # refused before the evaluation, not after it (a pipeline input too)
             from components.io import check_output_file
 
             check_output_file(self.metrics_file, "metrics file (--metrics)")

@@ -25,21 +25,14 @@ value is checked and any failure refuses to run the program, raising :class:`San
 * a root scorer runs the program under a **private uid** (random, >= 100000, no passwd entry):
   it then cannot read files that are not world-readable either;
 * rlimits (hard = soft): address space, CPU seconds, processes, file size, no core dumps;
-* **memory** (``memory_mb``), file-backed and anonymous alike, with the bound that covers each:
-
-  - anonymous memory and anything mapped (``mmap`` of a file, ``MAP_SHARED|MAP_ANONYMOUS``):
-    RLIMIT_AS, per process;
-  - files on ``/tmp``, ``/var/tmp``, ``/dev/shm`` (POSIX ``shm_open`` too), sparse or not: each is
-    a private tmpfs of :func:`_tmpfs_mb` (the three together <= ``memory_mb``) and 4096 inodes,
-    so neither one big file nor many small ones grow the host's shared memory past it;
-  - ``memfd_create``/``memfd_secret`` files (the kernel's internal shm mount, no size limit but
-    RLIMIT_FSIZE per file, and one process may hold many), SysV shared memory and message queues
-    (they outlive every fd and mapping): refused by the seccomp filter (EPERM), since no rlimit
-    bounds them and a cgroup is not writable everywhere (containers, unprivileged scorers);
-  - POSIX message queues: RLIMIT_MSGQUEUE = 0; pipe and socket buffers: RLIMIT_NOFILE = 64;
-  - not bounded: the sum over processes (RLIMIT_AS is per process: up to ``max_procs`` x
-    ``memory_mb`` of anonymous memory); that needs a cgroup memory limit, which this sandbox does
-    not create (docs/hardening.md);
+* **memory** (``memory_mb``), each kind with the bound that covers it (docs/hardening.md):
+  anonymous or mapped memory: RLIMIT_AS, per process; files in ``/tmp``, ``/var/tmp``, ``/dev/shm``
+  (sparse or not, one or many): private tmpfs of :func:`_tmpfs_mb` each (together <= ``memory_mb``)
+  and 4096 inodes; ``memfd_create``/``memfd_secret`` files (the kernel's internal shm mount, capped
+  only per file by RLIMIT_FSIZE) and SysV shared memory and message queues (no fd holds them): refused
+  by the seccomp filter, as no rlimit bounds them and a cgroup is not writable everywhere; POSIX
+  message queues: RLIMIT_MSGQUEUE = 0; pipe and socket buffers: RLIMIT_NOFILE = 64. Not bounded: the
+  sum over processes (up to ``max_procs`` x ``memory_mb``; that needs a cgroup);
 * environment of only ``PATH``/``LANG``/``LC_ALL``, stdin ``/dev/null``, ``python -I -S``;
 * a wall-clock timeout that kills the whole namespace.
 

@@ -140,7 +140,8 @@ class ExperimentsConfig(_Section):
     results_dir: Name = Field("results", description="one <name>.json per experiment (committed)")
     runs_dir: Name = Field("runs/experiments", description="per-experiment training and evaluation folders")
     report: Name = Field("docs/results.md", description="generated report; PNGs go to <report dir>/<stem>/")
-    last_k: int = Field(5, ge=1, description="last training steps averaged when checking tokens against B")
+    last_k: int = Field(5, ge=1, le=1_000_000,
+                        description="last training steps averaged when checking tokens against B")
     definitions: dict[str, ExperimentDef] = Field(default_factory=dict, description="name -> experiment")
     record: RecordConfig = Field(default_factory=RecordConfig, description="the runs of record the claims judge")
 
@@ -365,7 +366,8 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
         raise ConfigError("--profile: empty profile name (omit it for the default)")
     profile = profile or os.environ.get("AGENT_GSPO_PROFILE") or "default"
     raw: dict[str, Any] = {}
-    if path.exists() or path.is_symlink():
+    raw_read = path.exists() or path.is_symlink()
+    if raw_read:
         raw = read_params_file(path)
     elif named:
         raise ConfigError(f"{path}: params file not found")
@@ -392,6 +394,10 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
         set_override(raw, text)
     raw["profile"] = profile
     try:
-        return Config.model_validate(raw)
+        cfg = Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(format_errors(exc, f"{path} (profile {profile})")) from exc
+    from components.io import register_pipeline_inputs
+
+    register_pipeline_inputs(path if raw_read else None, cfg.data.out_dir, cfg.data.mirror)
+    return cfg

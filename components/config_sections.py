@@ -32,6 +32,10 @@ Name = Annotated[str, Field(min_length=1, pattern=r"\S")]
 """a name, path or URI: an empty or blank one would silently mean the current folder or nothing"""
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 """what numpy, torch and Python's random all accept (and derived seeds stay in int64)"""
+MAX_WAIT_S = 86_400.0
+"""A day: the longest timeout or wait the schema takes. Far below what ``signal.alarm``,
+``subprocess``'s and ``select``'s timeouts and ``time.sleep`` accept (an unbounded
+``eval.code_timeout_s=1e10`` passed the schema, then overflowed in the scorer)."""
 TRAIN_SOURCE_RE = re.compile(r"^(?P<bench>[a-z0-9]+)/(?P<split>[A-Za-z0-9_.-]+)$")
 
 
@@ -67,8 +71,8 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="weights dtype; auto = bf16 on a bf16-capable GPU, else fp32; "
                             "float16 is for evaluation only (training refuses it: no loss scaling)")
-    lora_rank: int = Field(0, ge=0, description="LoRA rank (0 = full fine-tuning)")
-    lora_alpha: int = Field(16, ge=1, description="LoRA alpha")
+    lora_rank: int = Field(0, ge=0, le=4096, description="LoRA rank (0 = full fine-tuning)")
+    lora_alpha: int = Field(16, ge=1, le=65536, description="LoRA alpha")
     gradient_checkpointing: bool = Field(False, description="trade compute for activation memory")
     silence_prior: float = Field(0.0, ge=0.0, lt=1.0,
                                  description="initial P(silence) as a reply's first token (0 = the untrained row)")
@@ -119,30 +123,32 @@ class MasConfig(_Section):
 
 
 class RewardConfig(_Section):
-    lambda_tok: float = Field(0.1, ge=0.0, description="initial token penalty (steered by the budget controller)")
-    lambda_turn: float = Field(0.01, ge=0.0, description="penalty per non-silent message")
-    lambda_rep: float = Field(0.1, ge=0.0, description="penalty for n-gram repetition (0..1)")
+    lambda_tok: float = Field(0.1, ge=0.0, le=1e3,
+                              description="initial token penalty (steered by the budget controller)")
+    lambda_turn: float = Field(0.01, ge=0.0, le=1e3, description="penalty per non-silent message")
+    lambda_rep: float = Field(0.1, ge=0.0, le=1e3, description="penalty for n-gram repetition (0..1)")
     token_measure: Literal["completion", "communicated", "total"] = Field(
         "completion", description="which token count the penalty and budget refer to")
-    token_norm: float = Field(256.0, gt=0.0, description="B_norm: tokens are divided by this in the reward")
-    repetition_ngram: int = Field(3, ge=1, description="n for the repetition n-gram overlap")
+    token_norm: float = Field(256.0, gt=0.0, le=1e9, description="B_norm: tokens are divided by this in the reward")
+    repetition_ngram: int = Field(3, ge=1, le=64, description="n for the repetition n-gram overlap")
     per_agent_credit: bool = Field(False, description="charge each message its own cost (shaped credit)")
 
 
 class BudgetConfig(_Section):
     enabled: bool = Field(True, description="steer lambda_tok with dual ascent")
-    target: float = Field(400.0, gt=0.0, description="B: target mean tokens per episode (token_measure)")
+    target: float = Field(400.0, gt=0.0, le=1e9, description="B: target mean tokens per episode (token_measure)")
     fraction: float | None = Field(None, gt=0.0, le=10.0,
                                    description="B = this x the untrained policy's sampled tokens per training episode, "
                                                "measured before step 1 (null: use target)")
-    calibration_questions: int = Field(8, ge=1, description="training questions (x G episodes) that measure it")
-    lr: float = Field(0.05, gt=0.0, description="eta: dual ascent step size (integral gain)")
-    kp: float = Field(0.0, ge=0.0, description="proportional gain on the budget error (0 = plain dual ascent)")
+    calibration_questions: int = Field(8, ge=1, le=100_000,
+                                       description="training questions (x G episodes) that measure it")
+    lr: float = Field(0.05, gt=0.0, le=1e3, description="eta: dual ascent step size (integral gain)")
+    kp: float = Field(0.0, ge=0.0, le=1e3, description="proportional gain on the budget error (0 = plain dual ascent)")
     mode: Literal["cap", "target"] = Field(
         "cap", description="cap: spend at most B (lambda_tok in [lambda_min, lambda_max]); target: spend B (an "
                            "equality constraint, lambda_tok in [-lambda_max, lambda_max]: below B tokens earn a bonus)")
-    lambda_min: float = Field(0.0, ge=0.0, description="lower bound of lambda_tok (cap mode)")
-    lambda_max: float = Field(10.0, gt=0.0, description="upper bound of |lambda_tok|")
+    lambda_min: float = Field(0.0, ge=0.0, le=1e3, description="lower bound of lambda_tok (cap mode)")
+    lambda_max: float = Field(10.0, gt=0.0, le=1e3, description="upper bound of |lambda_tok|")
 
     @model_validator(mode="after")
     def _target_has_no_lambda_min(self) -> BudgetConfig:
@@ -161,22 +167,23 @@ class BudgetConfig(_Section):
 
 
 class GspoConfig(_Section):
-    steps: int = Field(200, ge=1, description="training steps (rollout batches)")
+    steps: int = Field(200, ge=1, le=10_000_000, description="training steps (rollout batches)")
     questions_per_step: int = Field(8, ge=1, le=1024, description="questions per rollout batch")
     group_size: int = Field(8, ge=2, le=256, description="G: episodes sampled per question")
-    minibatches: int = Field(4, ge=1, description="mu: optimizer updates per rollout batch")
-    eps_low: float = Field(3e-4, ge=0.0, description="lower clip range of the sequence ratio")
-    eps_high: float = Field(4e-4, ge=0.0, description="upper clip range of the sequence ratio")
+    minibatches: int = Field(4, ge=1, le=4096, description="mu: optimizer updates per rollout batch")
+    eps_low: float = Field(3e-4, ge=0.0, le=1.0, description="lower clip range of the sequence ratio")
+    eps_high: float = Field(4e-4, ge=0.0, le=10.0, description="upper clip range of the sequence ratio")
     level: Literal["sequence", "sequence_token", "token"] = Field(
         "sequence", description="GSPO, GSPO-token, or GRPO-style token ratios (ablation)")
-    kl_beta: float = Field(0.0, ge=0.0, description="KL penalty to the reference policy")
+    kl_beta: float = Field(0.0, ge=0.0, le=1e3, description="KL penalty to the reference policy")
     log_kl_base: bool = Field(True, description="log KL(pi_old || base) on 16 messages a step (full FT keeps a "
                                                 "frozen base copy; off under ZeRO-3 without LoRA)")
     adv_norm: Literal["group", "batch", "none"] = Field("group", description="advantage normalisation")
     group_by_agent_round: bool = Field(False, description="normalise per (question, agent, round)")
-    adv_std_floor: float = Field(1e-6, gt=0.0, description="floor on the group std")
-    lr: float = Field(1e-6, gt=0.0, description="learning rate")
-    warmup_steps: int = Field(0, ge=0, description="linear warm-up, in optimizer updates (minibatches per step)")
+    adv_std_floor: float = Field(1e-6, gt=0.0, le=1e3, description="floor on the group std")
+    lr: float = Field(1e-6, gt=0.0, le=1.0, description="learning rate")
+    warmup_steps: int = Field(0, ge=0, le=10_000_000,
+                              description="linear warm-up, in optimizer updates (minibatches per step)")
     lr_schedule: Literal["constant", "cosine", "linear"] = Field("constant", description="schedule after warm-up")
     lr_min_ratio: float = Field(0.0, ge=0.0, le=1.0,
                                 description="floor of the decayed cosine/linear lr, a fraction of gspo.lr")
@@ -184,12 +191,12 @@ class GspoConfig(_Section):
         "training forwards run each prompt head shared by several messages once "
         "(components/gspo/shared_prompts.py): same log-probs and gradients up to rounding, ~2.5x the "
         "update's throughput; off by default because rounding changes which episodes a run samples"))
-    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
-    grad_clip: float = Field(1.0, gt=0.0, description="max gradient norm")
-    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps per mini-batch")
+    weight_decay: float = Field(0.0, ge=0.0, le=10.0, description="AdamW weight decay")
+    grad_clip: float = Field(1.0, gt=0.0, le=1e6, description="max gradient norm")
+    grad_accum: int = Field(1, ge=1, le=4096, description="gradient accumulation steps per mini-batch")
     engine: Literal["deepspeed", "torch"] = Field("deepspeed", description="training engine")
-    checkpoint_every: int = Field(25, ge=1, description="checkpoint every N steps")
-    keep_checkpoints: int = Field(3, ge=1, description="keep the last K checkpoints")
+    checkpoint_every: int = Field(25, ge=1, le=10_000_000, description="checkpoint every N steps")
+    keep_checkpoints: int = Field(3, ge=1, le=10_000, description="keep the last K checkpoints")
     out_dir: Name = Field("runs/train", description="checkpoints and final policy")
     seed: Seed = Field(0, description="global seed")
 
@@ -197,8 +204,8 @@ class GspoConfig(_Section):
 class DeepSpeedConfig(_Section):
     zero_stage: Literal[0, 1, 2, 3] = Field(2, description="ZeRO stage")
     launcher: Literal["none", "deepspeed", "torchrun"] = Field("none", description="how the flow launches training")
-    num_nodes: int = Field(1, ge=1, description="nodes")
-    nproc_per_node: int = Field(1, ge=1, description="processes (GPUs) per node")
+    num_nodes: int = Field(1, ge=1, le=65536, description="nodes")
+    nproc_per_node: int = Field(1, ge=1, le=1024, description="processes (GPUs) per node")
     hostfile: str | None = Field(None, description="DeepSpeed hostfile for multi-node runs")
     master_port: int = Field(29500, ge=1024, le=65535, description="rendezvous port")
 
@@ -222,34 +229,34 @@ class DeepSpeedConfig(_Section):
 
 class SearchConfig(_Section):
     enabled: bool = Field(False, description="run the search stage in the pipeline")
-    trials: int = Field(20, ge=1, description="max trials")
-    budget_tokens: int = Field(0, ge=0, description="stop after this many rollout tokens (0 = no limit)")
-    budget_seconds: float = Field(0.0, ge=0.0, description="stop after this wall-clock (0 = no limit)")
-    max_tokens_per_episode: float = Field(400.0, gt=0.0, description="constraint on mean tokens per episode")
+    trials: int = Field(20, ge=1, le=100_000, description="max trials")
+    budget_tokens: int = Field(0, ge=0, le=10**9, description="stop after this many rollout tokens (0 = no limit)")
+    budget_seconds: float = Field(0.0, ge=0.0, le=365 * 86400, description="stop after this wall-clock (0 = no limit)")
+    max_tokens_per_episode: float = Field(400.0, gt=0.0, le=1e9, description="constraint on mean tokens per episode")
     storage: Name = Field("sqlite:///optuna.db", description="Optuna storage URL")
     study_name: Name = Field("agent-gspo", description="Optuna study name")
-    trial_steps: int = Field(5, ge=1, description="training steps per trial")
-    dev_items: int = Field(20, ge=1, description="held-out dev items per trial")
+    trial_steps: int = Field(5, ge=1, le=1_000_000, description="training steps per trial")
+    dev_items: int = Field(20, ge=1, le=10_000_000, description="held-out dev items per trial")
     out_params: Name = Field("search/best_params.yaml", description="best parameters file read by train")
 
 
 class EvalConfig(_Section):
-    limit: int | None = Field(None, ge=1, description="items per benchmark (seeded sample); null = all")
+    limit: int | None = Field(None, ge=1, le=10_000_000, description="items per benchmark (seeded sample); null = all")
     benchmarks: list[BenchmarkName] = Field(default_factory=lambda: list(BENCHMARKS), min_length=1,
                                             description="benchmarks to evaluate")
     baselines: list[BaselineName] = Field(
         default_factory=lambda: ["single_cot", "self_consistency", "mas_untrained"], description="baselines")
-    self_consistency_k: int = Field(5, ge=1, description="samples for self-consistency")
-    batch_size: int = Field(16, ge=1, description="questions per rollout batch")
+    self_consistency_k: int = Field(5, ge=1, le=1024, description="samples for self-consistency")
+    batch_size: int = Field(16, ge=1, le=65536, description="questions per rollout batch")
     seed: Seed = Field(1234, description="seed of the item sample and sampling")
     out_dir: Name = Field("eval", description="evaluation outputs")
-    code_timeout_s: float = Field(10.0, gt=0.0, description="wall-clock limit per HumanEval program")
+    code_timeout_s: float = Field(10.0, gt=0.0, le=MAX_WAIT_S, description="wall-clock limit per HumanEval program")
 
 
 class RegistryConfig(_Section):
     model_name: Name = Field("agent-gspo-policy", description="registered model name")
     accuracy_tolerance: float = Field(0.01, ge=0.0, le=1.0, description="allowed accuracy drop vs champion")
-    max_token_ratio: float = Field(1.0, gt=0.0, description="candidate tokens may be at most this x champion's")
+    max_token_ratio: float = Field(1.0, gt=0.0, le=1e6, description="candidate tokens may be at most this x champion's")
     min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="absolute bar for the first champion")
 
 
@@ -257,6 +264,7 @@ class TrackingConfig(_Section):
     uri: Name = Field("sqlite:///mlflow.db", description="MLflow tracking URI")
     experiment: Name = Field("agent-gspo", description="MLflow experiment")
     log_model: bool = Field(True, description="log and register the final policy")
-    outage_wait_s: float = Field(900.0, ge=0.0, description="at the end of training, how long to wait for an "
+    outage_wait_s: float = Field(900.0, ge=0.0, le=MAX_WAIT_S,
+                                 description="at the end of training, how long to wait for an "
                                  "unreachable tracking server (metrics are buffered meanwhile)")
 

@@ -243,10 +243,53 @@ def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
         raise UserError(f"{what} {path}: cannot write there ({exc.strerror or exc})") from None
 
 
+_CHECKOUT = Path(__file__).resolve().parents[1]
+PIPELINE_FILE_NAMES = ("manifest.json", "dvc.yaml", "dvc.lock")
+"""files that are inputs of the pipeline wherever they are (prepared data's and the mirror's manifests)"""
+PIPELINE_CODE = (_CHECKOUT / "components", _CHECKOUT / "flows", _CHECKOUT / "params.yaml")
+_INPUTS: set[Path] = set()
+
+
+def register_pipeline_inputs(*paths: str | os.PathLike[str] | None) -> None:
+    """Set the pipeline inputs output options must not name: :func:`components.config.load_config`
+    sets the params file it read, ``data.out_dir`` and ``data.mirror`` (relative paths: from the
+    current folder), so the outputs checked after it are checked against the config in use (the
+    last one loaded replaces them; the checkout's code and params.yaml are always protected)."""
+    _INPUTS.clear()
+    _INPUTS.update(Path(p).resolve() for p in paths if p)
+
+
+def _pipeline_input(path: Path) -> str | None:
+    """Why ``path`` (resolved: a symlink counts as its target) is an input of the pipeline, or None."""
+    where = path.resolve()
+    if where.name in PIPELINE_FILE_NAMES:
+        return f"a {where.name} file"
+    for top in (*PIPELINE_CODE, *sorted(_INPUTS)):
+        if where == top or top in where.parents:
+            return f"{'inside ' if where != top else ''}{top}"
+    with contextlib.suppress(OSError):  # a hard link to the params file is the params file
+        if path.exists() and any(p.is_file() and os.path.samefile(path, p) for p in _INPUTS):
+            return "a link to a pipeline input"
+    return None
+
+
+def check_not_pipeline_input(path: str | os.PathLike[str], option: str) -> None:
+    """Raise :class:`UserError` naming ``option`` when an output path is an input of the pipeline: the
+    params file, any ``manifest.json``/``dvc.yaml``/``dvc.lock``, anything under ``data.out_dir``,
+    ``data.mirror``, ``components/`` or ``flows/`` (the symlink's target, not the link, is judged).
+    One check for every output option, run before anything is written."""
+    why = _pipeline_input(Path(path))
+    if why:
+        raise UserError(f"{option} {path}: is {why}, an input of the pipeline; writing there would replace it "
+                        "(nothing was written; give another path)")
+
+
 def check_output_file(path: str | os.PathLike[str], what: str) -> None:
     """Raise :class:`UserError` unless ``path`` can be written as a file: not a folder, not a device
-    or other special file, in a folder that can be written (or created). Run before the work whose
-    result goes there, so a typo fails at once instead of after hours, with a traceback."""
+    or other special file, not an input of the pipeline (:func:`check_not_pipeline_input`), in a
+    folder that can be written (or created). Run before the work whose result goes there, so a typo
+    fails at once instead of after hours, with a traceback."""
+    check_not_pipeline_input(path, what)
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{what} {path}: is a folder, not a file")

@@ -9,12 +9,20 @@ Layout of ``<out_dir>/checkpoints/step-000010/``::
     rng/rank-00000.pt   python / numpy / torch CPU / CUDA RNG states, one file per rank
     extra.json          caller state (dual controller, data cursor, config hash, metrics history);
                         ``extra.pkl`` when it is not JSON-serialisable
-    meta.json           step, engine kind, world size; written last = "this checkpoint is complete"
+    meta.json           step, engine kind, world size, the sha256 of every other file (``files``);
+                        written last = "this checkpoint is complete"
 
 Atomicity: everything is written into ``checkpoints/.tmp-step-000010`` (a name every rank can
 compute), fsynced, then renamed to ``step-000010`` by rank 0 in one ``os.replace``. A crash at any
 point leaves either no ``step-*`` folder or a complete one; :func:`latest_checkpoint` only accepts
 ``step-NNNNNN`` folders holding ``meta.json``, so leftovers are never resumed from.
+
+Integrity (format 2): ``meta.json`` lists the sha256 of every file of the folder, hashed after they
+were written and before the rename, so the list is published atomically with them.
+:func:`verify_checkpoint` (run by ``--resume`` before the model loads) re-hashes them: a changed,
+missing or added file is one :class:`CheckpointError` naming it (a flipped low bit of a weight parses
+and is finite, so nothing else would notice). A format-1 checkpoint (no hashes) resumes with a
+warning on stderr: it was written by an earlier version of this code and cannot be checked.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import pickle
 import random
 import re
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +43,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from components.gspo.checkpoint_errors import CheckpointError, _reading, _weights_problem, applying, incompatible
+from components.gspo.checkpoint_errors import (
+    CheckpointError,
+    _optimizer_problem,
+    _reading,
+    _weights_problem,
+    applying,
+    incompatible,
+)
+from components.gspo.checkpoint_integrity import hash_files, integrity_problem
 from components.gspo.distributed import barrier
 from components.gspo.engines import TrainEngine
 from components.io import apply_umask_modes, environment_error
@@ -42,7 +59,7 @@ from components.io import apply_umask_modes, environment_error
 CHECKPOINTS = "checkpoints"
 _STEP_RE = re.compile(r"^step-(\d{6,})$")
 _TMP_PREFIX = ".tmp-step-"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -60,6 +77,8 @@ class CheckpointMeta:
     created: float
     """unix time"""
     version: int = FORMAT_VERSION
+    files: dict[str, str] | None = None
+    """relative path -> sha256 of every other file of the folder (format 2; None in format 1)"""
 
 
 def step_dir_name(step: int) -> str:
@@ -159,7 +178,7 @@ def save_checkpoint(out_dir: str | os.PathLike[str], step: int, engine: TrainEng
         if info.is_main:
             fmt = _write_extra(tmp, dict(extra or {}))
             meta = CheckpointMeta(step=step, engine=engine.kind, world_size=info.world_size, extra_format=fmt,
-                                  created=time.time())
+                                  created=time.time(), files=hash_files(tmp))
             (tmp / "meta.json").write_text(json.dumps(meta.__dict__, indent=2) + "\n")
             apply_umask_modes(tmp)  # transformers writes model.safetensors 0600
             _fsync_tree(tmp)
@@ -182,6 +201,21 @@ def save_checkpoint(out_dir: str | os.PathLike[str], step: int, engine: TrainEng
         raise
     barrier()
     return final
+
+
+def verify_checkpoint(path: str | os.PathLike[str]) -> None:
+    """Re-hash every file of a checkpoint against ``meta.json``; :class:`CheckpointError` naming the
+    first file that changed, went missing or was added. Format 1 (no hashes): a warning, no check."""
+    path = Path(path)
+    meta = read_meta(path)
+    if meta.files is None:
+        print(f"WARNING: {path}: checkpoint of format {meta.version} holds no file hashes (written before "
+              f"format 2): resuming from it without an integrity check", file=sys.stderr)
+        return
+    problem = integrity_problem(path, meta.files)
+    if problem:
+        raise CheckpointError(f"{path / problem[0]}: {problem[1]}; delete the checkpoint folder {path} (--resume "
+                              "then takes the one before it) or start over with --overwrite")
 
 
 def list_checkpoints(out_dir: str | os.PathLike[str]) -> list[Path]:
@@ -252,6 +286,10 @@ def _meta_problem(meta: CheckpointMeta, folder: str) -> str | None:
         return f"created {meta.created!r} is not a time"
     if not _is_int(meta.version) or not 1 <= meta.version <= FORMAT_VERSION:
         return f"format version {meta.version!r}; this code reads 1 to {FORMAT_VERSION}"
+    if meta.version >= 2 and not (isinstance(meta.files, dict) and all(
+            isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v)
+            for k, v in meta.files.items())):
+        return "files is not a mapping of file names to sha256 hashes"
     named = _STEP_RE.match(folder)
     if named and int(named.group(1)) != meta.step:
         return f"step {meta.step} but the folder is {folder}"
@@ -347,6 +385,9 @@ def load_checkpoint(path: str | os.PathLike[str], engine: TrainEngine) -> dict[s
     state_file = path / "engine" / "engine_state.pt"  # the torch engine's one file; DeepSpeed's is a folder
     with applying(state_file if state_file.is_file() else path / "engine", path):
         engine.load_checkpoint_state(path / "engine")
+    problem = _optimizer_problem(getattr(engine, "optimizer", None))
+    if problem:
+        raise incompatible(state_file if state_file.is_file() else path / "engine", path, problem)
     rng_file = path / "rng" / f"rank-{engine.dist.rank:05d}.pt"
     if not rng_file.is_file():
         rng_file = path / "rng" / "rank-00000.pt"
@@ -362,5 +403,5 @@ def load_checkpoint(path: str | os.PathLike[str], engine: TrainEngine) -> dict[s
 __all__ = [
     "CheckpointError", "CheckpointMeta", "applying", "extra_file", "incompatible", "latest_checkpoint",
     "list_checkpoints", "load_checkpoint", "load_hf_weights", "prune_checkpoints", "read_extra", "read_meta",
-    "rng_state", "save_checkpoint", "set_rng_state", "step_dir_name",
+    "rng_state", "save_checkpoint", "set_rng_state", "step_dir_name", "verify_checkpoint",
 ]

@@ -86,3 +86,16 @@ def _weights_problem(weights: dict[str, torch.Tensor], own_shapes: dict[str, tup
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             return f"weight {key} holds NaN or inf values"
     return None
+
+
+def _optimizer_problem(optimizer: object) -> str | None:
+    """An optimizer state (Adam's moments) that is not finite: it parses and fits, and the first update
+    would turn every weight it touches into NaN. None when all are finite (or the state is not a mapping)."""
+    state = getattr(optimizer, "state", None)
+    if not isinstance(state, dict):
+        return None
+    for i, entry in enumerate(state.values()):
+        for name, value in entry.items() if isinstance(entry, dict) else ():
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                return f"optimizer state {name} of parameter {i} holds NaN or inf values"
+    return None

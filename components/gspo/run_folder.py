@@ -61,11 +61,12 @@ def check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
 def check_resumable(out: Path, cfg: Config) -> None:
     """The newest checkpoint's trainer state has its keys and types and was written under settings that
     give the same weights: checked before the model loads (minutes, on a real model), cheaply."""
-    from components.gspo.checkpoint import latest_checkpoint
+    from components.gspo.checkpoint import latest_checkpoint, verify_checkpoint
     from components.gspo.resume import check_resume_config, read_train_state
 
     ckpt = latest_checkpoint(out)
     if ckpt is not None:
+        verify_checkpoint(ckpt)  # every file's sha256 against meta.json: a flipped bit is not a resume
         check_resume_config(read_train_state(ckpt), cfg)
 
 

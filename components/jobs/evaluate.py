@@ -76,9 +76,11 @@ class EvaluateJob(Job):
                                      "(DVC metrics: a row each in `dvc metrics show`)")
 
     def run(self) -> EvaluateResult:
-        if self.metrics_file:  # refused before the evaluation, not after it
-            from components.io import check_writable_dir
+        from components.io import check_not_pipeline_input, check_writable_dir
 
+        check_not_pipeline_input(self.out_dir or self.cfg.eval.out_dir, "output folder (--out / eval.out_dir)")
+        if self.metrics_file:  # refused before the evaluation, not after it (a pipeline input too)
+            check_not_pipeline_input(self.metrics_file, "metrics folder (--metrics)")
             if Path(self.metrics_file).exists() and not Path(self.metrics_file).is_dir():
                 raise UserError(f"metrics folder (--metrics) {self.metrics_file}: is a file, not a folder "
                                 "(evaluate writes one file per system into it)")

@@ -61,6 +61,12 @@ class TrainJob(Job):
         return out
 
     def run(self) -> TrainResult:
+        from components.io import check_not_pipeline_input, check_output_file
+
+        # refused before training, not after it: an output that is a pipeline input (params.yaml, a manifest)
+        check_not_pipeline_input(self.out_dir or self.cfg.gspo.out_dir, "run folder (--out / gspo.out_dir)")
+        if self.metrics_file:
+            check_output_file(self.metrics_file, "metrics file (--metrics)")
         result = self._train()
         if result.history:  # the per-step series, a DVC plot (x = step); none on a multi-node worker
             from components.jobs.metrics import SERIES_FILE, write_series

@@ -25,6 +25,14 @@ value is checked and any failure refuses to run the program, raising :class:`San
 * a root scorer runs the program under a **private uid** (random, >= 100000, no passwd entry):
   it then cannot read files that are not world-readable either;
 * rlimits (hard = soft): address space, CPU seconds, processes, file size, no core dumps;
+* **memory** (``memory_mb``), each kind with the bound that covers it (docs/hardening.md):
+  anonymous or mapped memory: RLIMIT_AS, per process; files in ``/tmp``, ``/var/tmp``, ``/dev/shm``
+  (sparse or not, one or many): private tmpfs of :func:`_tmpfs_mb` each (together <= ``memory_mb``)
+  and 4096 inodes; ``memfd_create``/``memfd_secret`` files (the kernel's internal shm mount, capped
+  only per file by RLIMIT_FSIZE) and SysV shared memory and message queues (no fd holds them): refused
+  by the seccomp filter, as no rlimit bounds them and a cgroup is not writable everywhere; POSIX
+  message queues: RLIMIT_MSGQUEUE = 0; pipe and socket buffers: RLIMIT_NOFILE = 64. Not bounded: the
+  sum over processes (up to ``max_procs`` x ``memory_mb``; that needs a cgroup);
 * environment of only ``PATH``/``LANG``/``LC_ALL``, stdin ``/dev/null``, ``python -I -S``;
 * a wall-clock timeout that kills the whole namespace.
 
@@ -234,6 +242,12 @@ class _Limits:
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::\s.*)?$")
 
 
+def _tmpfs_mb(lim: _Limits) -> int:
+    """Size of each of the three writable scratch tmpfs (``/tmp``, ``/var/tmp``, ``/dev/shm``):
+    room for four files of the file-size limit, but together at most the memory limit."""
+    return max(1, min(max(16, 4 * lim.max_file_mb), lim.memory_mb // 3))
+
+
 def _ended(status: int | None, stderr: str) -> str:
     """Why a program that stopped answering ended, from its wait status and stderr."""
     last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "")
@@ -277,7 +291,7 @@ def _run(source: str, task: CodeTask | None, timeout_s: float, lim: _Limits, *, 
            "verdict_fd": verdict_w, "task_fds": [], "entry_point": task.entry_point if task else None,
            "as_bytes": lim.memory_mb << 20, "fsize_bytes": lim.max_file_mb << 20, "nproc": nproc,
            "cpu_s": lim.cpu_s if lim.cpu_s is not None else int(timeout_s) + 2,
-           "tmpfs_mb": max(16, 4 * lim.max_file_mb), "workdir": str(work), "newroot": str(base / "root"),
+           "tmpfs_mb": _tmpfs_mb(lim), "workdir": str(work), "newroot": str(base / "root"),
            "hide": [] if unsafe else hidden_paths()}
     killer = uid if unsafe else None
     start = time.monotonic()

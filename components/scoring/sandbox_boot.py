@@ -53,8 +53,11 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
-"""machine -> (AUDIT_ARCH of the native ABI, number of the socket syscall)"""
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, (319, 447, 29, 68)), "aarch64": (0xC00000B7, 198, (279, 447, 194, 186))}
+"""machine -> (AUDIT_ARCH of the native ABI, number of the socket syscall, numbers of the syscalls
+refused outright: memfd_create, memfd_secret, shmget, msgget -- see :func:`_seccomp`)"""
+NOFILE = 64
+"""RLIMIT_NOFILE of the program: pipes and socket buffers live as long as an fd holds them."""
 CAP_SETGID, CAP_SETUID = 6, 7
 
 
@@ -200,14 +203,24 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def _deny_unix_sockets():
-    """seccomp: ``socket(AF_UNIX, ...)`` and every syscall of another ABI (i386, x32) fail with
-    EPERM. Unix sockets on the file system are reachable from any network namespace."""
-    audit, nr_socket = _SECCOMP_ARCH[os.uname().machine]
+def _seccomp():
+    """seccomp: ``socket(AF_UNIX, ...)``, every syscall of another ABI (i386, x32) and the
+    syscalls that make memory no rlimit bounds fail with EPERM. Unix sockets on the file system
+    are reachable from any network namespace. ``memfd_create``/``memfd_secret`` files live on
+    the kernel's internal shm mount, not on the sandbox's size-limited tmpfs: RLIMIT_FSIZE caps
+    each one, but one process may hold ``NOFILE`` of them and ``max_procs`` processes may run
+    (512 MB under a 256 MB address-space limit, measured). SysV shared memory (``shmget``) and
+    message queues (``msgget``) outlive every fd and mapping until the IPC namespace dies
+    (600 MB of ``shmget`` segments under a 256 MB limit, measured)."""
+    audit, nr_socket, refused = _SECCOMP_ARCH[os.uname().machine]
     allow, eperm = 0x7FFF0000, 0x00050001
     prog = [
         (0x20, 0, 0, 4), (0x15, 1, 0, audit), (0x06, 0, 0, eperm),  # another ABI: refuse all
         (0x20, 0, 0, 0), (0x35, 0, 1, 0x40000000), (0x06, 0, 0, eperm),  # x32 syscall numbers
+    ]
+    for nr in refused:
+        prog += [(0x15, 0, 1, nr), (0x06, 0, 0, eperm)]
+    prog += [
         (0x15, 0, 3, nr_socket), (0x20, 0, 0, 16), (0x15, 0, 1, 1), (0x06, 0, 0, eperm),  # socket(AF_UNIX)
         (0x06, 0, 0, allow),
     ]
@@ -225,21 +238,25 @@ def _limits(cfg):
     lim(resource.RLIMIT_AS, cfg["as_bytes"])
     lim(resource.RLIMIT_FSIZE, cfg["fsize_bytes"])
     lim(resource.RLIMIT_NPROC, cfg["nproc"])
+    lim(resource.RLIMIT_NOFILE, NOFILE)
+    lim(resource.RLIMIT_MSGQUEUE, 0)  # POSIX message queues: kernel memory without a file system
     resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu_s"], cfg["cpu_s"] + 1))
 
 
-def _close_fds_except(keep):
+def _close_fds_except(keep, top):
+    """Close every fd but 0-2 and ``keep``, up to ``top`` (the fd limit before :func:`_limits`)."""
     prev = 2
     for fd in sorted(k for k in keep if k > 2):
         if fd > prev + 1:
             os.closerange(prev + 1, fd)
         prev = fd
-    os.closerange(prev + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    os.closerange(prev + 1, top)
 
 
 def _program(cfg, how, source, setup_w):
     """The untrusted process: limits, privileges, fds, then the source (never returns)."""
     try:
+        fd_top = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         _limits(cfg)
         if how != "unsafe":
             _drop_bounding_set()
@@ -251,11 +268,11 @@ def _program(cfg, how, source, setup_w):
         if how != "unsafe":
             if os.uname().machine not in _SECCOMP_ARCH:
                 raise SetupError(f"no seccomp filter for machine {os.uname().machine} (x86_64, aarch64 only)")
-            _deny_unix_sockets()
+            _seccomp()
         os.chdir("/tmp" if how != "unsafe" else cfg["workdir"])
         os.umask(0o077)
         path_fds = {int(p.rsplit("/", 1)[1]) for p in sys.path if p.startswith("/proc/self/fd/")}
-        _close_fds_except({setup_w, *cfg["task_fds"], *path_fds})
+        _close_fds_except({setup_w, *cfg["task_fds"], *path_fds}, fd_top)
         os.write(setup_w, b"ok")
         os.close(setup_w)
     except BaseException as exc:  # noqa: BLE001 - reported to init, the program never starts

@@ -175,8 +175,7 @@ def _cmd_promote(cfg: Config, args: argparse.Namespace) -> int:
 
     decision = PromoteJob(cfg=cfg, candidate=args.candidate, limit=args.limit,
                           evaluate_champion=args.evaluate_champion).run()
-    print(f"{decision.name} v{decision.version}: {decision.decision} ({decision.reason})")
-    print(json.dumps(decision.metrics_used, indent=2, default=str))
+    print(decision.block())
     return 0
 
 

@@ -117,6 +117,14 @@ def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
     shown_missing = 10
     data_dir = Path(args.data or cfg.data.out_dir)
     hide_paths(cfg.data.mirror, cfg.data.out_dir, data_dir)  # gold answers, wherever they were put
+    if args.items:  # re-grade an evaluation's per-item record; exit 2 when a grade differs from it
+        from components.evaluation.items import regrade_file
+
+        print(json.dumps(regrade_file(args.items, data_dir, split=args.split, out=args.out,
+                                      timeout_s=cfg.eval.code_timeout_s), indent=2))
+        return 0
+    if not args.benchmark or not args.predictions:
+        raise UserError("score: give --benchmark and --predictions, or --items <evaluation folder>/items.jsonl")
     records = load_split(data_dir, args.benchmark, args.split)
     summary = score_predictions_file(records, Path(args.predictions), Path(args.out) if args.out else None,
                                      timeout_s=cfg.eval.code_timeout_s,
@@ -324,8 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("run", parents=[common], help=helps["run"])
 
     p = sub.add_parser("score", parents=[common], help=helps["score"])
-    p.add_argument("--benchmark", required=True, choices=ALL_BENCHMARKS)
-    p.add_argument("--predictions", required=True, help='JSON lines {"id", "prediction"}')
+    p.add_argument("--benchmark", default=None, choices=ALL_BENCHMARKS)
+    p.add_argument("--predictions", default=None, help='JSON lines {"id", "prediction"}')
+    p.add_argument("--items", default=None, help="an evaluation's items.jsonl: re-grade it, check the recorded grades")
     p.add_argument("--split", default="test")
     p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
     p.add_argument("--out", default=None, help="per-item results (JSON lines; not the predictions file)")

@@ -170,3 +170,28 @@ def log_items_table(tracker: Any, path: Path) -> None:
     table["transcript"] = [json.dumps(r["transcript"], ensure_ascii=False) for r in rows]
     client, run_id = tracker.client, tracker.run_id
     guarded(tracker.uri, "log the per-item table", lambda: client.log_table(run_id, table, "eval_items.json"))
+
+
+def regrade_file(path: str | Path, data_dir: str | Path, *, split: str = "test", out: str | Path | None = None,
+                 timeout_s: float = 10.0) -> dict[str, Any]:
+    """``agent-gspo score --items``: re-grade an items file against the prepared data under
+    ``data_dir``, write the grades (JSON lines) to ``out`` when given, and raise
+    :class:`ItemsFileError` naming the first line whose grade differs from the recorded ``correct``.
+    Returns the summary without the per-record grades."""
+    from components.data.prepare import load_split
+    from components.io import write_text_atomic
+
+    records = read_items(path)
+    benchmarks = sorted({str(r["benchmark"]) for r in records})
+    items = {(b, i.id): i for b in benchmarks for i in load_split(Path(data_dir), b, split)}
+    summary = regrade(records, items, where=str(path), timeout_s=timeout_s)
+    grades = summary.pop("grades")
+    if out is not None:
+        write_text_atomic(out, "".join(json.dumps(g, sort_keys=True) + "\n" for g in grades))
+        summary["out"] = str(out)
+    if summary["disagree"]:
+        d = summary["disagreements"][0]
+        raise ItemsFileError(f"{path}, line {d['line']}: item {d['id']!r} of {d['benchmark']} ({d['system']}) records "
+                             f"correct={d['recorded']} but re-grades to {d['regraded']} ({summary['disagree']} of "
+                             f"{summary['n']} records disagree)")
+    return summary

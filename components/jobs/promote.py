@@ -1,14 +1,15 @@
 """The promotion job: gate a registered version against ``@champion`` under the configured setting.
 
 The gate pairs the candidate's per-item record with the champion's under the ``registry.gate``
-rule (:mod:`components.tracking.promotion`). The gate's setting is the one ``agent-gspo
-evaluate`` runs under with the same config (:func:`components.evaluation.setting.planned_setting`),
-so ``evaluate`` then ``promote`` with the same ``--profile`` / ``--set`` compare like with like.
-``evaluate_champion`` measures a champion that has no per-item record under that setting first (the nightly pipeline does, so a change of
-data or protocol does not stall promotion); otherwise that is an error naming the command. That
-measurement is tracked like any evaluation (an MLflow run with the report as artifacts, the results
-on the champion's version) but its files go to a temporary folder, never to ``eval.out_dir``:
-that folder holds the evaluation published for the candidate, which must stay.
+rule (:mod:`components.tracking.promotion`). The gate's setting is the one ``agent-gspo evaluate``
+runs under with the same config (:func:`components.evaluation.setting.planned_setting`), so
+``evaluate`` then ``promote`` with the same ``--profile`` / ``--set`` compare like with like.
+``evaluate_champion`` measures a champion that has no per-item record under that setting first
+(the nightly pipeline does, so a change of data or protocol does not stall promotion); otherwise
+that is an error naming the command. That measurement is tracked like any evaluation (an MLflow
+run with the report as artifacts, the results on the champion's version) but its files go to a
+temporary folder, never to ``eval.out_dir``: that folder holds the evaluation published for the
+candidate, which must stay.
 
 When the gate's setting was measured under a ``mas`` protocol other than the one the candidate
 records for serving (:mod:`components.tracking.recorded`), a warning says so: the decision is then

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import gate_helpers as gh
 import pytest
 import test_tracking_helpers
 import test_tracking_model_cache
@@ -18,7 +19,6 @@ from mlflow import MlflowClient
 from components.config import load_config
 from components.evaluation.setting import setting_of
 from components.jobs import PromoteJob
-from components.tracking import GateResult, write_result
 
 mlflow_uri = test_tracking_helpers.mlflow_uri  # shared pytest fixtures
 tiny_model = test_tracking_model_cache.tiny_model
@@ -29,7 +29,8 @@ NAME = "agent-gspo-policy"
 def _cfg(uri: str, tmp: Path, *extra: str):
     return load_config(ROOT / "params.yaml", None, [
         "model.name=tiny-random", "mas.agents=2", "mas.rounds=2", "mas.max_message_tokens=4", "eval.limit=1",
-        "eval.benchmarks=[gsm8k]", "registry.min_accuracy=0", f"tracking.uri={uri}", f"eval.out_dir={tmp / 'eval'}",
+        "eval.benchmarks=[gsm8k]", "registry.min_accuracy=0", "registry.gate.min_items=2",
+        f"tracking.uri={uri}", f"eval.out_dir={tmp / 'eval'}",
         *extra])
 
 
@@ -44,8 +45,10 @@ def fixed_setting(monkeypatch: pytest.MonkeyPatch):
 
 
 def _evaluated(client: MlflowClient, cfg, version: str, acc: float, tokens: float) -> None:
+    """An evaluation run with a per-item record of 4 items, the first ``round(acc * 4)`` correct."""
     key = setting_of(cfg, {"gsm8k": ["gsm8k-1"]}, split="test", limit=1, data_manifest_sha256="d" * 64)
-    write_result(client, NAME, version, key.key(), key.model_dump(mode="json"), GateResult(acc, tokens, 1, "run"))
+    gh.evaluate(client, Path.cwd(), NAME, version, gh.records([i < round(acc * 4) for i in range(4)], tokens / 4),
+                key.key())
 
 
 def test_evaluating_the_champion_leaves_the_candidates_evaluation_in_place(
@@ -55,7 +58,7 @@ def test_evaluating_the_champion_leaves_the_candidates_evaluation_in_place(
     client.create_registered_model(NAME)
     v1, v2 = (str(client.create_model_version(NAME, str(tmp_path)).version) for _ in range(2))
     client.set_registered_model_alias(NAME, "champion", v1)  # a champion without results under the setting
-    _evaluated(client, cfg, v2, 0.5, 100)
+    _evaluated(client, cfg, v2, 1.0, 100)
     published = tmp_path / "eval"
     published.mkdir()
     (published / "summary.json").write_text(json.dumps({"meta": {"model": f"models:/{NAME}/{v2}"}}))
@@ -65,7 +68,7 @@ def test_evaluating_the_champion_leaves_the_candidates_evaluation_in_place(
         out = Path(job.out_dir or job.cfg.eval.out_dir)
         (out / "summary.json").write_text(json.dumps({"meta": {"model": job.model}}))
         written.append(out)
-        _evaluated(client, cfg, job.model.rsplit("/", 1)[1], 0.4, 120)
+        _evaluated(client, cfg, job.model.rsplit("/", 1)[1], 0.0, 120)
         return SimpleNamespace(run_id="champion-run")
 
     monkeypatch.setattr("components.jobs.evaluate.EvaluateJob.run", fake_run)

@@ -116,7 +116,8 @@ class PromotionDecision:
                       f"  accuracy difference: {v.accuracy.text()}",
                       f"  tokens: {v.token_ratio:.3f}x the champion's; per item minus the token factor x its: "
                       f"{v.tokens.text('.1f')}"]
-        lines.append(f"  decision: {self.decision} - {self.reason}")
+        why = self.reason.split("; ", 1)[0] if v is not None else self.reason  # the intervals are printed above
+        lines.append(f"  decision: {self.decision} - {why}")
         return "\n".join(lines)
 
 

@@ -90,6 +90,10 @@ def test_evaluate_links_run_and_version_and_promote_compares_like_with_like(
     assert decision.verdict.outcome == "tie" and decision.verdict.n == 4
     assert read_result(client.get_model_version(name, v1).tags, decision.setting, "v1") is not None
     print(decision.block())  # docs/gate.md quotes this block
+    strict = PromoteJob(cfg=_cfg(mlflow_uri, prepared_data, tmp_path, "eval.limit=2", "registry.gate.min_items=50"),
+                        candidate=f"models:/{name}/{v3}").run()
+    assert strict.decision == "refused" and "\n" not in strict.block()  # 4 items decide nothing under min_items 50
+    print(strict.block())
     # the champion's measurement went elsewhere: eval.out_dir still holds the candidate's published evaluation
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert summary["meta"]["model"] == f"models:/{name}/{v3}"

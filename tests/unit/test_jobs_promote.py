@@ -26,12 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = "agent-gspo-policy"
 
 
+def _overrides(uri: str, tmp: Path) -> list[str]:
+    return ["model.name=tiny-random", "mas.agents=2", "mas.rounds=2", "mas.max_message_tokens=4", "eval.limit=1",
+            "eval.benchmarks=[gsm8k]", "registry.min_accuracy=0", "registry.gate.min_items=2", f"tracking.uri={uri}",
+            f"eval.out_dir={tmp / 'eval'}"]
+
+
 def _cfg(uri: str, tmp: Path, *extra: str):
-    return load_config(ROOT / "params.yaml", None, [
-        "model.name=tiny-random", "mas.agents=2", "mas.rounds=2", "mas.max_message_tokens=4", "eval.limit=1",
-        "eval.benchmarks=[gsm8k]", "registry.min_accuracy=0", "registry.gate.min_items=2",
-        f"tracking.uri={uri}", f"eval.out_dir={tmp / 'eval'}",
-        *extra])
+    return load_config(ROOT / "params.yaml", None, [*_overrides(uri, tmp), *extra])
 
 
 @pytest.fixture()
@@ -118,3 +120,32 @@ def test_a_version_without_recorded_settings_is_promoted_without_a_warning(
     with caplog.at_level("WARNING"):
         assert PromoteJob(cfg=cfg, candidate=f"models:/{NAME}/{v1}").run().decision == "champion"
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_cli_prints_one_block_and_refuses_edited_tags_with_exit_2(
+        mlflow_uri: str, tmp_path: Path, fixed_setting, capsys: pytest.CaptureFixture) -> None:
+    """``agent-gspo promote``: the rule, the intervals and the decision in one block; a version whose
+    tags were edited after its evaluation is exit 2 with one line naming the tag and both values."""
+    from components.cli import main
+
+    cfg = _cfg(mlflow_uri, tmp_path)
+    client = MlflowClient(mlflow_uri)
+    client.create_registered_model(NAME)
+    v1, v2, v3 = (str(client.create_model_version(NAME, str(tmp_path)).version) for _ in range(3))
+    for version, acc in ((v1, 0.0), (v2, 1.0), (v3, 0.0)):
+        _evaluated(client, cfg, version, acc, 100)
+    sets = [x for o in _overrides(mlflow_uri, tmp_path) for x in ("--set", o)]
+    argv = ["promote", "--params", str(ROOT / "params.yaml"), *sets]
+    assert main([*argv, "--candidate", f"models:/{NAME}/{v1}"]) == 0
+    assert main([*argv, "--candidate", f"models:/{NAME}/{v2}"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    block = out[out.index(next(line for line in out if line.startswith(f"{NAME} v{v2} under setting"))):]
+    assert block[1].startswith("  rule: paired t, one-sided 95%") and "at least 2 items" in block[1]
+    assert block[2] == f"  compared with v{v1} on 4 paired items (gsm8k)"
+    assert block[3].startswith("  accuracy difference: +1.0000 (SE 0.0000")
+    assert block[5] == "  decision: champion - better: more accurate beyond noise (lower bound +1.0000 > 0) at " \
+                       "1.000x <= 1.1x tokens"
+    client.set_model_version_tag(NAME, v3, "eval." + fixed_setting(cfg).key() + ".accuracy", "1.0")
+    assert main([*argv, "--candidate", f"models:/{NAME}/{v3}"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("agent-gspo")]
+    assert len(err) == 1 and "accuracy = 1 but its verified per-item record" in err[0] and "gives 0" in err[0]

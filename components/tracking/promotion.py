@@ -243,6 +243,9 @@ def _decide_and_apply(client: MlflowClient, name: str, version: str, cand: Evide
     if champ_version == version:
         result.reason = f"already @champion ({old_tags.get('promotion.reason', 'set outside promote')})"
         return result
+    if champ_version is not None and champ_version not in {v for v, _ in _history(client, name, exclude="")}:
+        log.warning("warning: @champion of %r is v%s, which no promotion decision crowned (the alias was set by "
+                    "hand): the candidate is paired with it all the same", name, champ_version)
     ref, compared = _reference(client, name, version, key, text, champ_version)
     if ref is not None:
         used.update(champion_accuracy=ref.accuracy, champion_tokens_total=ref.tokens_total, champion_n=ref.n,

@@ -179,6 +179,21 @@ def test_missing_champion_record_asks_for_an_evaluation(setup) -> None:
         promote(client, "m", v2)
 
 
+def test_a_champion_without_items_or_crowning_is_named(setup, caplog: pytest.LogCaptureFixture) -> None:
+    """An evaluation from before per-item records asks for a new one; an alias set by hand is a warning."""
+    from components.tracking import GateResult, write_result
+
+    client, new = setup
+    old = new("m", None, None)
+    client.set_registered_model_alias("m", "champion", old)
+    run = client.create_run(client.create_experiment("old-evals")).info.run_id  # aggregates only, no items
+    write_result(client, "m", old, KEY, {}, GateResult(0.9, 100, 60, run))
+    v2 = new("m", 0.6, 6000)
+    with caplog.at_level("WARNING"), pytest.raises(ChampionNotEvaluated, match=f"models:/m/{old} has no per-item"):
+        promote(client, "m", v2)
+    assert f"@champion of 'm' is v{old}, which no promotion decision crowned" in caplog.text
+
+
 def test_rerun_is_idempotent(setup) -> None:
     client, new = setup
     v1 = new("m", 0.6, 6000)

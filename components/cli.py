@@ -67,6 +67,14 @@ def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
     shown_missing = 10
     data_dir = Path(args.data or cfg.data.out_dir)
     hide_paths(cfg.data.mirror, cfg.data.out_dir, data_dir)  # gold answers, wherever they were put
+    if args.items:  # re-grade an evaluation's per-item record; exit 2 when a grade differs from it
+        from components.evaluation.items import regrade_file
+
+        print(json.dumps(regrade_file(args.items, data_dir, split=args.split, out=args.out,
+                                      timeout_s=cfg.eval.code_timeout_s), indent=2))
+        return 0
+    if not args.benchmark or not args.predictions:
+        raise UserError("score: give --benchmark and --predictions, or --items <evaluation folder>/items.jsonl")
     records = load_split(data_dir, args.benchmark, args.split)
     summary = score_predictions_file(records, Path(args.predictions), Path(args.out) if args.out else None,
                                      timeout_s=cfg.eval.code_timeout_s,
@@ -125,8 +133,7 @@ def _cmd_promote(cfg: Config, args: argparse.Namespace) -> int:
 
     decision = PromoteJob(cfg=cfg, candidate=args.candidate, limit=args.limit,
                           evaluate_champion=args.evaluate_champion).run()
-    print(f"{decision.name} v{decision.version}: {decision.decision} ({decision.reason})")
-    print(json.dumps(decision.metrics_used, indent=2, default=str))
+    print(decision.block())
     return 0
 
 

@@ -28,9 +28,9 @@ HELPS: dict[str, str] = {
     "train": "GSPO training (in-process, or under torchrun / deepspeed per deepspeed.launcher)",
     "evaluate": "evaluate a policy and the baselines on the seven benchmarks",
     "search": "budget-constrained hyper-parameter search (Optuna)",
-    "promote": "gate a registered version against @champion (accuracy AND tokens)",
+    "promote": "gate a registered version against @champion (paired per-item evidence: accuracy and tokens)",
     "run": "the whole pipeline as one Prefect flow",
-    "score": "score a JSON-lines predictions file against a benchmark",
+    "score": "score a JSON-lines predictions file against a benchmark, or re-grade an evaluation's items",
     "experiments": "reproduce the paper's token-economy claims (run) and regenerate docs/results.md (report)",
     "config": "list every --set key (keys) or print a profile's resolved config as YAML (show)",
 }
@@ -208,8 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     command("run")
 
     p = command("score")
-    p.add_argument("--benchmark", required=True, choices=ALL_BENCHMARKS, help="benchmark the predictions answer")
-    p.add_argument("--predictions", required=True, help='JSON lines {"id", "prediction"}')
+    p.add_argument("--benchmark", default=None, choices=ALL_BENCHMARKS,
+                   help="benchmark the predictions answer (with --predictions)")
+    p.add_argument("--predictions", default=None, help='JSON lines {"id", "prediction"} (with --benchmark)')
+    p.add_argument("--items", default=None, help="an evaluation's items.jsonl: re-grade it and check the recorded "
+                   "grades (instead of --benchmark/--predictions)")
     p.add_argument("--split", default="test", help="split of the prepared benchmark (default test)")
     p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
     p.add_argument("--out", default=None, help="per-item results (JSON lines; not the predictions file)")

@@ -8,7 +8,7 @@ each file readable: the schema is one schema.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -253,11 +253,27 @@ class EvalConfig(_Section):
     code_timeout_s: float = Field(10.0, gt=0.0, le=MAX_WAIT_S, description="wall-clock limit per HumanEval program")
 
 
+class GateConfig(_Section):
+    """Thresholds of the paired rule the promotion gate decides with (components/comparison.py)."""
+
+    test: Literal["paired_t"] = Field("paired_t", description="paired test over the shared items")
+    confidence: float = Field(0.95, ge=0.5, lt=1.0, description="one-sided confidence of the bounds")
+    margin: float = Field(0.02, ge=0.0, lt=1.0, description="non-inferiority margin on accuracy (cheaper)")
+    token_factor: float = Field(0.9, gt=0.0, le=1.0, description="cheaper: tokens <= this x champion's")
+    max_token_ratio: float = Field(1.10, ge=1.0, le=1e6, description="better: tokens <= this x champion's")
+    min_items: int = Field(50, ge=2, le=10_000_000, description="fewer paired items decide nothing")
+
+    def rule(self) -> Any:
+        """The :class:`components.comparison.ComparisonRule` of these thresholds."""
+        from components.comparison import ComparisonRule  # lazy: scipy
+
+        return ComparisonRule(self.confidence, self.margin, self.token_factor, self.max_token_ratio, self.min_items)
+
+
 class RegistryConfig(_Section):
     model_name: Name = Field("agent-gspo-policy", description="registered model name")
-    accuracy_tolerance: float = Field(0.01, ge=0.0, le=1.0, description="allowed accuracy drop vs champion")
-    max_token_ratio: float = Field(1.0, gt=0.0, le=1e6, description="candidate tokens may be at most this x champion's")
     min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="absolute bar for the first champion")
+    gate: GateConfig = Field(default_factory=GateConfig, description="the promotion gate's paired rule")
 
 
 class TrackingConfig(_Section):

@@ -126,8 +126,10 @@ def evaluate_task(cfg: Config, model: str | None) -> dict:
 def promote_task(cfg: Config, candidate: str) -> dict:
     with forward_logs() as logger:
         decision = PromoteJob(cfg=cfg, candidate=candidate, evaluate_champion=True).run()
+        logger.info("%s", decision.block())  # the rule, the intervals and the decision, as the CLI prints them
     row = {"model": decision.name, "version": decision.version, "decision": decision.decision,
-           "reason": decision.reason, "compared_to": str(decision.compared_to), "setting": decision.setting}
+           "reason": decision.reason, "compared_to": str(decision.compared_to), "setting": decision.setting,
+           "rule": decision.rule}
     _post(logger, "promotion", lambda: create_table_artifact(key="promotion", table=[row],
                                                              description="promotion gate decision"))
     return row

@@ -93,6 +93,8 @@ class MessageStat:
     completion_tokens: int = 0
     truncated: bool = False
     """cut by the message cap before its EOS (Message.truncated)"""
+    text: str = ""
+    """the decoded completion (Message.text, decoded from the engine's ids): the per-item transcript"""
 
 
 @dataclass
@@ -100,7 +102,8 @@ class EpisodeStats(Graded):
     """The numbers of an :class:`Episode` without its token ids.
 
     A full evaluation holds 14k MMLU episodes x N messages; keeping every ``prompt_ids`` list
-    would cost gigabytes, so episodes are compacted right after each rollout batch. Same
+    would cost gigabytes, so episodes are compacted right after each rollout batch (the message
+    texts stay: they are the per-item record's transcript, see items.py). Same
     attribute names as Episode, so :func:`aggregate` and :func:`silence_grid` take either.
     """
 
@@ -120,7 +123,7 @@ class EpisodeStats(Graded):
     def from_episode(cls, ep: Episode) -> EpisodeStats:
         return cls(ep.question_id, ep.final_answer, ep.prompt_tokens, ep.completion_tokens, ep.communicated_tokens,
                    ep.total_tokens, ep.turns,
-                   [MessageStat(m.agent_id, m.round, m.silent, m.private, m.completion_tokens, m.truncated)
+                   [MessageStat(m.agent_id, m.round, m.silent, m.private, m.completion_tokens, m.truncated, m.text)
                     for m in ep.messages],
                    ep.calls_skipped,
                    ep.grade)

@@ -1,7 +1,7 @@
 """An evaluation's outputs are published as one set: all of them, or none.
 
 :func:`publish` has the writer put every file (report.py's layout: ``<benchmark>.json``,
-``summary.json``, ``report.md``, two PNGs) into a staging folder inside ``out_dir`` and only then
+``summary.json``, ``report.md``, two PNGs, ``items.jsonl``) into a staging folder inside ``out_dir`` and only then
 moves them into place, so a failure while writing (a full disk, a plot that cannot be drawn,
 Ctrl-C) leaves the previous outputs byte-identical and nothing else behind.
 
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 KEYSTONE = "summary.json"
 """moved out first and in last: a set with it is complete"""
 OUTPUT_NAMES = frozenset({*(f"{b}.json" for b in ALL_BENCHMARKS), KEYSTONE, "report.md", "accuracy_vs_tokens.png",
-                          "silence_by_agent_round.png"})
+                          "silence_by_agent_round.png", "items.jsonl"})
 """every name an evaluation writes into ``out_dir`` (report.py's layout)"""
 STAGING_PREFIX, STAGING_SUFFIX = ".evaluate-", ".staging"
 JOURNAL = ".publish.json"

@@ -8,6 +8,7 @@ evaluation publishes them as one set, see :mod:`components.evaluation.publish`):
     report.md                   paper-shaped tables (rows = systems, columns = benchmarks)
     accuracy_vs_tokens.png      see :mod:`components.evaluation.plots`
     silence_by_agent_round.png
+    items.jsonl                 the per-item record (components/evaluation/items.py), linked from report.md
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ def render_markdown(rows: Sequence[EvalRow], summary: Mapping[str, Mapping[str, 
             out.append(f"- **{key}**: `{meta[key]}`")
     if "machine" in meta:
         out.append(f"- **machine**: {describe(meta['machine'])}")
+    if meta.get("items_sha256"):
+        out.append(f"- **per-item record**: [items.jsonl](items.jsonl) (prediction, extracted answer, gold, tokens, "
+                   f"silence and transcript of every item; sha256 `{meta['items_sha256']}`)")
     out += ["", "## Accuracy and token cost", "",
             "Cells: accuracy ± standard error (sqrt(p(1-p)/n)) / total tokens (prompt + completion, summed "
             "over the evaluated items).", ""]

@@ -39,6 +39,15 @@ from components.config import ALL_BENCHMARKS, BASELINE_NAMES, Config
 from components.data.item import Item
 from components.data.prepare import manifest_sha256
 from components.errors import UserError
+from components.evaluation.items import (
+    ITEMS_FILE,
+    ITEMS_PARAM,
+    MAIN_PARAM,
+    encode,
+    items_sha256,
+    log_items_table,
+    records_of,
+)
 from components.evaluation.metrics import (
     EpisodeLike,
     EpisodeStats,
@@ -51,6 +60,7 @@ from components.evaluation.metrics import (
 from components.evaluation.publish import check_out_dir, publish
 from components.evaluation.report import render_markdown, write_reports
 from components.evaluation.sampling import EVAL_SPLIT, derived_seed, sample_items
+from components.io import atomic_path
 from components.machine import describe, machine_fingerprint
 from components.mas.environment import grade_episodes
 from components.mas.voting import vote
@@ -332,8 +342,11 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     grid = grids[main]
     summary = summarise(rows)
     meta["main_system"] = main
+    items_bytes = encode(records_of(per_system, items))  # the per-item record (items.py), hashed as written
+    meta["items_sha256"] = items_sha256(items_bytes)
     markdown = render_markdown(rows, summary, meta)
-    paths = publish(out_dir, lambda staging: write_outputs(staging, rows, summary, meta, markdown, grid))
+    paths = publish(out_dir, lambda staging: write_outputs(staging, rows, summary, meta, markdown, grid,
+                                                           items_bytes))
     timings["total"] = time.perf_counter() - t_start
     per_item = {name: {b: [ItemOutcome(e.question_id, e.correct, e.total_tokens, e.completion_tokens)
                            for e in per_system[name][b]] for b in benchmarks} for name in names}
@@ -345,11 +358,15 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
 
 
 def write_outputs(out_dir: Path, rows: Sequence[EvalRow], summary: dict[str, Any], meta: dict[str, Any],
-                  markdown: str, grid: SilenceGrid | None) -> dict[str, Path]:
+                  markdown: str, grid: SilenceGrid | None, items_bytes: bytes | None = None) -> dict[str, Path]:
     """Every file of an evaluation into ``out_dir`` (report.py's layout); returns ``{name: path}``."""
     from components.evaluation.plots import plot_accuracy_vs_tokens, plot_silence_heatmap
 
     paths = write_reports(out_dir, rows, summary, meta, markdown)
+    if items_bytes is not None:
+        paths["items"] = out_dir / ITEMS_FILE
+        with atomic_path(paths["items"]) as tmp:
+            tmp.write_bytes(items_bytes)
     paths["accuracy_vs_tokens"] = plot_accuracy_vs_tokens(rows, out_dir / "accuracy_vs_tokens.png")
     paths["silence_by_agent_round"] = plot_silence_heatmap(grid, out_dir / "silence_by_agent_round.png")
     return paths
@@ -384,6 +401,8 @@ def log_to_tracker(tracker, report: EvalReport, main: str, model_id: str | None 
             "eval.data_manifest_sha256": meta["data_manifest_sha256"], "eval.seed": meta["seed"],
             "eval.limit": meta["limit"], "eval.machine": describe(meta.get("machine"))}
     tracker.set_tags(tags)
+    if meta.get("items_sha256"):  # params are immutable: the gate verifies the items file against this one
+        tracker.log_params({ITEMS_PARAM: meta["items_sha256"], MAIN_PARAM: main})
     tracker.log_metrics(eval_metrics(report.table, main))
     tracker.log_metrics(summary_metrics(report.summary[main]), model_id=model_id)
     for name in report.summary:
@@ -393,3 +412,6 @@ def log_to_tracker(tracker, report: EvalReport, main: str, model_id: str | None 
             sub.log_metrics(eval_metrics(report.table, name) | summary_metrics(report.summary[name]))
     for path in report.paths.values():
         tracker.log_artifact(path, "eval")
+    if "items" in report.paths:
+        log_items_table(tracker, report.paths["items"])
+

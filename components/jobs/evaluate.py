@@ -5,7 +5,9 @@ params and the evaluated system's summary as metrics (``eval/accuracy``, ``eval/
 ...; per benchmark ``eval/<benchmark>/*``). When the model is a registered version the run and
 the version point at each other: run tags ``eval.model_name`` / ``eval.model_version``, the
 summary linked to the version's logged model, and on the version the results under the
-setting's key (:mod:`components.tracking.gate`), which is what the promotion gate reads.
+setting's key (:mod:`components.tracking.gate`). The per-item record (``items.jsonl``) is logged
+as an artifact and an evaluation table, its sha256 as the run param ``eval.items_sha256`` and the
+version as ``eval.registered_version``: what the promotion gate verifies and compares.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ class EvaluateJob(Job):
             report = evaluate(cfg, **kwargs)
             return EvaluateResult(report, self._setting(report))
         from components.tracking import Tracker
+        from components.tracking.gate import VERSION_PARAM
 
         tags = {"stage": "evaluate", "eval.model": model or cfg.model.name}
         if version is not None:
@@ -119,8 +122,9 @@ class EvaluateJob(Job):
         with Tracker.from_config(cfg, "evaluate", tags) as tracker:
             report = evaluate(cfg, **kwargs)
             setting = self._setting(report)
+            registered = {VERSION_PARAM: version.uri} if version is not None else {}  # immutable: the gate checks it
             tracker.log_params(setting.params() | {f"eval.{k}": v for k, v in cfg.eval.model_dump().items()}
-                               | {"model": model or cfg.model.name})
+                               | {"model": model or cfg.model.name} | registered)
             log_to_tracker(tracker, report, report.meta["main_system"], model_id=self._model_id(version))
             run_id = tracker.run_id
             if version is not None:
@@ -158,5 +162,6 @@ class EvaluateJob(Job):
         client = registry_client(self.cfg.tracking.uri)
         guarded(self.cfg.tracking.uri, f"record evaluation on {version.uri}", lambda: write_result(
             client, version.name, version.version, setting.key(), setting.model_dump(mode="json"), result))
-        log.info("recorded on %s under setting %s (%s): accuracy %.4f, tokens %d", version.uri, setting.key(),
-                 setting.describe(), result.accuracy, int(result.tokens_total))
+        log.info("recorded on %s under setting %s (%s): accuracy %.4f, tokens %d; per-item record %s (sha256 %s, "
+                 "run param eval.items_sha256)", version.uri, setting.key(), setting.describe(), result.accuracy,
+                 int(result.tokens_total), report.paths.get("items"), report.meta.get("items_sha256"))

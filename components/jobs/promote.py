@@ -1,13 +1,15 @@
 """The promotion job: gate a registered version against ``@champion`` under the configured setting.
 
-The gate's setting is the one ``agent-gspo evaluate`` runs under with the same config
-(:func:`components.evaluation.setting.planned_setting`), so ``evaluate`` then ``promote`` with
-the same ``--profile`` / ``--set`` compare like with like. ``evaluate_champion`` measures a
-champion that has no results under that setting first (the nightly pipeline does, so a change of
-data or protocol does not stall promotion); otherwise that is an error naming the command. That
-measurement is tracked like any evaluation (an MLflow run with the report as artifacts, the results
-on the champion's version) but its files go to a temporary folder, never to ``eval.out_dir``:
-that folder holds the evaluation published for the candidate, which must stay.
+The gate pairs the candidate's per-item record with the champion's under the ``registry.gate``
+rule (:mod:`components.tracking.promotion`). The gate's setting is the one ``agent-gspo evaluate``
+runs under with the same config (:func:`components.evaluation.setting.planned_setting`), so
+``evaluate`` then ``promote`` with the same ``--profile`` / ``--set`` compare like with like.
+``evaluate_champion`` measures a champion that has no per-item record under that setting first
+(the nightly pipeline does, so a change of data or protocol does not stall promotion); otherwise
+that is an error naming the command. That measurement is tracked like any evaluation (an MLflow
+run with the report as artifacts, the results on the champion's version) but its files go to a
+temporary folder, never to ``eval.out_dir``: that folder holds the evaluation published for the
+candidate, which must stay.
 
 When the gate's setting was measured under a ``mas`` protocol other than the one the candidate
 records for serving (:mod:`components.tracking.recorded`), a warning says so: the decision is then
@@ -49,8 +51,9 @@ class PromoteJob(Job):
         ref = resolve_version(text, uri=cfg.tracking.uri, client=client)
         setting = planned_setting(cfg, limit=self.limit)
         reg = cfg.registry
-        rule = GateRule(reg.accuracy_tolerance, reg.max_token_ratio, reg.min_accuracy)
-        log.info("promote %s under setting %s (%s)", ref.uri, setting.key(), setting.describe())
+        rule = GateRule(reg.gate.rule(), reg.min_accuracy, reg.gate.test)
+        log.info("promote %s under setting %s (%s); rule: %s", ref.uri, setting.key(), setting.describe(),
+                 rule.describe())
         _warn_if_not_served_protocol(ref.name, ref.version, setting.protocol, cfg.tracking.uri)
 
         def gate():
@@ -64,7 +67,7 @@ class PromoteJob(Job):
                 raise
             from components.jobs.evaluate import EvaluateJob
 
-            log.info("champion v%s has no results under setting %s: evaluating it first", exc.champion,
+            log.info("champion v%s has no per-item record under setting %s: evaluating it first", exc.champion,
                      setting.key())
             with tempfile.TemporaryDirectory(prefix=f"agent-gspo-champion-v{exc.champion}-") as out:
                 measured = EvaluateJob(cfg=cfg, model=f"models:/{ref.name}/{exc.champion}", limit=self.limit,

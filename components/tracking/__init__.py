@@ -2,7 +2,7 @@
 the multi-agent system it was trained as, registry versions and URIs, and the promotion gate."""
 
 from components.tracking.errors import ModelUriError, PromotionError, TrackingError
-from components.tracking.gate import GateResult, read_result, write_result
+from components.tracking.gate import EvidenceMismatch, GateResult, read_result, write_result
 from components.tracking.metric_names import METRIC_NAMES, flatten_params, is_metric_name, validate_metrics
 from components.tracking.mlflow_logging import (
     Tracker,
@@ -23,7 +23,8 @@ from components.tracking.registry import promotion_lock
 from components.tracking.versions import VersionRef, registry_client, resolve_version
 
 __all__ = [
-    "METRIC_NAMES", "CandidateNotEvaluated", "ChampionNotEvaluated", "GateResult", "GateRule", "ModelUriError",
+    "METRIC_NAMES", "CandidateNotEvaluated", "ChampionNotEvaluated", "EvidenceMismatch", "GateResult", "GateRule",
+    "ModelUriError",
     "PromotionDecision", "PromotionError", "Tracker", "TrackingError", "VersionRef", "check_reachable",
     "configure_http_retries", "flatten_params", "git_commit", "is_metric_name", "log_policy_model", "promote",
     "promotion_lock", "read_result", "registry_client", "resolve_model_uri", "resolve_version", "validate_metrics",

@@ -11,35 +11,45 @@ of the setting it ran under (benchmarks, item sample, seed, data manifest, proto
     eval.<key>.setting       the setting, readable (JSON)
 
 So an evaluation under another setting (one benchmark, ``--limit 5``) writes other keys and never
-overwrites the numbers the gate compares. The registered model itself keeps, per setting, the
-reference of its champion lineage (tags ``gate.<key>.best_accuracy`` / ``min_tokens`` and the
-versions that set them) and ``gate.last_champion``: they survive a deleted champion version or
-alias, so neither can lower the bar.
+overwrites the numbers the gate compares.
+
+Those tags are editable, so the gate never decides on them: :func:`load_evidence` follows
+``run_id`` to the evaluation run, downloads its per-item record (``eval/items.jsonl``,
+:mod:`components.evaluation.items`), checks its sha256 against the run's immutable param
+``eval.items_sha256``, checks the run's params name this version and this setting, and
+recomputes accuracy, tokens and n from the items; :func:`check_tags` then refuses a version
+whose tags disagree with that record (:class:`EvidenceMismatch`, exit 2 naming both values).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 
+from components.comparison import ItemScore
+from components.evaluation.items import ITEMS_ARTIFACT, ITEMS_PARAM, MAIN_PARAM, decode, headline, items_sha256, scores
 from components.tracking.errors import PromotionError
 
-LAST_CHAMPION_TAG = "gate.last_champion"
 LATEST_RUN_TAG = "eval.latest_run_id"
 LATEST_KEY_TAG = "eval.latest_setting"
+VERSION_PARAM = "eval.registered_version"
+"""evaluation-run param: the registry version evaluated (``models:/<name>/<v>``), immutable"""
+
+
+class NoItemRecord(PromotionError):
+    """An evaluation run without a per-item record (from before evaluations kept their items)."""
 
 
 def result_tag(key: str, field: str) -> str:
     return f"eval.{key}.{field}"
-
-
-def reference_tag(key: str, field: str) -> str:
-    return f"gate.{key}.{field}"
 
 
 @dataclass(frozen=True)
@@ -59,28 +69,6 @@ class GateResult:
             raise PromotionError(f"accuracy {self.accuracy} is outside [0, 1]")
         if self.tokens_total < 0:
             raise PromotionError(f"tokens_total {self.tokens_total} is negative")
-
-
-@dataclass(frozen=True)
-class Reference:
-    """Best accuracy and fewest tokens of the champion lineage under one setting."""
-
-    accuracy: float
-    accuracy_version: str
-    tokens_total: float
-    tokens_version: str
-
-    def merged(self, version: str, result: GateResult) -> Reference:
-        """This reference after ``version`` with ``result`` joined the lineage."""
-        acc = (result.accuracy, version) if result.accuracy > self.accuracy else (self.accuracy,
-                                                                                self.accuracy_version)
-        tok = (result.tokens_total, version) if result.tokens_total < self.tokens_total else (
-            self.tokens_total, self.tokens_version)
-        return Reference(acc[0], acc[1], tok[0], tok[1])
-
-    @classmethod
-    def of(cls, version: str, result: GateResult) -> Reference:
-        return cls(result.accuracy, version, result.tokens_total, version)
 
 
 def write_result(client: MlflowClient, name: str, version: str, key: str, setting: Mapping[str, Any],
@@ -133,22 +121,78 @@ def evaluated_settings(tags: Mapping[str, str]) -> list[str]:
                    and t.count(".") == 2})
 
 
-def read_reference(model_tags: Mapping[str, str], key: str, where: str) -> Reference | None:
-    """The lineage reference under ``key`` from the registered model's tags, if any, validated like
-    a result (``where`` names the registered model in errors)."""
-    acc, tok = reference_tag(key, "best_accuracy"), reference_tag(key, "min_tokens")
-    if acc not in model_tags or tok not in model_tags:
-        return None
-    return Reference(_number(model_tags, acc, where, fraction=True),
-                     model_tags.get(reference_tag(key, "best_accuracy_version"), "?"),
-                     _number(model_tags, tok, where), model_tags.get(reference_tag(key, "min_tokens_version"), "?"))
+class EvidenceMismatch(PromotionError):
+    """A version's tags, or an items file, disagree with the evaluation run's immutable record."""
 
 
-def write_reference(client: MlflowClient, name: str, key: str, ref: Reference, champion: str) -> None:
-    """Store the lineage reference under ``key`` and the newest champion on the registered model."""
-    tags = {reference_tag(key, "best_accuracy"): repr(float(ref.accuracy)),
-            reference_tag(key, "best_accuracy_version"): ref.accuracy_version,
-            reference_tag(key, "min_tokens"): repr(float(ref.tokens_total)),
-            reference_tag(key, "min_tokens_version"): ref.tokens_version, LAST_CHAMPION_TAG: champion}
-    for tag, value in tags.items():
-        client.set_registered_model_tag(name, tag, value)
+@dataclass(frozen=True)
+class Evidence:
+    """A verified per-item record: the main system's items of one evaluation run, and what they add up to."""
+
+    run_id: str
+    sha256: str
+    system: str
+    scores: dict[str, list[ItemScore]]
+    accuracy: float
+    tokens_total: float
+    n: int
+
+
+def _params(client: MlflowClient, run_id: str, where: str) -> dict[str, str]:
+    try:
+        return dict(client.get_run(run_id).data.params)
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            raise PromotionError(f"{where}: evaluation run {run_id} does not exist (deleted for good?): "
+                                 "evaluate again") from None
+        raise
+
+
+def load_evidence(client: MlflowClient, run_id: str, where: str, *, key: str, version_uri: str | None) -> Evidence:
+    """The verified per-item record of evaluation run ``run_id`` (module docstring).
+
+    ``version_uri`` (``models:/<name>/<v>``) must be what the run evaluated (None: not checked,
+    e.g. a deleted former champion known only through the decision log). Raises
+    :class:`NoItemRecord` (an evaluation from before per-item records) and :class:`EvidenceMismatch`."""
+    params = _params(client, run_id, where)
+    recorded = params.get(ITEMS_PARAM)
+    if not recorded:
+        raise NoItemRecord(f"{where}: evaluation run {run_id} has no per-item record (no param {ITEMS_PARAM}; "
+                           "measured before evaluations kept their items): evaluate it again")
+    if params.get("setting.key") != key:
+        raise EvidenceMismatch(f"{where}: evaluation run {run_id} measured setting {params.get('setting.key')}, "
+                               f"not the gate's {key} (its eval.{key}.run_id tag points elsewhere)")
+    measured = params.get(VERSION_PARAM)
+    if version_uri is not None and measured != version_uri:
+        raise EvidenceMismatch(f"{where}: evaluation run {run_id} measured {measured or 'an unregistered model'}, "
+                               f"not {version_uri} (its eval.{key}.run_id tag points elsewhere)")
+    with tempfile.TemporaryDirectory(prefix="agent-gspo-items-") as tmp:
+        try:
+            local = client.download_artifacts(run_id, ITEMS_ARTIFACT, tmp)
+            data = Path(local).read_bytes()
+        except (MlflowException, OSError) as exc:
+            raise EvidenceMismatch(f"{where}: evaluation run {run_id} lacks its items file {ITEMS_ARTIFACT} "
+                                   f"({str(exc).splitlines()[0][:200]})") from None
+    actual = items_sha256(data)
+    if actual != recorded:
+        raise EvidenceMismatch(f"{where}: {ITEMS_ARTIFACT} of run {run_id} has sha256 {actual}, but the run's "
+                               f"param {ITEMS_PARAM} = {recorded}: the record was replaced after the evaluation")
+    system = params.get(MAIN_PARAM, "")
+    by_bench = scores(decode(data, f"{ITEMS_ARTIFACT} of run {run_id}"), system)
+    if not by_bench:
+        raise EvidenceMismatch(f"{where}: {ITEMS_ARTIFACT} of run {run_id} holds no item of its main system "
+                               f"{system!r}")
+    acc, tok, n = headline(by_bench)
+    return Evidence(run_id, actual, system, by_bench, acc, tok, n)
+
+
+def check_tags(result: GateResult, evidence: Evidence, key: str, where: str) -> None:
+    """:class:`EvidenceMismatch` unless the version's tags say what its verified record says."""
+    pairs = (("accuracy", result.accuracy, evidence.accuracy, 1e-9), ("tokens_total", result.tokens_total,
+                                                                      evidence.tokens_total, 0.5),
+             ("n", float(result.n), float(evidence.n), 0.5))
+    for field, tagged, verified, slack in pairs:
+        if abs(tagged - verified) > slack:
+            raise EvidenceMismatch(f"{where}: tag {result_tag(key, field)} = {tagged:g} but its verified per-item "
+                                   f"record (run {evidence.run_id}) gives {verified:g}: the tags were edited; "
+                                   "evaluate the version again")

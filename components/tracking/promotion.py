@@ -1,60 +1,56 @@
-"""Promotion gate: move ``@champion`` only when accuracy holds AND tokens do not grow, like with like.
+"""Promotion gate: ``@champion`` moves only on per-item evidence that the candidate is better or cheaper.
 
-The point of Agent-GSPO is the token economy, so a model that is as accurate but more expensive
-must not win. Every number compared was measured under ONE evaluation setting, the gate's
-(``setting_key``: benchmarks, item sample, seed, data manifest and protocol; see
-:mod:`components.tracking.gate` for where the numbers live):
+The point of Agent-GSPO is the token economy, so the gate asks the paired question of
+:func:`components.comparison.paired_verdict` (the one rule every crowning decision uses): on the
+SAME items, is the candidate more accurate beyond noise (``better``), or as accurate within the
+margin and cheaper beyond noise (``cheaper``)? Every number comes from a verified per-item record
+(:func:`components.tracking.gate.load_evidence`), never from a version's editable tags:
 
-* the candidate must have results under that setting (:class:`CandidateNotEvaluated` otherwise);
-* champion C exists: it must have results under that setting too (:class:`ChampionNotEvaluated`
-  otherwise; ``agent-gspo promote --evaluate-champion`` measures it first). The candidate becomes
-  ``@champion`` iff ``acc >= max(acc_C, best lineage acc) - accuracy_tolerance`` and
-  ``tokens <= min(tokens_C, fewest lineage tokens) * max_token_ratio``; otherwise it becomes
-  ``@challenger`` (kept for inspection / A-B, never served by default). The lineage reference is
-  the best accuracy and the fewest tokens any champion reached under the setting, so repeated
-  drops within the tolerance cannot ratchet accuracy down;
-* no ``@champion`` but there was one (deleted version or alias): the candidate is compared with the
-  lineage reference; without one under this setting the gate refuses rather than lower the bar;
-* never a champion: the candidate becomes ``@champion`` iff accuracy >= ``min_accuracy``, else
-  it is ``rejected`` (no alias);
-* a candidate whose ``ModelVersion.status`` is not ``READY`` (registration pending or failed) is
-  refused; a ``@champion`` that is not ``READY`` counts as no champion, with a warning.
+* the candidate must have an evaluation under the gate's setting (:class:`CandidateNotEvaluated`);
+  its record's sha256 must match the run's immutable param, and its ``eval.<key>.*`` tags must say
+  what the record says (:class:`~components.tracking.gate.EvidenceMismatch`, exit 2, both values);
+* the reference is the ``@champion`` (READY) version; without the alias, the newest version the
+  decision history crowned (:mod:`components.tracking.decision_log` and the versions'
+  ``promotion.*`` tags; a deleted crowned version is represented by its logged evaluation run). A
+  reference without a per-item record under the setting is :class:`ChampionNotEvaluated`
+  (``promote --evaluate-champion`` measures it on the same items);
+* ``better`` / ``cheaper``: the candidate becomes ``@champion``; ``tie`` / ``worse`` /
+  ``costlier``: ``@challenger`` (the champion stays); ``too_few`` items or items that are not the
+  same: ``refused``, nothing is written, and the reason is one line;
+* no champion ever (history empty): a first model needs ``min_items`` items and accuracy >=
+  ``registry.min_accuracy`` (``champion``); fewer items: ``refused``; lower accuracy: ``rejected``.
 
-Stored numbers (results and the lineage reference) must be finite, accuracies in [0, 1] and
-tokens >= 0; anything else is an error naming the version or registered model and the tag.
-
-The decision, reason, setting and numbers are written as ``promotion.*`` tags on the candidate.
+The decision, its reason, the rule's thresholds, the intervals and the evidence (evaluation runs,
+sha256s) are written as ``promotion.*`` tags on the candidate and as a run of the decision log.
 Re-running for the same candidate with the same outcome writes nothing and returns ``unchanged``.
-The read-decide-write section runs under :func:`components.tracking.registry.promotion_lock`,
-so concurrent promotions serialise.
+The read-decide-write section runs under :func:`components.tracking.registry.promotion_lock`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from mlflow import MlflowClient
 
+from components.comparison import ComparisonRule, IncomparableItems, PairedVerdict, paired_verdict
 from components.tracking.backend import guarded
+from components.tracking.decision_log import crownings, now_iso, record_decision
 from components.tracking.errors import PromotionError
 from components.tracking.gate import (
-    LAST_CHAMPION_TAG,
-    GateResult,
-    Reference,
+    Evidence,
+    EvidenceMismatch,
+    NoItemRecord,
+    check_tags,
     evaluated_settings,
-    read_reference,
+    load_evidence,
     read_result,
-    write_reference,
 )
 from components.tracking.registry import LockHandle, LockKind, alias_version, get_version, promotion_lock
 
-Decision = Literal["champion", "challenger", "rejected", "unchanged"]
+Decision = Literal["champion", "challenger", "rejected", "refused", "unchanged"]
 CHAMPION, CHALLENGER = "champion", "challenger"
-EPS = 1e-9  # float slack so 0.51 - 0.01 >= 0.50 holds
 READY = "READY"
 """the only ModelVersion.status whose artifacts are complete (not PENDING_ / FAILED_REGISTRATION)"""
 log = logging.getLogger(__name__)
@@ -65,7 +61,7 @@ class CandidateNotEvaluated(PromotionError):
 
 
 class ChampionNotEvaluated(PromotionError):
-    """The champion has no evaluation under the gate's setting (``champion`` names its version)."""
+    """The champion has no per-item record under the gate's setting (``champion`` names its version)."""
 
     def __init__(self, message: str, champion: str) -> None:
         super().__init__(message)
@@ -74,16 +70,25 @@ class ChampionNotEvaluated(PromotionError):
 
 @dataclass(frozen=True)
 class GateRule:
-    """``registry.*`` thresholds of the gate."""
+    """``registry.gate`` (the paired rule) and ``registry.min_accuracy`` (a first model's bar)."""
 
-    accuracy_tolerance: float
-    max_token_ratio: float
-    min_accuracy: float
+    comparison: ComparisonRule
+    min_accuracy: float = 0.0
+    test: str = "paired_t"
+
+    def describe(self) -> str:
+        return f"{self.comparison.describe()}; a first model needs accuracy >= {self.min_accuracy:g}"
+
+    def params(self) -> dict[str, str]:
+        c = self.comparison
+        return {"rule.test": self.test, "rule.confidence": f"{c.confidence:g}", "rule.margin": f"{c.margin:g}",
+                "rule.token_factor": f"{c.token_factor:g}", "rule.max_token_ratio": f"{c.max_token_ratio:g}",
+                "rule.min_items": str(c.min_items), "rule.min_accuracy": f"{self.min_accuracy:g}"}
 
 
 @dataclass
 class PromotionDecision:
-    """What :func:`promote` decided, why, and on which numbers (also written as version tags)."""
+    """What :func:`promote` decided, why, and on which evidence (also written as version tags)."""
 
     decision: Decision
     reason: str
@@ -91,40 +96,52 @@ class PromotionDecision:
     name: str = ""
     version: str = ""
     compared_to: str | None = None
-    """Champion version the candidate was compared with ("reference" without a champion, None for a first model)."""
+    """reference version (None for a first model)"""
     setting: str = ""
+    rule: str = ""
+    verdict: PairedVerdict | None = None
 
     def summary(self) -> str:
-        """One line for the CLI / Prefect artifact."""
+        """One line for logs and the Prefect artifact."""
         return f"{self.name} v{self.version}: {self.decision} - {self.reason}"
 
+    def block(self) -> str:
+        """What ``agent-gspo promote`` prints: the rule, the intervals and the decision (one line when refused)."""
+        if self.decision == "refused":
+            return self.summary()
+        lines = [f"{self.name} v{self.version} under setting {self.setting}", f"  rule: {self.rule}"]
+        v = self.verdict
+        if v is not None:
+            lines += [f"  compared with v{self.compared_to} on {v.n} paired items ({', '.join(v.accuracy.benchmarks)})",
+                      f"  accuracy difference: {v.accuracy.text()}",
+                      f"  tokens: {v.token_ratio:.3f}x the champion's; per item minus the token factor x its: "
+                      f"{v.tokens.text('.1f')}"]
+        why = self.reason.split("; ", 1)[0] if v is not None else self.reason  # the intervals are printed above
+        lines.append(f"  decision: {self.decision} - {why}")
+        return "\n".join(lines)
 
-def _rule(cand: GateResult, bar: Reference | None, against: str, rule: GateRule) -> tuple[Decision, str]:
-    acc, tok = cand.accuracy, cand.tokens_total
-    if bar is None:
-        if acc + EPS >= rule.min_accuracy:
-            return CHAMPION, f"first model: accuracy {acc:.4f} >= min_accuracy {rule.min_accuracy:.4f}"
-        return "rejected", f"first model: accuracy {acc:.4f} < min_accuracy {rule.min_accuracy:.4f}"
-    acc_ok = acc + EPS >= bar.accuracy - rule.accuracy_tolerance
-    tok_ok = tok <= bar.tokens_total * rule.max_token_ratio * (1 + EPS)
-    acc_text = (f"accuracy {acc:.4f} {'>=' if acc_ok else '<'} {against} {bar.accuracy:.4f} "
-                f"(v{bar.accuracy_version}) - tolerance {rule.accuracy_tolerance:.4f}")
-    tok_text = (f"tokens {tok:.1f} {'<=' if tok_ok else '>'} {against} {bar.tokens_total:.1f} "
-                f"(v{bar.tokens_version}) x max_token_ratio {rule.max_token_ratio:g}")
-    if acc_ok and tok_ok:
-        return CHAMPION, f"{acc_text} and {tok_text}"
-    return CHALLENGER, "; ".join(t for ok, t in ((acc_ok, acc_text), (tok_ok, tok_text)) if not ok)
+
+def _evidence(client: MlflowClient, name: str, version: str, key: str, text: str, role: str) -> Evidence | None:
+    """The version's verified record under ``key`` with its tags checked against it; None when it has none."""
+    where = f"{role} models:/{name}/{version}"
+    tags = get_version(client, name, version).tags
+    result = read_result(tags, key, where)
+    if result is None or not result.run_id:
+        return None
+    try:
+        evidence = load_evidence(client, result.run_id, where, key=key, version_uri=f"models:/{name}/{version}")
+    except NoItemRecord:
+        return None
+    check_tags(result, evidence, key, where)
+    return evidence
 
 
 def promote(client: MlflowClient, name: str, candidate_version: str | int, *, setting_key: str, rule: GateRule,
-            setting_text: str = "", champion_result_fn: Callable[[str], GateResult] | None = None,
-            lock: LockKind = "auto", lock_timeout_s: float = 60.0) -> PromotionDecision:
+            setting_text: str = "", lock: LockKind = "auto", lock_timeout_s: float = 60.0) -> PromotionDecision:
     """Decide and apply the alias for ``name`` v``candidate_version`` under ``setting_key`` (module doc).
 
-    ``setting_text`` describes the setting in error messages. ``champion_result_fn(version)``
-    replaces the champion's stored result (e.g. a fresh measurement). Raises
-    :class:`PromotionError` (missing version or results), :class:`TrackingError` (registry down).
-    """
+    Raises :class:`PromotionError` (missing version, evaluation or evidence; edited tags),
+    :class:`TrackingError` (registry down)."""
     uri = str(getattr(client, "_registry_uri", None) or client.tracking_uri)
     version = str(candidate_version)
 
@@ -133,94 +150,134 @@ def promote(client: MlflowClient, name: str, candidate_version: str | int, *, se
         if str(mv.status) != READY:
             raise PromotionError(f"candidate models:/{name}/{version} has status {mv.status}, not {READY} (its "
                                  "registration did not complete): it cannot become @champion; register it again")
-        tags = mv.tags
-        cand = read_result(tags, setting_key, f"candidate {name!r} v{version}")
+        cand = _evidence(client, name, version, setting_key, setting_text, "candidate")
         if cand is None:
-            have = ", ".join(evaluated_settings(tags)) or "none"
+            have = ", ".join(evaluated_settings(mv.tags)) or "none"
             raise CandidateNotEvaluated(
-                f"models:/{name}/{version} has no evaluation under the gate's setting {setting_key} "
-                f"({setting_text or 'see eval.* tags'}; it has: {have}); run `agent-gspo evaluate --model "
-                f"models:/{name}/{version}` with the same --profile/--set/--limit first")
+                f"models:/{name}/{version} has no evaluation with a per-item record under the gate's setting "
+                f"{setting_key} ({setting_text or 'see eval.* tags'}; it has: {have}); run `agent-gspo evaluate "
+                f"--model models:/{name}/{version}` with the same --profile/--set/--limit first")
         with promotion_lock(client, name, kind=lock, timeout_s=lock_timeout_s) as handle:
-            return _decide_and_apply(client, name, version, cand, setting_key, setting_text, champion_result_fn,
-                                     handle, rule)
+            return _decide_and_apply(client, name, version, cand, setting_key, setting_text, handle, rule)
 
     return guarded(uri, f"promote {name!r} v{version}", _run)
 
 
-def _champion_bar(client: MlflowClient, name: str, key: str, text: str, champ_version: str | None,
-                  champion_result_fn: Callable[[str], GateResult] | None) -> tuple[Reference | None, str]:
-    """What the candidate must match: champion and lineage merged, the lineage alone, or nothing."""
-    model_tags = client.get_registered_model(name).tags
-    ref = read_reference(model_tags, key, f"registered model {name!r}")
+def _history(client: MlflowClient, name: str, exclude: str) -> list[tuple[str, str | None]]:
+    """Crowned versions, newest first, as ``(version, logged evaluation run or None)``: the decision
+    log's crownings, then versions tagged ``promotion.decision = champion`` (by decision time)."""
+    out: dict[str, str | None] = {}
+    for c in crownings(client, name):
+        out.setdefault(c.version, c.eval_run_id or None)
+    tagged = [mv for mv in client.search_model_versions(f"name = '{name}'")
+              if mv.tags.get("promotion.decision") == CHAMPION]
+    for mv in sorted(tagged, key=lambda mv: mv.tags.get("promotion.decided_at", ""), reverse=True):
+        out.setdefault(str(mv.version), None)
+    return [(v, run) for v, run in out.items() if v != exclude]
+
+
+def _reference(client: MlflowClient, name: str, version: str, key: str, text: str,
+               champ_version: str | None) -> tuple[Evidence | None, str | None]:
+    """The verified record the candidate is paired with and its version; (None, None) for a first model."""
     if champ_version is None:
-        last = model_tags.get(LAST_CHAMPION_TAG)
-        if last is None:
-            return None, "none"
-        if ref is None:
-            raise PromotionError(f"{name!r} has no @champion (v{last} was the last one; its version or alias is "
-                                 f"gone) and no reference under setting {key} ({text}): set @champion again or "
-                                 f"evaluate a former champion under this setting, rather than lower the bar")
-        return ref, "reference"
-    if champion_result_fn is not None:
-        champ = champion_result_fn(champ_version)
-    else:
-        champ = read_result(get_version(client, name, champ_version).tags, key, f"champion {name!r} v{champ_version}")
-    if champ is None:
+        history = _history(client, name, exclude=version)
+        if not history:
+            return None, None
+        champ_version, logged_run = history[0]
+        try:
+            get_version(client, name, champ_version)
+        except PromotionError:  # the crowned version is gone: its logged evaluation still is the bar
+            if not logged_run:
+                raise PromotionError(f"{name!r} has no @champion; v{champ_version} was the last one crowned but is "
+                                     f"deleted and left no evaluation under setting {key} ({text}): set @champion "
+                                     "on a version with a per-item record rather than lower the bar") from None
+            log.warning("warning: %r has no @champion; pairing with the logged evaluation run %s of v%s (the last "
+                        "crowned version, deleted)", name, logged_run, champ_version)
+            return load_evidence(client, logged_run, f"former champion v{champ_version}", key=key,
+                                 version_uri=None), champ_version
+        log.warning("warning: %r has no @champion; pairing with v%s, the last version the decision history "
+                    "crowned", name, champ_version)
+    evidence = _evidence(client, name, champ_version, key, text, "champion")
+    if evidence is None:
         raise ChampionNotEvaluated(
-            f"champion models:/{name}/{champ_version} has no evaluation under the gate's setting {key} ({text}); "
+            f"champion models:/{name}/{champ_version} has no per-item record under the gate's setting {key} ({text}); "
             f"run `agent-gspo evaluate --model models:/{name}/{champ_version}` with the same --profile/--set/--limit, "
             f"or `agent-gspo promote --evaluate-champion`", champ_version)
-    merged = ref.merged(champ_version, champ) if ref is not None else Reference.of(champ_version, champ)
-    return merged, champ_version
+    return evidence, champ_version
 
 
-def _decide_and_apply(client: MlflowClient, name: str, version: str, cand: GateResult, key: str, text: str,
-                      champion_result_fn: Callable[[str], GateResult] | None, handle: LockHandle,
-                      rule: GateRule) -> PromotionDecision:
-    """The critical section: aliases, references and the candidate's promotion tags are read under the lock."""
+def _judge(cand: Evidence, ref: Evidence | None, rule: GateRule) -> tuple[Decision, str, PairedVerdict | None]:
+    if ref is None:
+        need = rule.comparison.min_items
+        if cand.n < need:
+            return "refused", f"first model: too few items ({cand.n} < min_items {need}); nothing decided", None
+        if cand.accuracy + 1e-9 >= rule.min_accuracy:
+            return CHAMPION, (f"first model: accuracy {cand.accuracy:.4f} >= min_accuracy {rule.min_accuracy:.4f} "
+                              f"on {cand.n} items"), None
+        return "rejected", f"first model: accuracy {cand.accuracy:.4f} < min_accuracy {rule.min_accuracy:.4f}", None
+    try:
+        verdict = paired_verdict(cand.scores, ref.scores, rule.comparison)
+    except IncomparableItems as exc:
+        return "refused", f"incomparable items: {exc}", None
+    if verdict.outcome == "too_few":
+        return "refused", verdict.reason, verdict
+    return (CHAMPION if verdict.wins else CHALLENGER), verdict.reason, verdict
+
+
+def _decide_and_apply(client: MlflowClient, name: str, version: str, cand: Evidence, key: str, text: str,
+                      handle: LockHandle, rule: GateRule) -> PromotionDecision:
+    """The critical section: aliases, history and the candidate's promotion tags are read under the lock."""
     old_tags = get_version(client, name, version).tags
     champ_mv = alias_version(client, name, CHAMPION)
     if champ_mv is not None and str(champ_mv.status) != READY:
         log.warning("warning: @champion of %r is v%s with status %s, not %s: treated as no champion (the "
-                    "lineage reference, if any, still sets the bar)", name, champ_mv.version, champ_mv.status, READY)
+                    "decision history still sets the bar)", name, champ_mv.version, champ_mv.status, READY)
         champ_mv = None
     chall_mv = alias_version(client, name, CHALLENGER)
     chall_version = str(chall_mv.version) if chall_mv is not None else None
     champ_version = str(champ_mv.version) if champ_mv is not None else None  # int on sqlite
     used: dict[str, float | str | None] = {"candidate_accuracy": cand.accuracy,
-                                           "candidate_tokens_total": cand.tokens_total,
-                                           "accuracy_tolerance": rule.accuracy_tolerance,
-                                           "max_token_ratio": rule.max_token_ratio, "min_accuracy": rule.min_accuracy}
-    result = PromotionDecision("unchanged", "", used, name, version, champ_version, key)
+                                           "candidate_tokens_total": cand.tokens_total, "candidate_n": cand.n,
+                                           "candidate_eval_run_id": cand.run_id, "candidate_items_sha256": cand.sha256}
+    result = PromotionDecision("unchanged", "", used, name, version, champ_version, key, rule.describe())
     if champ_version == version:
         result.reason = f"already @champion ({old_tags.get('promotion.reason', 'set outside promote')})"
         return result
-    bar, compared = _champion_bar(client, name, key, text, champ_version, champion_result_fn)
-    against = "champion" if compared not in ("none", "reference") else "lineage reference"
-    if bar is not None:
-        used.update(bar_accuracy=bar.accuracy, bar_accuracy_version=bar.accuracy_version,
-                    bar_tokens_total=bar.tokens_total, bar_tokens_version=bar.tokens_version)
-    decision, reason = _rule(cand, bar, against, rule)
-    same_record = (old_tags.get("promotion.decision") == decision and old_tags.get("promotion.compared_to") == compared
-                   and old_tags.get("promotion.setting") == key)
-    holds_alias = decision == "rejected" or chall_version == version
-    if same_record and holds_alias and decision != CHAMPION:
-        result.reason = f"already {decision} against {compared}: {reason}"
-        result.compared_to = None if compared == "none" else compared
-        return result
+    if champ_version is not None and champ_version not in {v for v, _ in _history(client, name, exclude="")}:
+        log.warning("warning: @champion of %r is v%s, which no promotion decision crowned (the alias was set by "
+                    "hand): the candidate is paired with it all the same", name, champ_version)
+    ref, compared = _reference(client, name, version, key, text, champ_version)
+    if ref is not None:
+        used.update(champion_accuracy=ref.accuracy, champion_tokens_total=ref.tokens_total, champion_n=ref.n,
+                    champion_eval_run_id=ref.run_id, champion_items_sha256=ref.sha256)
+    decision, reason, verdict = _judge(cand, ref, rule)
+    if verdict is not None:
+        used.update(outcome=verdict.outcome, accuracy_diff=verdict.accuracy.mean, accuracy_low=verdict.accuracy.low,
+                    accuracy_high=verdict.accuracy.high, token_ratio=verdict.token_ratio, paired_items=verdict.n)
+    decided = PromotionDecision(decision, reason, used, name, version, compared, key, rule.describe(), verdict)
+    if decision == "refused":
+        return decided
+    compared_tag = compared or "none"
+    same_record = (old_tags.get("promotion.decision") == decision and old_tags.get("promotion.setting") == key
+                   and old_tags.get("promotion.compared_to") == compared_tag)
+    if same_record and (decision == "rejected" or chall_version == version):
+        decided.decision, decided.reason = "unchanged", f"already {decision} against {compared_tag}: {reason}"
+        return decided
 
-    # Tags first, aliases last: a crash in between leaves a record that a re-run re-applies
-    # (the alias check above fails), never an alias without its reason.
+    # Tags and the decision log first, aliases last: a crash in between leaves a record that a
+    # re-run re-applies (the alias check above fails), never an alias without its reason.
     handle.verify()
-    tags = {"promotion.decision": decision, "promotion.reason": reason, "promotion.compared_to": compared,
-            "promotion.setting": key, "promotion.decided_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    tags = {"promotion.decision": decision, "promotion.reason": reason, "promotion.compared_to": compared_tag,
+            "promotion.setting": key, "promotion.decided_at": now_iso(), **rule.params(),
             **{f"promotion.{k}": "" if v is None else str(v) for k, v in used.items()}}
+    tags = {(k if k.startswith("promotion.") else f"promotion.{k}"): v for k, v in tags.items()}
     for tag, value in tags.items():
         client.set_model_version_tag(name, version, tag, str(value)[:5000])
+    record_decision(client, name, version, decision, reason,
+                    {"setting": key, "compared_to": compared_tag, "eval_run_id": cand.run_id,
+                     "items_sha256": cand.sha256, "champion_eval_run_id": ref.run_id if ref else "",
+                     "outcome": verdict.outcome if verdict else "first_model", **rule.params()})
     if decision == CHAMPION:
-        lineage = bar.merged(version, cand) if bar is not None else Reference.of(version, cand)
-        write_reference(client, name, key, lineage, version)
         client.set_registered_model_alias(name, CHAMPION, version)
         if chall_version == version:
             client.delete_registered_model_alias(name, CHALLENGER)
@@ -228,4 +285,8 @@ def _decide_and_apply(client: MlflowClient, name: str, version: str, cand: GateR
             client.set_model_version_tag(name, champ_version, "promotion.superseded_by", version)
     elif decision == CHALLENGER:
         client.set_registered_model_alias(name, CHALLENGER, version)
-    return PromotionDecision(decision, reason, used, name, version, None if compared == "none" else compared, key)
+    return decided
+
+
+__all__ = ["CandidateNotEvaluated", "ChampionNotEvaluated", "EvidenceMismatch", "GateRule", "PromotionDecision",
+           "promote"]

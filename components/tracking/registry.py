@@ -1,6 +1,6 @@
 """Model-registry helpers: versions, aliases, and the promotion lock.
 
-What the gate reads and writes (evaluation results, the lineage reference) is in
+What the gate reads and writes (evaluation results and their verified per-item records) is in
 :mod:`components.tracking.gate`.
 
 Locking (:func:`promotion_lock`): MLflow has no conditional write, so two promotions at once

@@ -26,14 +26,22 @@ import requests
 from helpers.servers import OFFLINE_ENV
 from mlflow import MlflowClient
 
-from components.tracking import GateResult, GateRule, Tracker, TrackingError, promote, resolve_model_uri, write_result
+from components.comparison import ComparisonRule
+from components.tracking import GateRule, Tracker, TrackingError, promote, resolve_model_uri
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-RULE = {"rule": GateRule(accuracy_tolerance=0.01, max_token_ratio=1.0, min_accuracy=0.1), "setting_key": "s1"}
-_spec = importlib.util.spec_from_file_location(
-    "test_tracking_helpers", Path(__file__).parents[1] / "unit" / "test_tracking_helpers.py")
-helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(helpers)
+RULE = {"rule": GateRule(ComparisonRule(min_items=20), min_accuracy=0.1), "setting_key": "s1"}
+
+
+def _unit_helper(name: str):
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "unit" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+helpers = _unit_helper("test_tracking_helpers")
+gate_helpers = _unit_helper("gate_helpers")
 
 
 def _free_port() -> int:
@@ -103,8 +111,9 @@ def test_log_register_promote_resolve_then_dead_server(server, tmp_path: Path,
         run_id = tracker.run_id
     client = MlflowClient(uri)
     v1, v2, v3 = str(v1.version), str(v2.version), str(v3.version)
-    for version, acc, tokens in ((v1, 0.5, 1000), (v2, 0.6, 900), (v3, 0.6, 800)):
-        write_result(client, "policy", version, "s1", {"limit": 1}, GateResult(acc, tokens))
+    for version, right, tokens in ((v1, 30, 100), (v2, 54, 100), (v3, 54, 30)):  # v3: v2's answers, cheaper
+        gate_helpers.evaluate(client, tmp_path, "policy", version,
+                              gate_helpers.records([i < right for i in range(60)], tokens), key="s1")
 
     assert promote(client, "policy", v1, **RULE).decision == "champion"
     results: list = []

@@ -41,7 +41,7 @@ TINY = ["model.name=tiny-random", "gspo.engine=torch", "gspo.steps=2", "gspo.que
         "gspo.group_size=2", "gspo.minibatches=2", "gspo.checkpoint_every=1", "gspo.keep_checkpoints=2",
         "gspo.lr=1e-3", "mas.agents=2", "mas.rounds=1", "mas.max_message_tokens=8", "eval.limit=1",
         "eval.benchmarks=[gsm8k,aqua]", "eval.baselines=[single_cot]", "data.benchmarks=[gsm8k,aqua]",
-        "registry.min_accuracy=0"]
+        "registry.min_accuracy=0", "registry.gate.min_items=2"]
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -19,7 +19,7 @@ from components.evaluation.report import write_reports
 from components.evaluation.runner import System, evaluate
 
 NAMES = ["gsm8k.json", "aqua.json", "summary.json", "report.md", "accuracy_vs_tokens.png",
-         "silence_by_agent_round.png"]
+         "silence_by_agent_round.png", "items.jsonl"]
 
 
 @pytest.fixture
@@ -50,13 +50,16 @@ def test_normal_run_writes_the_same_files_as_before(data, tmp_path):
     write_reports(legacy, rep.table, rep.summary, rep.meta, rep.markdown)
     plot_accuracy_vs_tokens(rep.table, legacy / "accuracy_vs_tokens.png")
     plot_silence_heatmap(rep.silence, legacy / "silence_by_agent_round.png")
+    (legacy / "items.jsonl").write_bytes((tmp_path / "eval" / "items.jsonl").read_bytes())  # the per-item record
     assert _tree(tmp_path / "eval") == _tree(legacy)  # same names, same bytes, nothing else (no lock, no staging)
     assert set(_tree(legacy)) == set(NAMES)
     assert rep.paths == {"gsm8k": tmp_path / "eval" / "gsm8k.json", "aqua": tmp_path / "eval" / "aqua.json",
                          "summary": tmp_path / "eval" / "summary.json", "report": tmp_path / "eval" / "report.md",
                          "accuracy_vs_tokens": tmp_path / "eval" / "accuracy_vs_tokens.png",
-                         "silence_by_agent_round": tmp_path / "eval" / "silence_by_agent_round.png"}
-    assert list(rep.paths) == ["gsm8k", "aqua", "summary", "report", "accuracy_vs_tokens", "silence_by_agent_round"]
+                         "silence_by_agent_round": tmp_path / "eval" / "silence_by_agent_round.png",
+                         "items": tmp_path / "eval" / "items.jsonl"}
+    assert list(rep.paths) == ["gsm8k", "aqua", "summary", "report", "items", "accuracy_vs_tokens",
+                               "silence_by_agent_round"]
     mode = 0o666 & ~_umask()
     assert all((tmp_path / "eval" / n).stat().st_mode & 0o777 == mode for n in NAMES)
 

@@ -60,9 +60,23 @@ def _cfg(**ev):
                                   "mas": {"agents": 2, "rounds": 1}})
 
 
+class FakeClient:
+    def __init__(self):
+        self.tables = {}
+
+    def log_table(self, run_id, data, artifact_file):
+        self.tables[artifact_file] = data
+
+
 class FakeTracker:
+    uri, run_id = "fake://", "run-1"
+
     def __init__(self, name="main"):
         self.name, self.metrics, self.tags, self.artifacts, self.children = name, {}, {}, [], []
+        self.params, self.client = {}, FakeClient()
+
+    def log_params(self, params):
+        self.params.update(params)
 
     def set_tags(self, tags):
         self.tags.update(tags)
@@ -121,7 +135,7 @@ def test_evaluate_with_injected_systems(data, tmp_path):
     assert "eval/gsm8k/tokens_per_correct" in tracker.metrics
     (child,) = tracker.children
     assert child.tags["eval.system"] == "self_consistency" and "eval/aqua/tokens_per_correct" not in child.metrics
-    assert len(tracker.artifacts) == 6
+    assert len(tracker.artifacts) == 7  # six report files and items.jsonl
 
 
 def test_same_inputs_same_sample_and_numbers(data, tmp_path):
@@ -191,3 +205,44 @@ def test_progress_is_logged_per_batch_with_counts(data, tmp_path, caplog, monkey
     progress = [r.getMessage() for r in caplog.records if r.name == "components.progress"]
     assert progress[-1].startswith("evaluate agent_gspo (pooled) 3/3 batches (6/6 items)"), progress
     assert "evaluate: grading 6 episodes" in lines
+
+
+def test_every_evaluation_keeps_its_items(data, tmp_path):
+    """One record per system and item (answer, gold, grade, tokens, silence, transcript), published with
+    the aggregates, hashed into the summary, the report and a run param, and logged as a table."""
+    from components.data.prepare import load_split
+    from components.evaluation.items import ITEMS_PARAM, items_sha256, read_items, regrade
+
+    tracker = FakeTracker()
+    systems = [System("agent_gspo", FakeEngine()), System("single_cot", FakeEngine(right=False))]
+    rep = evaluate(_cfg(), limit=4, data_dir=data, out_dir=tmp_path / "eval", systems=systems, tracker=tracker)
+    path = tmp_path / "eval" / "items.jsonl"
+    rows = read_items(path)
+    assert len(rows) == 2 * 8 and [r["system"] for r in rows] == ["agent_gspo"] * 8 + ["single_cot"] * 8
+    assert [r["id"] for r in rows[:8]] == rep.meta["item_ids"]["gsm8k"] + rep.meta["item_ids"]["aqua"]
+    first = rows[0]
+    n = int(first["id"].rsplit("/", 1)[1])
+    assert first["gold"] == str(n + 1) and first["correct"] == (n % 2 == 0)
+    assert first["prediction"] == (f"The answer is {n + 1}" if n % 2 == 0 else "The answer is zzz 999")
+    assert first["extracted"] == (str(n + 1) if n % 2 == 0 else "999")
+    assert first["tokens"] == {"prompt": 10, "completion": 4, "communicated": 3, "total": 14}
+    assert first["silence"] == [[0, 0, False], [1, 0, True]]
+    assert first["transcript"][0] == {"agent": 0, "round": 0, "text": first["prediction"], "silent": False}
+    for system in ("agent_gspo", "single_cot"):
+        mine = [r for r in rows if r["system"] == system]
+        assert sum(r["correct"] for r in mine) == rep.summary[system]["correct"]
+        assert sum(r["tokens"]["total"] for r in mine) == rep.summary[system]["tokens_total"]
+    sha = items_sha256(path.read_bytes())
+    assert rep.meta["items_sha256"] == sha == tracker.params[ITEMS_PARAM]
+    assert "[items.jsonl](items.jsonl)" in rep.markdown and sha in (tmp_path / "eval" / "report.md").read_text()
+    table = tracker.client.tables["eval_items.json"]
+    assert len(table["transcript"]) == 16 and json.loads(table["transcript"][0]) == first["transcript"]
+    # the same inputs give the same bytes
+    again = evaluate(_cfg(), limit=4, data_dir=data, out_dir=tmp_path / "again", systems=systems[:1] + systems[1:])
+    assert again.meta["items_sha256"] == sha
+    # re-grading with the one grader agrees with what was recorded; a flipped grade is found
+    items = {(b, i.id): i for b in ("gsm8k", "aqua") for i in load_split(data, b, "test")}
+    assert regrade(rows, items, where="items.jsonl")["disagree"] == 0
+    rows[0]["correct"] = not rows[0]["correct"]
+    found = regrade(rows, items, where="items.jsonl")
+    assert found["disagree"] == 1 and found["disagreements"][0]["line"] == 1

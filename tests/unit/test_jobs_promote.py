@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import gate_helpers as gh
 import pytest
 import test_tracking_helpers
 import test_tracking_model_cache
@@ -18,7 +19,6 @@ from mlflow import MlflowClient
 from components.config import load_config
 from components.evaluation.setting import setting_of
 from components.jobs import PromoteJob
-from components.tracking import GateResult, write_result
 
 mlflow_uri = test_tracking_helpers.mlflow_uri  # shared pytest fixtures
 tiny_model = test_tracking_model_cache.tiny_model
@@ -26,11 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = "agent-gspo-policy"
 
 
+def _overrides(uri: str, tmp: Path) -> list[str]:
+    return ["model.name=tiny-random", "mas.agents=2", "mas.rounds=2", "mas.max_message_tokens=4", "eval.limit=1",
+            "eval.benchmarks=[gsm8k]", "registry.min_accuracy=0", "registry.gate.min_items=2", f"tracking.uri={uri}",
+            f"eval.out_dir={tmp / 'eval'}"]
+
+
 def _cfg(uri: str, tmp: Path, *extra: str):
-    return load_config(ROOT / "params.yaml", None, [
-        "model.name=tiny-random", "mas.agents=2", "mas.rounds=2", "mas.max_message_tokens=4", "eval.limit=1",
-        "eval.benchmarks=[gsm8k]", "registry.min_accuracy=0", f"tracking.uri={uri}", f"eval.out_dir={tmp / 'eval'}",
-        *extra])
+    return load_config(ROOT / "params.yaml", None, [*_overrides(uri, tmp), *extra])
 
 
 @pytest.fixture()
@@ -44,8 +47,10 @@ def fixed_setting(monkeypatch: pytest.MonkeyPatch):
 
 
 def _evaluated(client: MlflowClient, cfg, version: str, acc: float, tokens: float) -> None:
+    """An evaluation run with a per-item record of 4 items, the first ``round(acc * 4)`` correct."""
     key = setting_of(cfg, {"gsm8k": ["gsm8k-1"]}, split="test", limit=1, data_manifest_sha256="d" * 64)
-    write_result(client, NAME, version, key.key(), key.model_dump(mode="json"), GateResult(acc, tokens, 1, "run"))
+    gh.evaluate(client, Path.cwd(), NAME, version, gh.records([i < round(acc * 4) for i in range(4)], tokens / 4),
+                key.key())
 
 
 def test_evaluating_the_champion_leaves_the_candidates_evaluation_in_place(
@@ -55,7 +60,7 @@ def test_evaluating_the_champion_leaves_the_candidates_evaluation_in_place(
     client.create_registered_model(NAME)
     v1, v2 = (str(client.create_model_version(NAME, str(tmp_path)).version) for _ in range(2))
     client.set_registered_model_alias(NAME, "champion", v1)  # a champion without results under the setting
-    _evaluated(client, cfg, v2, 0.5, 100)
+    _evaluated(client, cfg, v2, 1.0, 100)
     published = tmp_path / "eval"
     published.mkdir()
     (published / "summary.json").write_text(json.dumps({"meta": {"model": f"models:/{NAME}/{v2}"}}))
@@ -65,7 +70,7 @@ def test_evaluating_the_champion_leaves_the_candidates_evaluation_in_place(
         out = Path(job.out_dir or job.cfg.eval.out_dir)
         (out / "summary.json").write_text(json.dumps({"meta": {"model": job.model}}))
         written.append(out)
-        _evaluated(client, cfg, job.model.rsplit("/", 1)[1], 0.4, 120)
+        _evaluated(client, cfg, job.model.rsplit("/", 1)[1], 0.0, 120)
         return SimpleNamespace(run_id="champion-run")
 
     monkeypatch.setattr("components.jobs.evaluate.EvaluateJob.run", fake_run)
@@ -115,3 +120,32 @@ def test_a_version_without_recorded_settings_is_promoted_without_a_warning(
     with caplog.at_level("WARNING"):
         assert PromoteJob(cfg=cfg, candidate=f"models:/{NAME}/{v1}").run().decision == "champion"
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_cli_prints_one_block_and_refuses_edited_tags_with_exit_2(
+        mlflow_uri: str, tmp_path: Path, fixed_setting, capsys: pytest.CaptureFixture) -> None:
+    """``agent-gspo promote``: the rule, the intervals and the decision in one block; a version whose
+    tags were edited after its evaluation is exit 2 with one line naming the tag and both values."""
+    from components.cli import main
+
+    cfg = _cfg(mlflow_uri, tmp_path)
+    client = MlflowClient(mlflow_uri)
+    client.create_registered_model(NAME)
+    v1, v2, v3 = (str(client.create_model_version(NAME, str(tmp_path)).version) for _ in range(3))
+    for version, acc in ((v1, 0.0), (v2, 1.0), (v3, 0.0)):
+        _evaluated(client, cfg, version, acc, 100)
+    sets = [x for o in _overrides(mlflow_uri, tmp_path) for x in ("--set", o)]
+    argv = ["promote", "--params", str(ROOT / "params.yaml"), *sets]
+    assert main([*argv, "--candidate", f"models:/{NAME}/{v1}"]) == 0
+    assert main([*argv, "--candidate", f"models:/{NAME}/{v2}"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    block = out[out.index(next(line for line in out if line.startswith(f"{NAME} v{v2} under setting"))):]
+    assert block[1].startswith("  rule: paired t, one-sided 95%") and "at least 2 items" in block[1]
+    assert block[2] == f"  compared with v{v1} on 4 paired items (gsm8k)"
+    assert block[3].startswith("  accuracy difference: +1.0000 (SE 0.0000")
+    assert block[5] == "  decision: champion - better: more accurate beyond noise (lower bound +1.0000 > 0) at " \
+                       "1.000x <= 1.1x tokens"
+    client.set_model_version_tag(NAME, v3, "eval." + fixed_setting(cfg).key() + ".accuracy", "1.0")
+    assert main([*argv, "--candidate", f"models:/{NAME}/{v3}"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("agent-gspo")]
+    assert len(err) == 1 and "accuracy = 1 but its verified per-item record" in err[0] and "gives 0" in err[0]

@@ -127,3 +127,29 @@ def test_a_number_too_large_for_a_float_is_a_wrong_answer_not_a_crash(monkeypatc
     code = _score(monkeypatch, records, ["--benchmark", "gsm8k", "--predictions", str(preds)])
     summary = json.loads(capsys.readouterr().out)
     assert code == 0 and summary["correct"] == 1 and summary["errors"] == 0
+
+
+def test_score_items_regrades_an_evaluation_and_flags_a_changed_grade(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """``score --items``: the per-item record's predictions re-graded by the one grader; a record whose
+    ``correct`` was edited is an error naming the file and line (exit 2)."""
+    import gate_helpers as gh
+
+    rows = gh.records([True, False], 10, ids=["gsm8k/test/7", "gsm8k/test/3"])  # predictions "7" and "8"
+    split = [_numeric(7), _numeric(3)]
+    items = _write(tmp_path / "items.jsonl", rows)
+    out = tmp_path / "grades.jsonl"
+    assert _score(monkeypatch, split, ["--items", str(items), "--out", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["n"], summary["agree"], summary["disagree"]) == (2, 2, 0)
+    grades = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(g["id"], g["correct"], g["extracted"]) for g in grades] == [("gsm8k/test/7", True, "7"),
+                                                                         ("gsm8k/test/3", False, "8")]
+    rows[1]["correct"] = True  # an edited grade
+    _write(items, rows)
+    assert _score(monkeypatch, split, ["--items", str(items)]) == 2
+    err = capsys.readouterr().err
+    assert f"{items}, line 2: item 'gsm8k/test/3' of gsm8k (agent_gspo) records correct=True but re-grades to " \
+           "False" in err
+    assert _score(monkeypatch, split, ["--benchmark", "gsm8k"]) == 2  # neither --predictions nor --items

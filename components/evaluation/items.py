@@ -179,8 +179,10 @@ def regrade_file(path: str | Path, data_dir: str | Path, *, split: str = "test",
     :class:`ItemsFileError` naming the first line whose grade differs from the recorded ``correct``.
     Returns the summary without the per-record grades."""
     from components.data.prepare import load_split
-    from components.io import write_text_atomic
+    from components.io import check_output_file, write_text_atomic
 
+    if out is not None:  # refused before grading (a pipeline input, a folder, an unwritable place)
+        check_output_file(out, "per-item results (--out)")
     records = read_items(path)
     benchmarks = sorted({str(r["benchmark"]) for r in records})
     items = {(b, i.id): i for b in benchmarks for i in load_split(Path(data_dir), b, split)}

@@ -117,7 +117,7 @@ def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
     shown_missing = 10
     data_dir = Path(args.data or cfg.data.out_dir)
     hide_paths(cfg.data.mirror, cfg.data.out_dir, data_dir)  # gold answers, wherever they were put
-    records = load_split(data_dir, args.benchmark, args.split)
+    records = load_split(data_dir, args.benchmark, args.split, cfg.data)
     summary = score_predictions_file(records, Path(args.predictions), Path(args.out) if args.out else None,
                                      timeout_s=cfg.eval.code_timeout_s,
                                      protected=(data_dir, cfg.data.out_dir, cfg.data.mirror))

@@ -322,7 +322,7 @@ def validate(
     (atomically) whether or not the suites pass; on any failure :class:`DataValidationError` is
     raised carrying the report text. A file that is not UTF-8 or not parquet is a one-line DataError.
     """
-    from components.data.integrity import DataIntegrityError, read_checked
+    from components.data.integrity import DataIntegrityError, TamperedDataError, read_checked
 
     data_dir, report_path = Path(data_dir), Path(report_path)
     check_writable_dir(report_path.parent, "report folder (data.report_dir)")
@@ -349,7 +349,7 @@ def validate(
     report = ValidationReport(all(r.success for r in results), results, markdown, report_path)
     if tampered:  # one line, as every other reader refuses it
         more = f" ({len(tampered) - 1} more file(s) changed)" if len(tampered) > 1 else ""
-        raise DataIntegrityError(f"{tampered[0]}{more}; report: {report_path}")
+        raise TamperedDataError(f"{tampered[0]}{more}; report: {report_path}", markdown)
     if not report.success:
         failed = [f"{r.benchmark}/{r.split}" for r in results if not r.success]
         raise DataValidationError(

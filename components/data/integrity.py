@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from components.data.spec import DataError
+from components.data.spec import DataError, DataValidationError
 from components.io import read_matching
 
 MANIFEST = "manifest.json"
@@ -37,6 +37,11 @@ SHOWN_HEX = 12
 
 class DataIntegrityError(DataError):
     """A prepared file is not what the manifest records (changed after ``prepare``, or no hash recorded)."""
+
+
+class TamperedDataError(DataIntegrityError, DataValidationError):
+    """``validate``'s refusal of changed files: the one line of the first, and (as every failed
+    validation) the report, which the Prefect flow posts as its artifact."""
 
 
 @dataclass(frozen=True)

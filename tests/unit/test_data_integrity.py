@@ -86,6 +86,9 @@ def test_tampered_file_is_refused_by_every_reader(data: Path, tmp_path: Path, ca
     err = _one_line(capsys)
     assert str(path) in err and FIX in err and "differs from the" in err
     assert "file_matches_manifest" in report.read_text()
+    with pytest.raises(DataValidationError) as err:  # the flow posts a failed validation's report
+        validate(data, report, ["gsm8k"])
+    assert isinstance(err.value, DataIntegrityError) and err.value.report == report.read_text()
     if split == "test":  # evaluate (it reads the test split): exit 2 before any model loads, one line
         assert _evaluate(data, tmp_path) == 2
         err = _one_line(capsys)

@@ -75,7 +75,7 @@ def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
         return 0
     if not args.benchmark or not args.predictions:
         raise UserError("score: give --benchmark and --predictions, or --items <evaluation folder>/items.jsonl")
-    records = load_split(data_dir, args.benchmark, args.split)
+    records = load_split(data_dir, args.benchmark, args.split, cfg.data)
     summary = score_predictions_file(records, Path(args.predictions), Path(args.out) if args.out else None,
                                      timeout_s=cfg.eval.code_timeout_s,
                                      protected=(data_dir, cfg.data.out_dir, cfg.data.mirror))

@@ -352,3 +352,25 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     (model weights, a manifest read by every stage) is hashed once per change."""
     st = os.stat(path)
     return _sha256_cached(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+
+
+_MATCHED: set[tuple[str, int, int, int, str]] = set()
+"""(resolved path, size, mtime_ns, inode, sha256) of the files :func:`read_matching` found to match"""
+
+
+def read_matching(path: str | os.PathLike[str], sha256: str) -> tuple[bytes, str]:
+    """A file's bytes and their sha256: ``sha256`` itself when they match it, else what they hash to.
+
+    The bytes returned are the bytes hashed, so no change between a check and a later read can slip
+    through. A match is remembered per (resolved path, size, mtime_ns, inode): a file read again
+    unchanged in the same process is not hashed again."""
+    with open(path, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        data = fh.read()
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ino, sha256)
+    if key in _MATCHED and len(data) == st.st_size:
+        return data, sha256
+    actual = hashlib.sha256(data).hexdigest()
+    if actual == sha256:
+        _MATCHED.add(key)
+    return data, actual

@@ -10,6 +10,8 @@ One suite per benchmark, parameterised per split (row count and split value are
 - answer format per answer_type: numeric ``^-?\\d+(?:\\.\\d+)?$``, choice a letter (A-D MMLU, A-E AQuA),
   math and code non-blank; question non-blank
 - choice benchmarks have exactly 4 (MMLU) / 5 (AQuA) choices; other benchmarks have none
+- sizes: question, each choice and answer at most ``data.max_question_chars`` / ``max_choice_chars`` /
+  ``max_answer_chars`` characters (``$PARAMETER``s; :class:`components.data.integrity.TextLimits`)
 - code (HumanEval): the prompt defines ``def <entry_point>(`` and the test's ``check(candidate)``
   holds an ``assert`` (else every completion "passes" or none can be called)
 
@@ -34,14 +36,19 @@ from typing import Any  # noqa: E402
 
 import great_expectations as gx  # noqa: E402
 import pandas as pd  # noqa: E402
-import pyarrow as pa  # noqa: E402
 from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: E402
 
+from components.data.integrity import TextLimits  # noqa: E402
 from components.data.spec import RECORD_COLUMNS, DataValidationError, get_spec  # noqa: E402
 from components.io import check_writable_dir, write_text_atomic  # noqa: E402
 
 DUPLICATE = "repeats_earlier_record"
 """Derived 0/1 column: the row's question, choices and answer equal an earlier row's."""
+LONGEST_CHOICE = "longest_choice_chars"
+"""Derived column: characters of the row's longest option (0 without choices)."""
+SIZED = {"question": ("max_question_chars", "question"), "answer": ("max_answer_chars", "answer"),
+         LONGEST_CHOICE: ("max_choice_chars", "choice")}
+"""column -> (config key, :class:`TextLimits` field) of the size expectations"""
 ENTRY_POINT_DEFINED = "entry_point_defined_in_prompt"
 TEST_ASSERTS = "test_check_has_assert"
 """Derived bool columns of code benchmarks: see :func:`_code_checks`."""
@@ -64,6 +71,8 @@ class SuiteResult:
     expected_rows: int
     failures: list[dict[str, Any]] = field(default_factory=list)
     """Each: expectation, column, observed, example_rows (ids of up to 5 offending rows)."""
+    file: str | None = None
+    """The prepared file validated (None: records in memory, before prepare writes them)."""
 
 
 @dataclass
@@ -104,6 +113,10 @@ def build_suite(name: str) -> gx.ExpectationSuite:
     ]
     answer_re = {"numeric": NUMERIC_RE, "choice": f"^[{spec.letters}]$"}.get(spec.answer_type, NONBLANK_RE)
     exps.append(E.ExpectColumnValuesToMatchRegex(column="answer", regex=answer_re))
+    exps += [E.ExpectColumnValueLengthsToBeBetween(column=c, min_value=0, max_value={"$PARAMETER": key})
+             for c, key in (("question", "max_question_chars"), ("answer", "max_answer_chars"))]
+    exps.append(E.ExpectColumnValuesToBeBetween(column=LONGEST_CHOICE, min_value=0,
+                                                max_value={"$PARAMETER": "max_choice_chars"}))
     n = spec.n_choices or 0
     exps.append(E.ExpectColumnValuesToBeBetween(column="n_choices", min_value=n, max_value=n))
     exps.append(E.ExpectColumnSumToBeBetween(column=DUPLICATE, min_value=0,
@@ -162,12 +175,20 @@ def _code_checks(meta: Any) -> tuple[bool, bool]:
     return defined, asserts
 
 
-def validate_frame(name: str, split: str, df: pd.DataFrame) -> SuiteResult:
+def _longest(value: Any) -> int:
+    return max((len(str(c)) for c in value), default=0) if _n_choices(value) else 0
+
+
+def validate_frame(name: str, split: str, df: pd.DataFrame, limits: TextLimits | None = None,
+                   file: str | None = None) -> SuiteResult:
     """Run benchmark ``name``'s suite on the records of one split (parquet-shaped frame).
 
     ``df`` has the record columns (``meta`` as JSON text). Derived columns (``n_choices``, the
     repeat flag, the code checks) are added for their expectations; the caller's frame is not modified.
+    ``limits``: the ``data.max_*_chars`` sizes (None: the schema's defaults); ``file``: where the rows
+    were read, named in the report.
     """
+    limits = TextLimits.of(limits)
     spec = get_spec(name)
     expected = spec.expected.get(split)
     if expected is None:
@@ -189,6 +210,7 @@ def validate_frame(name: str, split: str, df: pd.DataFrame) -> SuiteResult:
         )
     frame = df.reset_index(drop=True).copy()
     frame["n_choices"] = frame["choices"].map(_n_choices) if "choices" in frame else 0
+    frame[LONGEST_CHOICE] = frame["choices"].map(_longest) if "choices" in frame else 0
     frame[DUPLICATE] = _repeats(frame)
     if spec.answer_type == "code":
         meta = frame["meta"] if "meta" in frame else pd.Series(None, index=frame.index, dtype=object)
@@ -199,7 +221,9 @@ def validate_frame(name: str, split: str, df: pd.DataFrame) -> SuiteResult:
         result = _validation(name).run(
             batch_parameters={"dataframe": frame},
             expectation_parameters={"rows": expected, "splits": [split],
-                                    "max_duplicates": spec.known_duplicates.get(split, 0)},
+                                    "max_duplicates": spec.known_duplicates.get(split, 0),
+                                    "max_question_chars": limits.question, "max_answer_chars": limits.answer,
+                                    "max_choice_chars": limits.choice},
             result_format="COMPLETE",
         )
     ids = frame["id"].tolist() if "id" in frame else []
@@ -222,6 +246,14 @@ def validate_frame(name: str, split: str, df: pd.DataFrame) -> SuiteResult:
         if er.exception_info and er.exception_info.get("raised_exception"):
             observed = f"error: {er.exception_info.get('exception_message')}"
         kwargs = {k: v for k, v in cfg.kwargs.items() if k not in ("batch_id", "column")}
+        column = cfg.kwargs.get("column")
+        sized = SIZED.get(column) if "length" in cfg.type or column == LONGEST_CHOICE else None
+        if sized is not None:  # name the limit and the sizes, not a 60-character cut of a huge value
+            key, limit = sized[0], getattr(limits, sized[1])
+            counted = frame[column] if column == LONGEST_CHOICE else frame[column].astype(str).str.len()
+            observed = (f"{int((counted > limit).sum())} value(s) above data.{key}={limit} characters "
+                        f"(longest {int(counted.max())})")
+            kwargs = {"at_most_chars": limit, "key": f"data.{key}"}
         if cfg.kwargs.get("column") == DUPLICATE:
             observed = f"{int(observed or 0)} record(s) repeating an earlier record's question, choices and answer"
             kwargs = {"at_most": spec.known_duplicates.get(split, 0)}
@@ -234,7 +266,7 @@ def validate_frame(name: str, split: str, df: pd.DataFrame) -> SuiteResult:
                 "expected": kwargs,
             }
         )
-    return SuiteResult(name, split, not failures, len(frame), expected, failures)
+    return SuiteResult(name, split, not failures, len(frame), expected, failures, file)
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -260,7 +292,7 @@ def render_report(results: list[SuiteResult]) -> str:
         for r in results
     ]
     for r in (r for r in results if not r.success):
-        lines += ["", f"## {r.benchmark} / {r.split}", ""]
+        lines += ["", f"## {r.benchmark} / {r.split}" + (f" ({r.file})" if r.file else ""), ""]
         for f in r.failures:
             col = f" on `{f['column']}`" if f.get("column") else ""
             lines.append(
@@ -271,51 +303,53 @@ def render_report(results: list[SuiteResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _failed(name: str, split: str, expected: int, check: str, observed: str, fix: str, file: Path) -> SuiteResult:
+    """A suite that could not run on its file (missing, or not what the manifest records)."""
+    return SuiteResult(name, split, False, 0, expected, [{"expectation": check, "column": None, "observed": observed,
+                                                          "example_rows": [], "expected": fix}], str(file))
+
+
 def validate(
-    data_dir: str | os.PathLike[str], report_path: str | os.PathLike[str], benchmarks: list[str]
+    data_dir: str | os.PathLike[str], report_path: str | os.PathLike[str], benchmarks: list[str],
+    limits: TextLimits | None = None,
 ) -> ValidationReport:
     """Re-validate prepared ``data_dir/<benchmark>/<split>.parquet`` and write a markdown report.
 
-    The report is written (atomically) whether or not the suites pass; on any failure
-    :class:`DataValidationError` is raised carrying the report text.
+    Each file is first checked against the sha256 the manifest records for it: a changed file
+    fails as ``file_matches_manifest`` in the report (its suite not run), and the error raised is
+    then the one-line :class:`DataIntegrityError` of the first such file;
+    ``limits`` are the ``data.max_*_chars`` sizes (None: the schema's defaults). The report is written
+    (atomically) whether or not the suites pass; on any failure :class:`DataValidationError` is
+    raised carrying the report text. A file that is not UTF-8 or not parquet is a one-line DataError.
     """
+    from components.data.integrity import DataIntegrityError, TamperedDataError, read_checked
+
     data_dir, report_path = Path(data_dir), Path(report_path)
     check_writable_dir(report_path.parent, "report folder (data.report_dir)")
     results: list[SuiteResult] = []
+    tampered: list[str] = []
     for name in benchmarks:
         spec = get_spec(name)
         for split, expected in spec.expected.items():
             path = data_dir / name / f"{split}.parquet"
             if not path.is_file():
-                results.append(
-                    SuiteResult(
-                        name,
-                        split,
-                        False,
-                        0,
-                        expected,
-                        [
-                            {
-                                "expectation": "file_exists",
-                                "column": None,
-                                "observed": f"{path} missing",
-                                "example_rows": [],
-                                "expected": "run `agent-gspo prepare` first",
-                            }
-                        ],
-                    )
-                )
+                results.append(_failed(name, split, expected, "file_exists", f"{path} missing",
+                                       "run `agent-gspo prepare` first", path))
                 continue
             try:
-                frame = pd.read_parquet(path)
-            except (pa.ArrowException, OSError) as exc:  # corrupt: one line naming the file, not a traceback
-                from components.data.outputs import unreadable_prepared
-
-                raise unreadable_prepared(path, name, exc) from None
-            results.append(validate_frame(name, split, frame))
+                table = read_checked(data_dir, name, split)
+            except DataIntegrityError as exc:
+                tampered.append(str(exc))
+                results.append(_failed(name, split, expected, "file_matches_manifest", str(exc),
+                                       f"re-run `agent-gspo prepare --benchmarks {name}`", path))
+                continue
+            results.append(validate_frame(name, split, table.to_pandas(), TextLimits.of(limits), str(path)))
     markdown = render_report(results)
     write_text_atomic(report_path, markdown)
     report = ValidationReport(all(r.success for r in results), results, markdown, report_path)
+    if tampered:  # one line, as every other reader refuses it
+        more = f" ({len(tampered) - 1} more file(s) changed)" if len(tampered) > 1 else ""
+        raise TamperedDataError(f"{tampered[0]}{more}; report: {report_path}", markdown)
     if not report.success:
         failed = [f"{r.benchmark}/{r.split}" for r in results if not r.success]
         raise DataValidationError(

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from components.data.adapters import Record
+from components.data.integrity import TextLimits, check_sizes, read_checked
 from components.data.item import Item
 from components.data.outputs import (  # noqa: F401  (MANIFEST, BenchmarkResult, manifest_sha256: re-exported)
     MANIFEST,
@@ -47,7 +47,6 @@ from components.data.outputs import (  # noqa: F401  (MANIFEST, BenchmarkResult,
     commit,
     manifest_sha256,
     stage_benchmark,
-    unreadable_prepared,
     write_locks,
 )
 from components.data.sources import load_benchmark, resolve_mirror
@@ -86,10 +85,11 @@ def records_to_table(records: list[Record]) -> pa.Table:
 
 
 def check_benchmark(
-    name: str, *, mirror: str | os.PathLike[str] | None, use_hub: bool = True
+    name: str, *, mirror: str | os.PathLike[str] | None, use_hub: bool = True, limits: Any = None
 ) -> CheckedBenchmark:
     """Load, normalise and run the suites of one benchmark; writes nothing.
 
+    ``limits``: the ``data.max_*_chars`` sizes (a ``DataConfig`` or :class:`TextLimits`; None: defaults).
     Raises ``DataSourceError`` (no source) or ``DataError`` (malformed input); a failed suite is
     returned (``ok`` False), not raised, so a caller can report every benchmark's failures at once.
     """
@@ -102,7 +102,7 @@ def check_benchmark(
     tables = {split: records_to_table(loaded.splits.get(split, [])) for split in spec.expected}
     from components.data.expectations import validate_frame  # GX import is slow: only here
 
-    suites = [validate_frame(name, split, t.to_pandas()) for split, t in tables.items()]
+    suites = [validate_frame(name, split, t.to_pandas(), TextLimits.of(limits)) for split, t in tables.items()]
     return CheckedBenchmark(name, loaded.source, tables, loaded.input_sha256, suites,
                             time.perf_counter() - t0)
 
@@ -175,13 +175,14 @@ def prepare(
     use_hub: bool = True,
     progress: bool = True,
     report_path: str | os.PathLike[str] | None = None,
+    limits: Any = None,
 ) -> PrepareReport:
     """Check every benchmark, then (only if all pass) write them all and the manifest.
 
     All or nothing: a malformed input or a failed suite in any benchmark raises before anything is
     written (the suites of all benchmarks are run, and their report goes to ``report_path``); a
     refused write (``DataWriteError``, naming the file) happens while staging, before any folder
-    or the manifest is replaced (see :mod:`components.data.outputs`).
+    or the manifest is replaced (see :mod:`components.data.outputs`). ``limits``: as :func:`check_benchmark`.
     """
     check_prepare(benchmarks, out_dir, report_path, resolve_mirror(mirror))
     recover_interrupted(out_dir)
@@ -192,7 +193,7 @@ def prepare(
         for name in benchmarks:
             step(f"check {name}")
             try:
-                checked.append(check_benchmark(name, mirror=mirror, use_hub=use_hub))
+                checked.append(check_benchmark(name, mirror=mirror, use_hub=use_hub, limits=limits))
             except UserError:
                 if not all(c.ok for c in checked):  # earlier suites failed: still report them
                     validation_failure(checked, out_dir, report_path)
@@ -221,25 +222,23 @@ def recover_interrupted(out_dir: str | os.PathLike[str]) -> list[str]:
     return done
 
 
-def load_split(data_dir: str | os.PathLike[str], benchmark: str, split: str) -> list[Item]:
-    """Typed items of one prepared split (``meta`` decoded once, here)."""
+def load_split(data_dir: str | os.PathLike[str], benchmark: str, split: str,
+               limits: TextLimits | Any = None) -> list[Item]:
+    """Typed items of one prepared split (``meta`` decoded once, here).
+
+    The file is read only when it is what the manifest records (sha256), UTF-8 throughout, and
+    every question, choice and answer fits ``limits`` (the ``data.max_*_chars`` of a ``DataConfig``
+    or a :class:`TextLimits`; None: the schema's defaults), all checked before an item is built
+    (:mod:`components.data.integrity`)."""
     spec = get_spec(benchmark)
     path = Path(data_dir) / benchmark / f"{split}.parquet"
     if split not in spec.expected:
         raise DataError(f"{benchmark}: unknown split {split!r} (splits: {', '.join(spec.expected)})")
     if not path.is_file():
         raise DataError(f"{path}: not found; run `agent-gspo prepare --benchmarks {benchmark}` first")
-    rows = read_prepared(path, benchmark).to_pylist()
-    return [Item.from_record(row, f"{path} row {k}") for k, row in enumerate(rows)]
-
-
-def read_prepared(path: Path, benchmark: str) -> pa.Table:
-    """One prepared parquet file; a corrupt (truncated, overwritten) or unreadable one is a DataError
-    naming it and the fix, not a pyarrow traceback in every command that reads it."""
-    try:
-        return pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise unreadable_prepared(path, benchmark, exc) from None
+    table = read_checked(data_dir, benchmark, split)
+    check_sizes(table, path, TextLimits.of(limits))
+    return [Item.from_record(row, f"{path} row {k}") for k, row in enumerate(table.to_pylist())]
 
 
 def load_manifest(data_dir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -22,14 +22,21 @@ from components.data.spec import DataError
 def read_jsonl(path: Path, benchmark: str, gz: bool = False) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_no, obj)`` (1-based) from JSON Lines, optionally gzip-compressed.
 
-    Blank lines are skipped. Truncated/corrupt gzip and undecodable bytes become a DataError
-    naming the last line read, instead of a bare ``EOFError`` from deep inside gzip.
+    Blank lines are skipped. Truncated/corrupt gzip becomes a DataError naming the last line read,
+    instead of a bare ``EOFError`` from deep inside gzip; a line that is not UTF-8 one naming that
+    line (each line is decoded on its own: a text-mode reader decodes ahead in blocks, and named a
+    line up to a block before the bad byte).
     """
     line_no = 0
     try:
-        fh = gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
+        fh = gzip.open(path, "rb") if gz else open(path, "rb")
         with fh:
-            for line_no, line in enumerate(fh, start=1):
+            for line_no, raw in enumerate(fh, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DataError(f"{benchmark}: {path}:{line_no}: not UTF-8 ({exc.reason} at byte "
+                                    f"{exc.start} of the line)") from None
                 if not line.strip():
                     continue
                 try:
@@ -42,20 +49,20 @@ def read_jsonl(path: Path, benchmark: str, gz: bool = False) -> Iterator[tuple[i
         raise DataError(
             f"{benchmark}: {path}: corrupt or truncated gzip after line {line_no} ({exc})"
         ) from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{benchmark}: {path}:{line_no + 1}: not UTF-8 ({exc.reason})") from None
 
 
 def read_json_array(path: Path, benchmark: str) -> list[Any]:
-    """Load a file holding one JSON array (MultiArith, SVAMP)."""
+    """Load a file holding one JSON array (MultiArith, SVAMP); a byte that is not UTF-8 is named by line."""
+    raw = path.read_bytes()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise DataError(
             f"{benchmark}: {path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
         ) from None
     except UnicodeDecodeError as exc:
-        raise DataError(f"{benchmark}: {path}: not UTF-8 ({exc.reason})") from None
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{benchmark}: {path}:{line}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     if not isinstance(data, list):
         raise DataError(f"{benchmark}: {path}: expected a JSON array, got {type(data).__name__}")
     return data

@@ -284,7 +284,8 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     out_dir = Path(out_dir if out_dir is not None else ev.out_dir)
     check_out_dir(out_dir)  # before hours of rollouts; also cleans what a killed evaluation left there
 
-    items = {b: sample_items(load_split(data_dir, b, split), limit, ev.seed, where=f"{data_dir}/{b}/{split}")
+    items = {b: sample_items(load_split(data_dir, b, split, cfg.data), limit, ev.seed,
+                             where=f"{data_dir}/{b}/{split}")
              for b in benchmarks}
     meta: dict[str, Any] = {
         "data_dir": str(data_dir), "data_manifest_sha256": manifest_sha256(data_dir),

@@ -100,7 +100,7 @@ def planned_setting(cfg: Config, *, limit: int | None = None, split: str = "test
 
     data = Path(data_dir if data_dir is not None else cfg.data.out_dir)
     limit = cfg.eval.limit if limit is None else limit
-    ids = {b: [i.id for i in sample_items(load_split(data, b, split), limit, cfg.eval.seed,
+    ids = {b: [i.id for i in sample_items(load_split(data, b, split, cfg.data), limit, cfg.eval.seed,
                                                    where=f"{data}/{b}/{split}")]
            for b in cfg.eval.benchmarks}
     return setting_of(cfg, ids, split=split, limit=limit, data_manifest_sha256=manifest_sha256(data))

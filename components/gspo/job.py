@@ -66,7 +66,7 @@ def load_train_items(cfg: Config, data_dir: Path | None = None) -> list[Item]:
         path = data_dir / bench / f"{split}.parquet"
         if not path.exists():
             raise UserError(f"data.train_sources: {path} not found; run `agent-gspo prepare` first")
-        rows = load_split(data_dir, bench, split)
+        rows = load_split(data_dir, bench, split, cfg.data)
         if split == EVAL_SPLIT and bench in cfg.eval.benchmarks:
             held = {i.id for i in sample_items(rows, cfg.eval.limit, cfg.eval.seed, where=str(path))}
             rows = [i for i in rows if i.id not in held]

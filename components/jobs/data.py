@@ -45,7 +45,7 @@ class ValidateJob(Job):
         from components.data.expectations import validate
 
         return validate(Path(self.data_dir or self.cfg.data.out_dir), self.report_path,
-                        list(self.benchmarks or self.cfg.data.benchmarks))
+                        list(self.benchmarks or self.cfg.data.benchmarks), self.cfg.data)
 
 
 class PrepareJob(Job):
@@ -85,7 +85,7 @@ class PrepareJob(Job):
 
         from components.data.prepare import check_benchmark
 
-        checked = check_benchmark(name, mirror=self.mirror_dir(), use_hub=self.cfg.data.use_hub)
+        checked = check_benchmark(name, mirror=self.mirror_dir(), use_hub=self.cfg.data.use_hub, limits=self.cfg.data)
         return dataclasses.replace(checked, tables={})
 
     def refuse_failed(self, checked: list[Any]) -> None:
@@ -114,7 +114,7 @@ class PrepareJob(Job):
         from components.data.outputs import stage_benchmark
         from components.data.prepare import check_benchmark, validation_failure
 
-        checked = check_benchmark(name, mirror=self.mirror_dir(), use_hub=self.cfg.data.use_hub)
+        checked = check_benchmark(name, mirror=self.mirror_dir(), use_hub=self.cfg.data.use_hub, limits=self.cfg.data)
         if not checked.ok:  # the inputs changed since the flow's check: still nothing is written
             raise validation_failure([checked], self.out, self.report_path)
         return stage_benchmark(checked, self.out)
@@ -138,7 +138,7 @@ class PrepareJob(Job):
         from components.data.prepare import prepare
 
         report = prepare(self.names, mirror=self.mirror_dir(), out_dir=self.out, use_hub=self.cfg.data.use_hub,
-                         progress=self.progress, report_path=self.report_path)
+                         progress=self.progress, report_path=self.report_path, limits=self.cfg.data)
         log.info("prepared %d benchmark(s) into %s in %.1f s", len(report.results), self.out, report.seconds)
         if self.metrics_file:
             from components.jobs.metrics import data_metrics, write_metrics

@@ -70,7 +70,7 @@ class RolloutJob(Job):
 
             check_output_file(self.json_out, "episode records (--json)")
         data_dir = Path(self.data or cfg.data.out_dir)
-        items = load_split(data_dir, self.benchmark, self.split)[: self.limit]
+        items = load_split(data_dir, self.benchmark, self.split, cfg.data)[: self.limit]
         model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
                                  silence_marker=cfg.mas.silence_marker)
         if self.silence_prior:  # the policy train starts from (step 0): the base model plus the silence row

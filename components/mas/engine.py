@@ -55,7 +55,7 @@ import torch
 from components.config import MasConfig
 from components.data.item import Item, as_items
 from components.errors import UserError
-from components.mas.context import PromptBuilder
+from components.mas.context import PromptBuilder, model_window
 from components.mas.decode import Decoder, Generation, LogitsProcessor, Sampling, StopIds
 from components.mas.prefill import PrefixPlan, PrefixStore
 from components.mas.records import Episode, Message
@@ -180,7 +180,9 @@ class RolloutEngine:
             raise RolloutInputError("tokenizer has no eos_token_id; set one (ChatML: <|im_end|>)")
         self.eos = int(tokenizer.eos_token_id)
         pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos)
-        self.builder = PromptBuilder(tokenizer, cfg.context_tokens, allow_silence=not solo)
+        window = model_window(model, tokenizer)
+        self.builder = PromptBuilder(tokenizer, cfg.context_tokens, allow_silence=not solo,
+                                     max_frame_tokens=max(window - cfg.max_message_tokens, 1) if window else None)
         self._ws: dict[int, bool] = {}
         self.silence_id = silence_token_id(tokenizer, cfg.silence_marker)
         if self.silence_id is None and not solo and cfg.agents > 1:
@@ -235,7 +237,7 @@ class RolloutEngine:
         system = system_prompt(family, role, agent, 1 if solo else n_team, allow_silence=not solo)
         visible = [t for t in st.turns if t.call < call and not t.msg.silent and senders(t)]
         blocks = [self.builder.header(t.msg.agent_id, t.msg.role, t.msg.round) + t.body for t in visible]
-        frame = self.builder.frame(system, user_prompt(st.item, holds_fact=agent == st.holder))
+        frame = self.builder.frame(system, user_prompt(st.item, holds_fact=agent == st.holder), f"item {st.item.id}")
         ids, kept = self.builder.build(frame, blocks)
         for k in kept:
             visible[k].delivered.add(agent)

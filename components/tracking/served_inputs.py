@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 from typing import Any
 
 import numpy as np
 
 from components.config import MasConfig
 from components.data.item import Item
-from components.mas.context import PromptBuilder
+from components.mas.context import CHARS_PER_TOKEN, WINDOW_KEYS, PromptBuilder, model_window  # noqa: F401
 from components.mas.roles import DECIDER, role_names, system_prompt, task_family, user_prompt
 
 ANSWER_TYPES = ("math", "numeric", "choice", "code")
@@ -42,41 +43,31 @@ MAX_CHOICES = 10
 """options of a choice question: the prompt letters them A..J (components.mas.roles.user_prompt)"""
 SEED_MAX = 2**32 - 1
 """as the config schema bounds seeds (what numpy, torch and Python's random all accept)"""
-CHARS_PER_TOKEN = 16
-"""a question longer than this many characters per token of room is refused without tokenising it"""
 MIN_QUESTION_TOKENS = 16
 """room ``max_new_tokens`` must leave for the question"""
 BOUNDARY_TOKENS = 8
 """margin for tokens merged across the question's edges in the rendered prompt"""
 NULL_TEXTS = frozenset({"none", "nan", "null"})
 """how MLflow renders a JSON null / NaN cell of a string column (``inputs`` format)"""
-WINDOW_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
 
 
 class RequestError(ValueError):
     """A request the served system cannot answer; the message names the field or param."""
 
 
+_REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict = 3, 60, 60, 4, 4
+"""shows a refused value bounded in depth and size: a cell nested a thousand deep (MLflow's JSON
+parser lets ~990 levels through) made ``repr`` itself fail with RecursionError"""
+
+
 def _short(value: Any, width: int = 60) -> str:
-    text = repr(value)
+    text = repr(value) if isinstance(value, str) else _REPR.repr(value)
     return text if len(text) <= width else f"{text[:width]}... ({len(text)} chars)"
 
 
 def _is_null(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value)
-
-
-def model_window(model: Any, tokenizer: Any) -> int | None:
-    """The number of tokens the model can hold (prompt + reply), or None when it declares none."""
-    config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "get_text_config"):
-        config = config.get_text_config()
-    for key in WINDOW_KEYS:
-        value = getattr(config, key, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    value = getattr(tokenizer, "model_max_length", None)  # a huge sentinel when unset
-    return value if isinstance(value, int) and 0 < value < 10**7 else None
 
 
 def check_seed(value: Any) -> int:

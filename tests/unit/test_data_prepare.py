@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from helpers.prepared import record_in_manifest
 
 from components.data.expectations import validate, validate_frame
 from components.data.prepare import load_manifest, load_split, prepare, prepare_benchmark, records_to_table
@@ -185,6 +186,7 @@ def test_validate_prepared_dir_and_tampered_parquet(out_dir, tmp_path):
     rows[10]["answer"] = "12 apples"
     rows[11]["choices"] = ["a", "b"]
     pq.write_table(records_to_table(rows), out_dir / "multiarith/test.parquet")
+    record_in_manifest(out_dir, "multiarith", "test")  # as if prepare had written it: the suites judge it
     report_path = tmp_path / "bad.md"
     with pytest.raises(DataValidationError) as err:
         validate(out_dir, report_path, ["aqua", "multiarith", "mmlu"])

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.prepared import record_in_manifest
 from test_data_robustness import humaneval_rows, multiarith_items, snapshot, write_mirror
 
 import components.data.outputs as outputs
@@ -185,13 +186,18 @@ def test_the_flows_stage_and_commit_are_all_or_nothing(prepared: Path, changed: 
 # ------------------------------------------------------------------------ D8: corrupt prepared file
 
 
-@pytest.mark.parametrize("damage", ["random", "truncated"])
+@pytest.mark.parametrize("damage", ["random", "truncated", "random, hash recorded"])
 def test_a_corrupt_prepared_file_is_one_line_naming_it(prepared: Path, tmp_path: Path, capsys, damage: str) -> None:
+    """A damaged file differs from the sha256 the manifest records; one that matches (its hash
+    recorded too) but is not parquet is refused as unreadable: one line either way."""
     path = prepared / "multiarith/test.parquet"
-    path.write_bytes(os.urandom(4000) if damage == "random" else path.read_bytes()[:-100])
+    path.write_bytes(os.urandom(4000) if damage.startswith("random") else path.read_bytes()[:-100])
     fix = "re-run `agent-gspo prepare --benchmarks multiarith`"
-    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: corrupt or unreadable prepared file \(.*\); "
-                                        rf"{re.escape(fix)}$"):
+    why = r"content sha256 [0-9a-f]{12}\.\.\. differs from the [0-9a-f]{12}\.\.\. that .*manifest.json records: .*"
+    if damage.endswith("recorded"):
+        record_in_manifest(prepared, "multiarith", "test")
+        why = r"corrupt or unreadable prepared file \(.*\)"
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: {why}; {re.escape(fix)}$"):
         load_split(prepared, "multiarith", "test")
     assert main(["validate", "--data", str(prepared), "--set", f"data.report_dir={tmp_path / 'r'}",
                  "--set", "data.benchmarks=[multiarith]"]) == 2

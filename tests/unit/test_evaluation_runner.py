@@ -2,9 +2,8 @@
 
 import json
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from helpers.prepared import write_prepared
 
 from components.config import Config, MasConfig
 from components.evaluation.runner import EvalInputError, System, eval_metrics, evaluate
@@ -14,8 +13,7 @@ from components.tracking.metric_names import validate_metrics
 
 
 def _write(data, bench, rows):
-    (data / bench).mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(rows), data / bench / "test.parquet")
+    write_prepared(data, bench, "test", rows)
 
 
 @pytest.fixture
@@ -32,7 +30,6 @@ def make_eval_data(tmp_path):
     _write(d, "aqua", [{"id": f"aqua/test/{i}", "benchmark": "aqua", "split": "test", "question": "pick",
                         "choices": ["A)1", "B)2", "C)3", "D)4", "E)5"], "answer": "B", "answer_type": "choice",
                         "meta": "{}"} for i in range(5)])
-    (d / "manifest.json").write_text('{"x": 1}')
     return d
 
 

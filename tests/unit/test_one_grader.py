@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-import pyarrow.parquet as pq
 import pytest
+from helpers.prepared import write_prepared
 
 from components.config import Config, MasConfig
 from components.data.item import Item
@@ -86,8 +86,7 @@ def test_vote_reward_evaluation_and_score_agree(cases, prepared_data, tmp_path):
         by_bench = {b: list(dict.fromkeys(it for it, _ in cases if it.benchmark == b)) for b in BENCHMARKS}
         for b, its in by_bench.items():
             (data / b).mkdir(parents=True, exist_ok=True)
-            pq.write_table(records_to_table([it.to_record() for it in its]), data / b / "test.parquet")
-        (data / "manifest.json").write_text("{}")
+            write_prepared(data, b, "test", records_to_table([it.to_record() for it in its]))
         cfg = Config.model_validate({"eval": {"benchmarks": BENCHMARKS, "baselines": [], "batch_size": 4}})
         report = evaluate(cfg, limit=None, data_dir=data, out_dir=tmp_path / "eval",
                           systems=[System("agent_gspo", ScriptedEngine(texts))])

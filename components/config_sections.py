@@ -53,10 +53,12 @@ class DataConfig(_Section):
         "pooled", description="pooled: one shuffle over all training questions; balanced: an equal share of "
                               "questions per benchmark, in turn")
     # the largest real items (docs/data.md): question 4,671 chars (MMLU), choice 881 (MMLU), answer 864 (HumanEval)
-    max_question_chars: int = Field(16_000, ge=1, description="longest question (prompt) a prepared item may hold; "
-                                    "validate refuses longer, evaluate/train/rollout refuse to read one")
-    max_choice_chars: int = Field(2_000, ge=1, description="longest answer option of a choice item")
-    max_answer_chars: int = Field(4_000, ge=1, description="longest gold answer (HumanEval: the canonical solution)")
+    max_question_chars: int = Field(16_000, ge=1, le=10_000_000,
+                                    description="longest question (prompt) a prepared item may hold; validate "
+                                    "refuses longer, evaluate/train/rollout refuse to read one")
+    max_choice_chars: int = Field(2_000, ge=1, le=10_000_000, description="longest answer option of a choice item")
+    max_answer_chars: int = Field(4_000, ge=1, le=10_000_000,
+                                  description="longest gold answer (HumanEval: the canonical solution)")
 
     @field_validator("train_sources")
     @classmethod

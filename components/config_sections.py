@@ -220,6 +220,16 @@ class DeepSpeedConfig(_Section):
         return self
 
 
+class ComparisonRuleConfig(_Section):
+    """Thresholds of :class:`components.comparison.ComparisonRule` (the paired "beats beyond noise" rule)."""
+
+    confidence: float = Field(0.95, ge=0.5, lt=1.0, description="one-sided confidence of the paired bounds")
+    margin: float = Field(0.02, ge=0.0, lt=1.0, description="non-inferiority margin on accuracy (cheaper)")
+    token_factor: float = Field(0.9, gt=0.0, le=1.0, description="cheaper: tokens below this x, beyond noise")
+    max_token_ratio: float = Field(1.1, ge=1.0, description="better: tokens at most this x the reference's")
+    min_items: int = Field(40, ge=2, description="fewer shared items decide nothing")
+
+
 class SearchConfig(_Section):
     enabled: bool = Field(False, description="run the search stage in the pipeline")
     trials: int = Field(20, ge=1, description="max trials")
@@ -231,6 +241,9 @@ class SearchConfig(_Section):
     trial_steps: int = Field(5, ge=1, description="training steps per trial")
     dev_items: int = Field(20, ge=1, description="held-out dev items per trial")
     out_params: Name = Field("search/best_params.yaml", description="best parameters file read by train")
+    rule: ComparisonRuleConfig = Field(
+        default_factory=ComparisonRuleConfig,
+        description="when the best trial beats the profile's parameters (registry.gate's thresholds win if set)")
 
 
 class EvalConfig(_Section):

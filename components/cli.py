@@ -145,7 +145,10 @@ def _cmd_search(cfg: Config, args: argparse.Namespace) -> int:
     print(f"search: {result.n_complete} trial(s) complete, stopped by {result.stopped_by}, "
           f"{result.tokens_spent} tokens spent; best dev accuracy {result.best_dev_accuracy} at "
           f"{result.best_mean_tokens_per_episode} tokens/episode (feasible: {result.best_feasible})")
-    print(f"best parameters: {result.params_path}  ({' '.join(result.best_overrides)})")
+    if result.written:
+        print(f"best parameters: {result.params_path}  ({' '.join(result.best_overrides)})")
+    else:
+        print(f"best parameters: {result.params_path} unchanged ({result.verdict})")
     return 0
 
 

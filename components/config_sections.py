@@ -243,7 +243,7 @@ class SearchConfig(_Section):
     storage: Name = Field("sqlite:///optuna.db", description="Optuna storage URL")
     study_name: Name = Field("agent-gspo", description="Optuna study name")
     trial_steps: int = Field(5, ge=1, le=1_000_000, description="training steps per trial")
-    dev_items: int = Field(20, ge=1, le=10_000_000, description="held-out dev items per trial")
+    dev_items: int = Field(25, ge=1, le=10_000_000, description="held-out dev items per trial (per dev benchmark)")
     out_params: Name = Field("search/best_params.yaml", description="best parameters file read by train")
 
 

@@ -30,6 +30,7 @@ from components.jobs import ConfigSource, EvaluateJob, PromoteJob, SearchJob, Tr
 from components.redact import redact
 from flows.data_prep import data_prep_flow
 from flows.logs import forward_logs
+from flows.run_folders import folder_overrides, run_folder, write_summary
 
 TAIL_LINES = 30
 """lines of a failed training's output logged in the task (its error line, or a traceback's end)"""
@@ -66,15 +67,20 @@ def _not_user_error(task: Any, task_run: Any, state: Any) -> bool:
 
 @task(name="search", cache_policy=NO_CACHE)
 def search_task(cfg: Config) -> list[str]:
+    """The search; its best parameters when they beat the profile's beyond noise (the candidate), else []."""
     from components.search import load_best_params
 
     with forward_logs() as logger:
         result = SearchJob(cfg=cfg).run()
+        if not result.written:
+            logger.info("search: nothing changes, %s left as it was (%s)", result.params_path, result.verdict)
     _post(logger, "search-result", lambda: create_markdown_artifact(key="search-result", markdown=(
         f"# Search\n\n{result.n_complete} trials, stopped by **{result.stopped_by}**, {result.tokens_spent} tokens.\n\n"
         f"Best dev accuracy {result.best_dev_accuracy} at {result.best_mean_tokens_per_episode} tokens/episode "
-        f"(feasible: {result.best_feasible}).\n\n`{' '.join(result.best_overrides)}`\n")))
-    return load_best_params(result.params_path)
+        f"(feasible: {result.best_feasible}).\n\n`{' '.join(result.best_overrides)}`\n\n"
+        f"{'Written to' if result.written else 'Not written; left as it was:'} `{result.params_path}` "
+        f"({result.verdict})\n")))
+    return load_best_params(result.params_path) if result.written else []
 
 
 @task(name="train", retries=2, retry_delay_seconds=5, retry_condition_fn=_not_user_error, cache_policy=NO_CACHE)
@@ -150,15 +156,29 @@ def with_best_params(source: ConfigSource, best_params: str | None, log: Callabl
     return source.plus(overrides)
 
 
+def _source(profile: str | None, params: str | None, overrides: list[str] | None, folder: Path | None, *,
+            prepares_data: bool) -> ConfigSource:
+    """The caller's config; a dated run folder's output paths go under the caller's overrides (which win)."""
+    source = ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ()))
+    if folder is None:
+        return source
+    get_run_logger().info("this run writes under %s (never into DVC's outputs)", folder)
+    return source.plus(folder_overrides(folder, prepares_data=prepares_data))
+
+
 @flow(name="agent-gspo-pipeline", log_prints=True)
 def pipeline_flow(profile: str | None = None, params: str | None = None, overrides: list[str] | None = None,
-                  best_params: str | None = None) -> dict[str, Any]:
+                  best_params: str | None = None, run_root: str | None = None) -> dict[str, Any]:
     """prepare → validate → (search when ``search.enabled``) → train → evaluate → promote.
 
-    ``best_params``: a best-parameters file (``search.out_params`` of the weekly search) applied
-    under the overrides; the nightly deployment passes it, so the search's result is trained.
+    ``best_params``: a best-parameters file (``search.out_params`` of the weekly search, written only
+    when its best trial beat the profile beyond noise) applied under the overrides; the nightly
+    deployment passes it. The result still goes through the promotion gate like any trained model.
+    ``run_root``: write into a dated folder under it (:mod:`flows.run_folders`); a deployed run does so
+    under ``runs/scheduled`` by default.
     """
-    source = with_best_params(ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())),
+    folder = run_folder(run_root)
+    source = with_best_params(_source(profile, params, overrides, folder, prepares_data=True),
                               best_params, get_run_logger().info)
     cfg = source.load()  # validated once; tasks receive it
     data_prep_flow(cfg=_without_secrets(cfg))
@@ -170,20 +190,31 @@ def pipeline_flow(profile: str | None = None, params: str | None = None, overrid
     model = f"models:/{cfg.registry.model_name}/{version}" if version else trained.get("final_model")
     evaluation = evaluate_task(cfg, model)
     promotion = promote_task(cfg, model) if version else {"decision": "skipped", "reason": "model not registered"}
-    return {"model": model, "summary": evaluation["summary"], "promotion": promotion}
+    result = {"model": model, "summary": evaluation["summary"], "promotion": promotion}
+    write_summary(folder, "pipeline", {**result, "folder": str(folder), "overrides": list(source.overrides)})
+    return result
 
 
 @flow(name="agent-gspo-search", log_prints=True)
-def search_flow(profile: str | None = None, params: str | None = None, overrides: list[str] | None = None) -> list[str]:
-    """The weekly search alone (its best parameters land in ``search.out_params``)."""
-    return search_task(ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())).load())
+def search_flow(profile: str | None = None, params: str | None = None, overrides: list[str] | None = None,
+                run_root: str | None = None) -> list[str]:
+    """The weekly search alone: its best parameters land in ``search.out_params`` only as a candidate
+    that beats the profile's beyond noise (returned; [] when nothing changed)."""
+    folder = run_folder(run_root)
+    best = search_task(_source(profile, params, overrides, folder, prepares_data=False).load())
+    write_summary(folder, "search", {"candidate": best})
+    return best
 
 
 @flow(name="agent-gspo-evaluate", log_prints=True)
 def evaluate_flow(profile: str | None = None, params: str | None = None, overrides: list[str] | None = None,
-                  model: str | None = None) -> dict:
-    """On-demand evaluation of a policy (a folder, HF id or ``models:/`` URI)."""
-    return evaluate_task(ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())).load(), model)
+                  model: str | None = None, run_root: str | None = None) -> dict:
+    """On-demand evaluation of a policy (a folder, HF id or ``models:/`` URI); a deployed run writes
+    its evaluation into its dated folder, not ``eval/``."""
+    folder = run_folder(run_root)
+    result = evaluate_task(_source(profile, params, overrides, folder, prepares_data=False).load(), model)
+    write_summary(folder, "evaluate", result)
+    return result
 
 
 if __name__ == "__main__":

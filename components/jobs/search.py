@@ -40,12 +40,15 @@ class SearchTrial:
 
     Dev slice: the official development splits (``aqua/dev``, ``mmlu/val``; never a test split),
     ``search.dev_items`` seeded items each, the trained MAS only. Constraint measure: mean completion
-    tokens per episode, the same measure as the dual budget's default.
+    tokens per episode, the same measure as the dual budget's default. The per-item results (same
+    seeded items for every trial and for the baseline, :class:`components.search.candidate.BaselineTrial`)
+    decide whether the best trial beats the profile's parameters.
     """
 
     data_dir: Path | None = None
 
     def __call__(self, trial_cfg: Config, trial: Any) -> Any:
+        from components.comparison import ItemScore
         from components.evaluation import evaluate
         from components.gspo.job import train
         from components.search import TrialOutcome
@@ -59,7 +62,7 @@ class SearchTrial:
                                    * trial_cfg.gspo.group_size for h in result.history))
             ev_cfg = trial_cfg.model_copy(update={"eval": trial_cfg.eval.model_copy(update={
                 "benchmarks": ["aqua", "mmlu"], "baselines": []})})
-            accs, tokens, n, spent = [], 0.0, 0, 0
+            accs, tokens, n, spent, items = [], 0.0, 0, 0, {}
             for bench, split in (("aqua", "dev"), ("mmlu", "val")):
                 one = ev_cfg.model_copy(update={"eval": ev_cfg.eval.model_copy(update={"benchmarks": [bench]})})
                 rep = evaluate(one, model=str(result.final_model), limit=trial_cfg.search.dev_items, baselines=[],
@@ -69,13 +72,15 @@ class SearchTrial:
                 tokens += float(s["tokens_completion"])
                 n += int(s["n"])
                 spent += int(s["tokens_total"])
+                items[bench] = [ItemScore(o.id, o.correct, float(o.tokens_total))
+                                for o in rep.per_item["agent_gspo"][bench]]
                 release_memory()
         return TrialOutcome(dev_accuracy=sum(accs) / len(accs), mean_tokens_per_episode=tokens / max(1, n),
-                            tokens_spent=train_tokens + spent, seconds=time.perf_counter() - t0)
+                            tokens_spent=train_tokens + spent, seconds=time.perf_counter() - t0, items=items)
 
 
 class SearchJob(Job):
-    """``agent-gspo search``: writes the best parameters to ``search.out_params``."""
+    """``agent-gspo search``: writes the best parameters to ``search.out_params`` when they beat the profile's."""
 
     KIND = "search"
     trials: int | None = Field(None, ge=1, description="study-wide trial target (default search.trials)")

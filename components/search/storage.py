@@ -13,6 +13,8 @@ heartbeat the next worker's ``optimize`` marks it FAIL and its reservation stops
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 import warnings
 from pathlib import Path
@@ -20,11 +22,12 @@ from typing import Any
 
 import optuna
 from sqlalchemy import event
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from components.redact import redact as redact_text
 from components.search.errors import SearchError
 
+log = logging.getLogger(__name__)
 HEARTBEAT_INTERVAL_S = 60
 HEARTBEAT_GRACE_S = 180
 _OPEN_RETRIES = 5
@@ -85,6 +88,35 @@ def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def close_storage(storage: optuna.storages.BaseStorage) -> None:
+    """Checkpoint a SQLite study's write-ahead log into its ``.db`` file and close its connections.
+
+    Why: in WAL mode (:func:`_sqlite_wal`) committed trials live in ``optuna.db-wal`` until a
+    checkpoint, and the engine's pooled connections stay open until the process exits (or never
+    close cleanly when it is killed); a copy of ``optuna.db`` alone then loads as "Record does not
+    exist". ``wal_checkpoint(TRUNCATE)`` moves every committed page into the ``.db`` file and empties
+    the log; disposing the engine closes the pool. Other storages only get their pool closed.
+    A failed checkpoint (another process holds a read lock) is a warning: the trials are safe in the
+    WAL, only a lone copy of the ``.db`` would lack them.
+    """
+    backend = getattr(storage, "_backend", storage)  # optuna wraps an RDBStorage in a _CachedStorage
+    engine = getattr(backend, "engine", None)
+    if engine is None:  # in-memory (or another kind of) storage: nothing on disk to flush
+        return
+    with contextlib.suppress(Exception):  # optuna's scoped session, if one is still bound to this thread
+        backend.remove_session()
+    if engine.name == "sqlite":
+        try:
+            with engine.connect() as conn:
+                busy = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()[0]
+            if busy:
+                log.warning("search storage %s: the WAL checkpoint was blocked by another connection; "
+                            "copy optuna.db together with optuna.db-wal", redact(str(engine.url)))
+        except SQLAlchemyError as exc:
+            log.warning("search storage %s: WAL checkpoint failed (%s)", redact(str(engine.url)), exc)
+    engine.dispose()
 
 
 def open_study(url: str | optuna.storages.BaseStorage, name: str,

@@ -38,24 +38,25 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from components.comparison import ItemScore
 from components.config import Config
 from components.errors import Terminated
 from components.progress import leaf
 from components.redact import redact as redact_text
 from components.search import budget as B
-from components.search import study_config
+from components.search import candidate, study_config
 from components.search.errors import SearchError
 from components.search.params_file import write_best_params
 from components.search.sampler import TrialSeededSampler
 from components.search.space import SearchSpace, apply_overrides
-from components.search.storage import open_study, redact
+from components.search.storage import close_storage, open_study, redact
 from components.search.tracking import TrackerFactory, log_search_metrics
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,9 @@ class TrialOutcome:
     """All rollout tokens the trial consumed (training + dev), charged to budget_tokens."""
     seconds: float
     """Wall-clock of the trial."""
+    items: Mapping[str, Sequence[ItemScore]] | None = None
+    """Per benchmark, one result per dev item: what the best trial is compared with the baseline on
+    (:mod:`components.search.candidate`); None: this trial can never become the candidate."""
 
 
 TrialFn = Callable[[Config, optuna.Trial], TrialOutcome]
@@ -108,6 +112,10 @@ class SearchResult:
     trials_this_worker: list[int] = field(default_factory=list)
     n_interrupted: int = 0
     """Trials ended by Ctrl-C / SIGTERM or abandoned by a dead worker (not counted toward ``trials``)."""
+    written: bool = False
+    """True: the best trial beat the profile's parameters and ``params_path`` was (re)written."""
+    verdict: str = ""
+    """The paired comparison's one line (:mod:`components.search.candidate`)."""
 
 
 class _Refused(Exception):
@@ -193,7 +201,8 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
                study_name: str | None = None, tracker_factory: TrackerFactory | None = None,
                space: SearchSpace | None = None, sampler: optuna.samplers.BaseSampler | None = None,
                reserve_tokens: int = 0, out_params: str | None = None) -> SearchResult:
-    """Run (or join) the study and write the best feasible parameters to ``cfg.search.out_params``.
+    """Run (or join) the study; write the best feasible parameters to ``cfg.search.out_params`` only
+    when they beat the profile's own beyond noise (:mod:`components.search.candidate`).
 
     ``trials``/``budget_tokens``/``budget_seconds``/``storage``/``study_name``/``out_params``
     default to ``cfg.search``; a budget of 0 means no limit. ``trial_fn(trial_cfg, trial)`` gets
@@ -222,122 +231,129 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
     limit = s.max_tokens_per_episode
     sampler = sampler or TrialSeededSampler(cfg.gspo.seed)
     study = open_study(url, name, sampler)
-    config_hash = study_config.check_study_config(study, cfg, url, name)
-    started_at = B.study_started_at(study)
-    stopped_by: list[str] = []
-    mine: list[int] = []
-    conflict: list[SearchError] = []
-    quiet: _QuietInterrupts | None = None
+    try:
+        config_hash = study_config.check_study_config(study, cfg, url, name)
+        started_at = B.study_started_at(study)
+        stopped_by: list[str] = []
+        mine: list[int] = []
+        conflict: list[SearchError] = []
+        quiet: _QuietInterrupts | None = None
 
-    def used(before: int | None = None) -> B.Ledger:
-        return B.ledger(study.get_trials(deepcopy=False), started_at=started_at,
-                        reserve_tokens=reserve_tokens, before_number=before)
+        def used(before: int | None = None) -> B.Ledger:
+            return B.ledger(study.get_trials(deepcopy=False), started_at=started_at,
+                            reserve_tokens=reserve_tokens, before_number=before)
 
-    def refuse(trial: optuna.Trial, reason: str, why: str) -> NoReturn:
-        trial.set_user_attr(B.ATTR_ADMITTED, False)
-        trial.set_user_attr(B.ATTR_REFUSED, reason)
-        stopped_by.append(reason)
-        study.stop()
-        raise _Refused(f"{why} before trial {trial.number} could start")
+        def refuse(trial: optuna.Trial, reason: str, why: str) -> NoReturn:
+            trial.set_user_attr(B.ATTR_ADMITTED, False)
+            trial.set_user_attr(B.ATTR_REFUSED, reason)
+            stopped_by.append(reason)
+            study.stop()
+            raise _Refused(f"{why} before trial {trial.number} could start")
 
-    def objective(trial: optuna.Trial, parent: Any) -> float:
-        try:
-            return run_trial(trial, parent)
-        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (components.errors.Terminated)
-            if quiet is not None:
-                quiet.numbers.add(trial.number)
-            with contextlib.suppress(Exception):  # best effort: the storage may be mid-write
-                trial.set_user_attr(B.ATTR_INTERRUPTED, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT")
-            raise
-
-    progress = leaf("search", n_trials, "trials")  # lines inside a trial (components.progress)
-
-    def run_trial(trial: optuna.Trial, parent: Any) -> float:
-        before = used(before=trial.number)
-        reason = B.exhausted(before, limits)
-        if reason is not None:
-            refuse(trial, reason, f"budget used up ({reason})")
-        mismatch = study_config.changed(study, config_hash, cfg, url, name)
-        if mismatch is not None:  # a worker with another config recorded it last (see study_config)
-            conflict.append(mismatch)
-            refuse(trial, "config", "the study's recorded config changed")
-        trial.set_user_attr(B.ATTR_RESERVED, B.reservation(study.get_trials(deepcopy=False), reserve_tokens))
-        trial.set_user_attr(B.ATTR_CONFIG_HASH, config_hash)
-        trial.set_user_attr(B.ATTR_ADMITTED, True)
-        mine.append(trial.number)
-        overrides = space.suggest(trial)
-        trial.set_user_attr(B.ATTR_OVERRIDES, overrides)
-        slot = before.admitted + 1  # the trial's place among those that count (failed ones do not)
-        log.info("trial %d/%d started: %s", slot, n_trials, " ".join(overrides))
-        trial_cfg = apply_overrides(cfg, overrides)
-        run_ctx = (parent.child(f"trial-{trial.number}", {"study": name, "trial": trial.number})
-                   if parent is not None else contextlib.nullcontext())
-        with run_ctx as run:
-            if run is not None:
-                run.log_params({o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides})
-            t0 = time.perf_counter()
+        def objective(trial: optuna.Trial, parent: Any) -> float:
             try:
-                outcome = _check_outcome(trial_fn(trial_cfg, trial), trial.number)
-            except Exception as exc:
-                trial.set_user_attr(ATTR_ERROR, redact_text(f"{type(exc).__name__}: {exc}")[:1000])
-                print(f"search: trial {slot}/{n_trials} (Optuna trial {trial.number}) failed ({type(exc).__name__}: "
-                      f"{redact_text(str(exc))[:300]}); it does not count: going on with the next trial "
-                      f"(the search stops after {n_trials} failed trials)", file=sys.stderr)
+                return run_trial(trial, parent)
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (components.errors.Terminated)
+                if quiet is not None:
+                    quiet.numbers.add(trial.number)
+                with contextlib.suppress(Exception):  # best effort: the storage may be mid-write
+                    trial.set_user_attr(B.ATTR_INTERRUPTED, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT")
                 raise
-            wall = time.perf_counter() - t0
-            c = float(outcome.mean_tokens_per_episode) - limit
-            trial.set_user_attr(B.ATTR_TOKENS, int(outcome.tokens_spent))
-            trial.set_user_attr(B.ATTR_SECONDS, float(outcome.seconds or wall))
-            trial.set_user_attr(B.ATTR_MEAN_TOKENS, float(outcome.mean_tokens_per_episode))
-            trial.set_user_attr(B.ATTR_ACCURACY, float(outcome.dev_accuracy))
-            trial.set_constraint(B.CONSTRAINT_KEY, c)
-            if run is not None:
-                from components.tracking.errors import TrackingError  # lazy: mlflow only with a tracker
 
+        progress = leaf("search", n_trials, "trials")  # lines inside a trial (components.progress)
+
+        def run_trial(trial: optuna.Trial, parent: Any) -> float:
+            before = used(before=trial.number)
+            reason = B.exhausted(before, limits)
+            if reason is not None:
+                refuse(trial, reason, f"budget used up ({reason})")
+            mismatch = study_config.changed(study, config_hash, cfg, url, name)
+            if mismatch is not None:  # a worker with another config recorded it last (see study_config)
+                conflict.append(mismatch)
+                refuse(trial, "config", "the study's recorded config changed")
+            trial.set_user_attr(B.ATTR_RESERVED, B.reservation(study.get_trials(deepcopy=False), reserve_tokens))
+            trial.set_user_attr(B.ATTR_CONFIG_HASH, config_hash)
+            trial.set_user_attr(B.ATTR_ADMITTED, True)
+            mine.append(trial.number)
+            overrides = space.suggest(trial)
+            trial.set_user_attr(B.ATTR_OVERRIDES, overrides)
+            slot = before.admitted + 1  # the trial's place among those that count (failed ones do not)
+            log.info("trial %d/%d started: %s", slot, n_trials, " ".join(overrides))
+            trial_cfg = apply_overrides(cfg, overrides)
+            run_ctx = (parent.child(f"trial-{trial.number}", {"study": name, "trial": trial.number})
+                       if parent is not None else contextlib.nullcontext())
+            with run_ctx as run:
+                if run is not None:
+                    run.log_params({o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides})
+                t0 = time.perf_counter()
                 try:
-                    log_search_metrics(run, {
-                        "search/dev_accuracy": outcome.dev_accuracy,
-                        "search/mean_tokens_per_episode": outcome.mean_tokens_per_episode,
-                        "search/constraint": c, "search/tokens_spent": outcome.tokens_spent,
-                        "search/seconds": outcome.seconds})
-                    run.set_tags({"feasible": c <= 0})
-                except TrackingError as exc:  # the trial's result is in the study; only its MLflow copy is lost
-                    print(f"search: trial {trial.number}: metrics not logged ({exc})", file=sys.stderr)
-        log.info("trial %d/%d done in %.0f s: dev accuracy %.3f, %.1f tokens/episode (limit %g); %s",
-                 slot, n_trials, outcome.seconds or wall, outcome.dev_accuracy,
-                 outcome.mean_tokens_per_episode, limit, _spent(used(), limits, int(outcome.tokens_spent)))
-        progress.done = slot
-        progress.advance(0, shown=True)  # the line above was this trial's line
-        return float(outcome.dev_accuracy)
+                    outcome = _check_outcome(trial_fn(trial_cfg, trial), trial.number)
+                except Exception as exc:
+                    trial.set_user_attr(ATTR_ERROR, redact_text(f"{type(exc).__name__}: {exc}")[:1000])
+                    print(f"search: trial {slot}/{n_trials} (Optuna trial {trial.number}) failed "
+                          f"({type(exc).__name__}: {redact_text(str(exc))[:300]}); it does not count: "
+                          f"going on with the next trial (the search stops after {n_trials} failed trials)",
+                          file=sys.stderr)
+                    raise
+                wall = time.perf_counter() - t0
+                c = float(outcome.mean_tokens_per_episode) - limit
+                trial.set_user_attr(B.ATTR_TOKENS, int(outcome.tokens_spent))
+                trial.set_user_attr(B.ATTR_SECONDS, float(outcome.seconds or wall))
+                trial.set_user_attr(B.ATTR_MEAN_TOKENS, float(outcome.mean_tokens_per_episode))
+                trial.set_user_attr(B.ATTR_ACCURACY, float(outcome.dev_accuracy))
+                trial.set_constraint(B.CONSTRAINT_KEY, c)
+                if outcome.items is not None:
+                    trial.set_user_attr(candidate.ATTR_ITEMS, candidate.items_to_attr(outcome.items))
+                if run is not None:
+                    from components.tracking.errors import TrackingError  # lazy: mlflow only with a tracker
 
-    def after_trial(study_: optuna.Study, _trial: FrozenTrial) -> None:
-        reason = B.exhausted(used(), limits)
-        if reason is not None:
-            stopped_by.append(reason)
-            study_.stop()
+                    try:
+                        log_search_metrics(run, {
+                            "search/dev_accuracy": outcome.dev_accuracy,
+                            "search/mean_tokens_per_episode": outcome.mean_tokens_per_episode,
+                            "search/constraint": c, "search/tokens_spent": outcome.tokens_spent,
+                            "search/seconds": outcome.seconds})
+                        run.set_tags({"feasible": c <= 0})
+                    except TrackingError as exc:  # the trial's result is in the study; only its MLflow copy is lost
+                        print(f"search: trial {trial.number}: metrics not logged ({exc})", file=sys.stderr)
+            log.info("trial %d/%d done in %.0f s: dev accuracy %.3f, %.1f tokens/episode (limit %g); %s",
+                     slot, n_trials, outcome.seconds or wall, outcome.dev_accuracy,
+                     outcome.mean_tokens_per_episode, limit, _spent(used(), limits, int(outcome.tokens_spent)))
+            progress.done = slot
+            progress.advance(0, shown=True)  # the line above was this trial's line
+            return float(outcome.dev_accuracy)
 
-    parent_ctx = tracker_factory() if tracker_factory is not None else contextlib.nullcontext()
-    with parent_ctx as parent:
-        if parent is not None:
-            parent.log_params({"search.trials": n_trials, "search.budget_tokens": tok,
-                               "search.budget_seconds": sec, "search.study_name": name,
-                               "search.max_tokens_per_episode": limit, "search.storage": redact(url)})
-        reason = B.exhausted(used(), limits)
-        if reason is None:
-            # a refusal stops the study (study.stop above); any other failure fails one trial only
-            with _quiet_interrupts() as quiet, _optuna_warnings_only(), progress.active():
-                study.optimize(lambda t: objective(t, parent), n_trials=None, callbacks=[after_trial],
-                               catch=(Exception,))
-        else:
-            stopped_by.append(reason)
-        if not conflict and (late := study_config.changed(study, config_hash, cfg, url, name)) is not None:
-            conflict.append(late)  # overwritten during this worker's last trial: its best is not ours to write
-        if conflict:
-            raise conflict[0]
-        result = _finish(study, cfg, url, name, used(), stopped_by, mine, out_params or s.out_params)
-        if parent is not None:
-            _log_result(parent, result)
-    return result
+        def after_trial(study_: optuna.Study, _trial: FrozenTrial) -> None:
+            reason = B.exhausted(used(), limits)
+            if reason is not None:
+                stopped_by.append(reason)
+                study_.stop()
+
+        parent_ctx = tracker_factory() if tracker_factory is not None else contextlib.nullcontext()
+        with parent_ctx as parent:
+            if parent is not None:
+                parent.log_params({"search.trials": n_trials, "search.budget_tokens": tok,
+                                   "search.budget_seconds": sec, "search.study_name": name,
+                                   "search.max_tokens_per_episode": limit, "search.storage": redact(url)})
+            reason = B.exhausted(used(), limits)
+            if reason is None:
+                # a refusal stops the study (study.stop above); any other failure fails one trial only
+                with _quiet_interrupts() as quiet, _optuna_warnings_only(), progress.active():
+                    study.optimize(lambda t: objective(t, parent), n_trials=None, callbacks=[after_trial],
+                                   catch=(Exception,))
+            else:
+                stopped_by.append(reason)
+            if not conflict and (late := study_config.changed(study, config_hash, cfg, url, name)) is not None:
+                conflict.append(late)  # overwritten during this worker's last trial: its best is not ours to write
+            if conflict:
+                raise conflict[0]
+            result = _finish(study, cfg, url, name, used(), stopped_by, mine, out_params or s.out_params, trial_fn)
+            if parent is not None:
+                _log_result(parent, result)
+        return result
+    finally:  # normally, on an error, on Ctrl-C: the .db file alone holds every trial
+        if isinstance(url, str):  # a storage object passed in is the caller's to close
+            close_storage(study._storage)
 
 
 def _spent(usage: B.Ledger, limits: B.Budget, running: int = 0) -> str:
@@ -349,7 +365,8 @@ def _spent(usage: B.Ledger, limits: B.Budget, running: int = 0) -> str:
 
 
 def _finish(study: optuna.Study, cfg: Config, url: str | optuna.storages.BaseStorage, name: str,
-            usage: B.Ledger, stopped_by: list[str], mine: list[int], out_params: str) -> SearchResult:
+            usage: B.Ledger, stopped_by: list[str], mine: list[int], out_params: str,
+            trial_fn: TrialFn) -> SearchResult:
     all_trials = study.get_trials(deepcopy=False)
     best = select_best(study_config.own_trials(study, all_trials, name))
     if best is None:
@@ -362,10 +379,16 @@ def _finish(study: optuna.Study, cfg: Config, url: str | optuna.storages.BaseSto
     constraint = float(best.constraints.get(B.CONSTRAINT_KEY, math.nan))
     feasible = all(v <= 0 for v in best.constraints.values())
     mean_tokens = float(best.user_attrs.get(B.ATTR_MEAN_TOKENS, math.nan))
-    write_best_params(out_params, overrides, {
-        "study": name, "trial": best.number, "dev_accuracy": float(best.value or 0.0),
-        "mean_tokens_per_episode": mean_tokens, "max_tokens_per_episode": cfg.search.max_tokens_per_episode,
-        "constraint": constraint, "feasible": feasible})
+    # the best trial is a candidate only when it beats the profile's parameters beyond noise on the same items
+    decision = candidate.judge(study, cfg, trial_fn, best)
+    if decision.wins:
+        write_best_params(out_params, overrides, {
+            "study": name, "trial": best.number, "dev_accuracy": float(best.value or 0.0),
+            "mean_tokens_per_episode": mean_tokens, "max_tokens_per_episode": cfg.search.max_tokens_per_episode,
+            "constraint": constraint, "feasible": feasible, "verdict": decision.reason})
+        print(f"search: {decision.reason}; wrote {out_params}", file=sys.stderr)
+    else:
+        print(f"search: nothing changes, {out_params} left as it was ({decision.reason})", file=sys.stderr)
     return SearchResult(
         study_name=name, storage=redact(url), best_trial=best.number, best_overrides=overrides,
         best_dev_accuracy=float(best.value or 0.0), best_mean_tokens_per_episode=mean_tokens,
@@ -374,7 +397,7 @@ def _finish(study: optuna.Study, cfg: Config, url: str | optuna.storages.BaseSto
         n_failed=sum(B.is_failure(t) for t in all_trials),
         tokens_spent=usage.tokens_spent, seconds_elapsed=usage.seconds_elapsed,
         stopped_by=stopped_by[0] if stopped_by else "trials", params_path=str(out_params),
-        trials_this_worker=mine,
+        trials_this_worker=mine, written=decision.wins, verdict=decision.reason,
         n_interrupted=sum(t.state == TrialState.FAIL and not B.is_refused(t) and not B.is_failure(t)
                           for t in all_trials))
 
@@ -388,4 +411,6 @@ def _log_result(parent: Any, result: SearchResult) -> None:
         "search/best_mean_tokens_per_episode": result.best_mean_tokens_per_episode,
         "search/best_constraint": result.best_constraint, "search/tokens_spent_total": result.tokens_spent,
         "search/trials_complete": result.n_complete})
-    parent.log_artifact(result.params_path, "search")
+    parent.set_tags({"candidate": result.written})
+    if result.written:
+        parent.log_artifact(result.params_path, "search")

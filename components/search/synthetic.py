@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import optuna
 
+from components.comparison import ItemScore
 from components.config import Config
 from components.search.study import TrialOutcome
 
@@ -34,8 +35,17 @@ def synthetic_outcome(cfg: Config, seconds: float = 0.0) -> TrialOutcome:
                 - 0.05 * abs(math.log10(cfg.gspo.lr) + 6.0) + 0.02 * math.log2(cfg.gspo.group_size / 4.0)
                 - 50.0 * abs(cfg.gspo.eps_low - 3e-4))
     episodes = cfg.search.trial_steps * cfg.gspo.questions_per_step * cfg.gspo.group_size + cfg.search.dev_items
-    return TrialOutcome(dev_accuracy=min(1.0, max(0.0, accuracy)), mean_tokens_per_episode=mean_tokens,
-                        tokens_spent=int(round(mean_tokens * episodes)), seconds=seconds)
+    accuracy = min(1.0, max(0.0, accuracy))
+    return TrialOutcome(dev_accuracy=accuracy, mean_tokens_per_episode=mean_tokens,
+                        tokens_spent=int(round(mean_tokens * episodes)), seconds=seconds,
+                        items=synthetic_items(accuracy, mean_tokens, 2 * cfg.search.dev_items))
+
+
+def synthetic_items(accuracy: float, tokens: float, n: int) -> dict[str, list[ItemScore]]:
+    """``n`` dev items at ``accuracy``: item ``i`` is correct when ``frac(i * golden ratio) < accuracy``
+    (evenly spread, and a more accurate point answers every item a less accurate one does)."""
+    return {"synthetic": [ItemScore(f"dev-{i}", (i * 0.6180339887498949) % 1.0 < accuracy, tokens)
+                          for i in range(n)]}
 
 
 @dataclass

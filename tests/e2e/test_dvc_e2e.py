@@ -3,7 +3,8 @@
 The copy (the repository's tracked and new files, its own git history) sits next to a
 ``shared/benchmarks`` link, as a clone sits next to the mirror. Its smoke profile uses the tiny
 random model and one training step, so the whole chain takes about a minute. Checked: ``dvc
-repro`` runs the four smoke stages only and a second call is a no-op; the lock check passes on
+repro`` runs the four smoke stages only and a second call is a no-op; after the report stages
+``dvc status`` is clean (every declared stage locked); the lock check passes on
 the committed lock and fails after a code change; ``dvc exp run -S`` with ``--temp`` and
 ``--queue`` (one of them re-preparing the data, which needs the mirror from the temporary copy);
 ``dvc exp show`` and ``dvc metrics diff`` compare numbers.
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from dvc_checks import stale_lock
+from helpers.repo_copy import copy_checkout
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,13 +30,7 @@ TINY_SMOKE = {"model": {"name": "tiny-random"}, "gspo": {"steps": 1}, "mas": {"m
 
 
 def _copy_repo(dest: Path) -> Path:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True, timeout=60).stdout.split()
-    for rel in files:
-        src = ROOT / rel
-        if src.is_file() and not rel.startswith("mlruns/"):
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
+    copy_checkout(dest)
     for stale in ("dvc.lock", "experiments/dvc.lock"):
         (dest / stale).unlink(missing_ok=True)
     params = yaml.safe_load((dest / "params.yaml").read_text())
@@ -89,6 +84,9 @@ def test_repro_exp_run_temp_queue_show_and_metrics_diff(tmp_path: Path) -> None:
     _run(repo, "git", "add", "-A")
     _run(repo, "git", "commit", "-qm", "lock")
     assert stale_lock(repo) == []
+    # every stage of both pipelines locked and up to date: the experiment runs were stages that `dvc repro`
+    # never ran, so `dvc status` listed them (and every dependency) as changed forever
+    assert json.loads(_run(repo, "dvc", "status", "--json").stdout) == {}
     loss = repo / "components" / "gspo" / "loss.py"
     loss.write_text(loss.read_text() + "\n# a change the lock has not seen\n")
     assert "train: components/gspo modified" in stale_lock(repo)

@@ -192,3 +192,13 @@ def prefect_server(tmp_path: Path, timeout_s: float = 150.0) -> Iterator[Prefect
         yield PrefectServer(api_url, home, log, proc)
     finally:
         stop_group(proc)
+
+
+def run_worker_once(env: dict[str, str], cwd: Path, name: str, timeout_s: float) -> subprocess.CompletedProcess:
+    """``prefect worker start --pool local-process --run-once``: picks up the due flow runs, runs them, exits."""
+    t0 = time.monotonic()
+    worker = subprocess.run([sys.executable, "-m", "prefect", "worker", "start", "--pool", "local-process",
+                             "--name", name, "--run-once", "--install-policy", "never"],
+                            cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    print(f"worker --run-once ({name}): {time.monotonic() - t0:.1f} s")
+    return worker

@@ -30,7 +30,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers.servers import MlflowServer, PrefectServer, mlflow_server, mlflow_template_db, prefect_server
+from helpers.servers import (
+    MlflowServer,
+    PrefectServer,
+    mlflow_server,
+    mlflow_template_db,
+    prefect_server,
+    run_worker_once,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -322,11 +329,7 @@ def test_scheduled_deployment_run_by_worker(prefect: PrefectServer, prepared: Pa
         assert deployment.work_pool_name == "local-process"
         run = pc.create_flow_run_from_deployment(deployment.id, parameters=params, state=Scheduled(
             scheduled_time=datetime.now(UTC) - timedelta(seconds=30)))
-    t0 = time.monotonic()
-    worker = subprocess.run([sys.executable, "-m", "prefect", "worker", "start", "--pool", "local-process",
-                             "--name", "itest-worker", "--run-once", "--install-policy", "never"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    print(f"worker --run-once: {time.monotonic() - t0:.1f} s")
+    worker = run_worker_once(env, tmp_path, "itest-worker", 300)
     with _client(prefect.api_url) as pc:
         done = pc.read_flow_run(run.id)
         tasks = _task_runs(pc, [run.id])

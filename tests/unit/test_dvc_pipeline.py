@@ -28,30 +28,58 @@ def test_dvc_repro_runs_the_smoke_chain_and_experiments_live_apart() -> None:
     assert list(root) == ["prepare", "validate", "train", "evaluate"]
     assert "--profile smoke" in root["train"]["cmd"] and "--profile smoke" in root["evaluate"]["cmd"]
     experiments = _stages("experiments/dvc.yaml")
-    assert set(experiments) == {"run", "report", "run_cap128", "report_cap128"}
+    assert set(experiments) == {"report", "report_cap128"}
     assert all(s["wdir"] == ".." for s in experiments.values())
     for stage in [*root.values(), *experiments.values()]:
         for dep in _paths(stage.get("deps")):  # nothing outside the repository: `dvc exp run --temp` copies it
             assert not dep.startswith(("../", "/")), dep
 
 
-def test_every_defined_experiment_is_an_output_of_the_run_stage() -> None:
-    """`dvc repro experiments/dvc.yaml` writes results/<name>.json for every definition in params.yaml:
-    each must be a declared output, or DVC neither tracks nor restores it."""
+def test_training_depends_on_the_validation_so_repro_train_validates_first() -> None:
+    """`train` depended on data/gsm8k only: `dvc repro train` trained on data that was never validated."""
+    root = _stages("dvc.yaml")
+    assert set(_paths(root["validate"]["outs"])) & set(_paths(root["train"]["deps"])) == {"reports/validation.md"}
+
+
+def test_every_declared_output_is_rebuilt_by_dvc_repro() -> None:
+    """Only what `dvc repro` rebuilds is an output: the hours-long experiment runs were stages whose outputs
+    (the committed results files) were never locked, so `dvc status` listed them as changed forever. Their
+    results are plain dependencies of the report stages; their commands are documented at the top."""
+    experiments = _stages("experiments/dvc.yaml")
+    assert not any(s.get("frozen") for s in experiments.values())
+    outs = stage_outputs(ROOT)
+    assert not any(o.startswith("results") for o in outs), sorted(outs)
+    assert "results" in _paths(experiments["report"]["deps"])
+    assert "results/cap128" in _paths(experiments["report_cap128"]["deps"])
+
+
+def test_every_defined_experiment_has_its_committed_result_and_the_documented_command() -> None:
+    """`agent-gspo experiments run --profile results` (documented in experiments/dvc.yaml) writes
+    results/<name>.json per definition in params.yaml: every committed result is a definition's, and every
+    definition has one at the results profile's cap or in the cap-128 set (the report marks others NOT RUN)."""
     definitions = yaml.safe_load((ROOT / "params.yaml").read_text())["experiments"]["definitions"]
-    outs = set(_paths(_stages("experiments/dvc.yaml")["run"]["outs"]))
-    assert outs == {f"results/{name}.json" for name in definitions}
+    tracked = subprocess.run(["git", "ls-files", "results/*.json", "results/cap128/*.json"], cwd=ROOT,
+                             capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    names = {Path(rel).stem for rel in tracked}
+    assert names == set(definitions), names ^ set(definitions)
+    text = (ROOT / "experiments" / "dvc.yaml").read_text()
+    assert "#   agent-gspo experiments run --profile results\n" in text
 
 
 def test_the_cap128_set_runs_defined_experiments_into_its_own_folder() -> None:
-    """The message-cap sensitivity set: every name it runs is a definition, each is a declared output
-    under results/cap128/, and the cap it states is the one it sets."""
+    """The message-cap sensitivity set (a documented command): every name it runs is a definition with a
+    committed result under results/cap128/, and the cap it states is the one it sets."""
     definitions = yaml.safe_load((ROOT / "params.yaml").read_text())["experiments"]["definitions"]
-    stage = _stages("experiments/dvc.yaml")["run_cap128"]
-    names = stage["cmd"].split("--only ", 1)[1].split()[0].split(",")
+    lines = (ROOT / "experiments" / "dvc.yaml").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "--results results/cap128 \\" in line and "run" in line)
+    command = " ".join(line.lstrip("# ").rstrip("\\ ") for line in lines[start:start + 5])
+    names = command.split("--only ", 1)[1].split()[0].split(",")
     assert set(names) <= set(definitions)
-    assert set(_paths(stage["outs"])) == {f"results/cap128/{name}.json" for name in names}
-    assert "--results results/cap128" in stage["cmd"] and "--set mas.max_message_tokens=128" in stage["cmd"]
+    tracked = set(subprocess.run(["git", "ls-files", "results/cap128"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True, timeout=60).stdout.split())
+    assert {f"results/cap128/{name}.json" for name in names} <= tracked
+    assert "--set mas.max_message_tokens=128" in command and "--set registry.model_name=agent-gspo-results-cap128" \
+        in command
     report = _stages("experiments/dvc.yaml")["report_cap128"]
     assert "--results results/cap128" in report["cmd"] and "results/cap128" in _paths(report["deps"])
 

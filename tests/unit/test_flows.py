@@ -93,3 +93,32 @@ def test_a_temporary_server_that_does_not_start_is_a_user_error(tmp_path: Path, 
     with pytest.raises(UserError, match="the temporary Prefect server did not start .*Set PREFECT_API_URL"):
         with prefect_api():
             pass
+
+
+def test_a_dated_run_folder_takes_every_output_away_from_dvcs(tmp_path: Path) -> None:
+    """The nightly deployment trained with --overwrite into runs/smoke and evaluated into eval/: the outputs
+    of dvc.yaml, so `dvc status` listed them changed after every night."""
+    from datetime import UTC, datetime
+
+    import yaml
+
+    from dvc_checks import stage_outputs
+    from flows.run_folders import SCHEDULED_ROOT, dated_folder, folder_overrides
+
+    folder = dated_folder(SCHEDULED_ROOT, "agent-gspo-pipeline", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
+                          datetime(2026, 12, 6, 2, 0, 5, tzinfo=UTC))
+    assert folder == Path("runs/scheduled/agent-gspo-pipeline/20261206T020005Z-0f1e2d3c")
+    source = ConfigSource(params=str(ROOT / "params.yaml"), profile="smoke", overrides=("mas.rounds=1",))
+    cfg = source.plus(folder_overrides(folder, prepares_data=True)).load()
+    written = [cfg.data.out_dir, cfg.data.report_dir, cfg.gspo.out_dir, cfg.eval.out_dir]
+    assert all(Path(p).is_relative_to(folder) for p in written), written
+    dvc_outs = stage_outputs(ROOT)
+    assert not any(Path(out).is_relative_to(folder) or folder.is_relative_to(out) for out in dvc_outs)
+    reads = source.plus(folder_overrides(folder, prepares_data=False)).load()
+    assert reads.data.out_dir == "data" and Path(reads.eval.out_dir).is_relative_to(folder)  # search/evaluate read
+    mine = source.plus(folder_overrides(folder, prepares_data=True)).plus(()).model_copy(
+        update={"overrides": (*folder_overrides(folder, prepares_data=True), f"eval.out_dir={tmp_path}")}).load()
+    assert mine.eval.out_dir == str(tmp_path)  # the caller's own override still wins
+    for file in ("prefect.yaml", "infra/prefect-gpu.yaml"):
+        for deployment in yaml.safe_load((ROOT / file).read_text())["deployments"]:
+            assert deployment["parameters"]["run_root"] == SCHEDULED_ROOT, (file, deployment["name"])

@@ -58,7 +58,9 @@ def test_no_feasible_trial_gives_the_least_violating_one_flagged(tmp_path: Path)
     trials = [t for t in _study(storage).trials if t.state == TrialState.COMPLETE]
     assert not result.best_feasible and result.best_constraint > 0
     assert result.best_mean_tokens_per_episode == min(t.user_attrs[B.ATTR_MEAN_TOKENS] for t in trials)
-    assert "feasible: false" in Path(result.params_path).read_text()
+    # the least-violating point is less accurate than the profile's own: it is no candidate, nothing is written
+    assert not result.written and "worse: less accurate beyond noise" in result.verdict
+    assert not Path(result.params_path).exists()
 
 
 def test_token_budget_stops_the_study_within_one_trial(tmp_path: Path) -> None:
@@ -196,7 +198,8 @@ def test_worker_entry_runs_synthetic_search_and_exits_2_on_bad_input(
     from components.search import worker
 
     args = ["--synthetic", "--params", str(defaults_params(tmp_path)), "--storage", "memory", "--trials", "3",
-            "--out-params", str(tmp_path / "best.yaml"), "--seed", "1"]
+            "--out-params", str(tmp_path / "best.yaml"), "--seed", "1",
+            "--override", "gspo.lr=0.001"]  # a profile the search beats beyond noise: the file is written
     assert worker.main(args) == 0
     out = capsys.readouterr().out.strip().splitlines()[-1]
     assert '"n_complete": 3' in out and (tmp_path / "best.yaml").is_file()
@@ -233,7 +236,7 @@ def test_a_failing_trial_is_recorded_and_the_worker_goes_on(tmp_path: Path) -> N
         return SyntheticTrial()(cfg, trial)
 
     result = run_search(_cfg(tmp_path), fails_once, trials=3, storage=storage)
-    assert calls == [0, 1, 2, 3] and (result.n_complete, result.n_failed, result.stopped_by) == (3, 1, "trials")
+    assert calls == [0, 1, 2, 3, "baseline"] and (result.n_complete, result.n_failed, result.stopped_by) == (3, 1, "trials")
     (failed,) = [t for t in _study(storage).trials if t.state == TrialState.FAIL]
     assert failed.number == 1 and failed.user_attrs["search:error"].startswith("MemoryError: CUDA out of memory")
 
@@ -244,7 +247,8 @@ def test_as_many_failures_as_trials_end_the_study(tmp_path: Path) -> None:
     flaky = _Flaky()
     result = run_search(_cfg(tmp_path), flaky, trials=9, storage=storage)
     trials = _study(storage).trials
-    assert flaky.calls == 13 and len(trials) == 13  # F F ok x4, then the ninth failure
+    assert flaky.calls == 14 and len(trials) == 13  # F F ok x4, then the ninth failure; then the baseline (fails)
+    assert not result.written and "could not be evaluated" in result.verdict and "s3cret" not in result.verdict
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert len(failed) == 9 and result.n_failed == 9 and result.n_complete == 4 and result.stopped_by == "failures"
     errors = [t.user_attrs["search:error"] for t in failed]

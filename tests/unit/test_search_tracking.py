@@ -21,6 +21,7 @@ def test_trials_are_nested_runs_with_params_and_metrics(tmp_path: Path, mlflow_u
     cfg = Config()
     cfg.tracking = cfg.tracking.model_copy(update={"uri": mlflow_uri, "experiment": "search-test"})
     cfg.search = cfg.search.model_copy(update={"out_params": str(tmp_path / "best.yaml")})
+    cfg.gspo = cfg.gspo.model_copy(update={"lr": 1e-3})  # a profile the search beats: its file is logged
     result = run_search(cfg, SyntheticTrial(), trials=3, storage=optuna.storages.InMemoryStorage(),
                         tracker_factory=mlflow_tracker_factory(cfg))
     client = MlflowClient(mlflow_uri)

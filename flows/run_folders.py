@@ -1,0 +1,62 @@
+"""Where a scheduled (deployed) flow run writes: its own dated folder, never DVC's outputs.
+
+``dvc.yaml``'s stages own ``data/``, ``reports/validation.md``, ``runs/smoke/final``, ``eval/`` and
+``metrics/``. A nightly run that trained into ``runs/smoke`` with ``--overwrite`` and evaluated into
+``eval/`` made ``dvc status`` report those stages changed after every night, and a later ``dvc repro``
+would have thrown the night's model away. A flow run started by a deployment (or given ``run_root``)
+therefore writes under::
+
+    runs/scheduled/<flow name>/<UTC yyyymmddTHHMMSSZ>-<first 8 hex of the flow run id>/
+        data/  reports/  train/  eval/  <flow>.json
+
+by overrides placed *under* the caller's own (an explicit ``--set gspo.out_dir=...`` still wins).
+A flow that only reads the prepared data (search, evaluate) keeps ``data.out_dir``: reading DVC's
+``data/`` changes nothing. A run started by hand (``agent-gspo run``, a test calling the flow) has no
+deployment and keeps the profile's folders unless it passes ``run_root``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+SCHEDULED_ROOT = "runs/scheduled"
+"""default root of dated run folders (``/runs/`` is git-ignored and no DVC stage declares it)"""
+
+
+def dated_folder(root: str | Path, flow_name: str, flow_run_id: str, now: datetime | None = None) -> Path:
+    """``<root>/<flow_name>/<UTC date-time>-<run id short>``: sortable by time, unique per flow run."""
+    stamp = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path(root) / flow_name / f"{stamp}-{str(flow_run_id).replace('-', '')[:8]}"
+
+
+def folder_overrides(folder: Path, *, prepares_data: bool) -> list[str]:
+    """Overrides that send every output of a flow run into ``folder`` (``data.out_dir`` only when the
+    flow prepares data; otherwise it reads the prepared data where the profile says)."""
+    out = [f"gspo.out_dir={folder / 'train'}", f"eval.out_dir={folder / 'eval'}",
+           f"data.report_dir={folder / 'reports'}"]
+    return [f"data.out_dir={folder / 'data'}", *out] if prepares_data else out
+
+
+def run_folder(run_root: str | None) -> Path | None:
+    """This flow run's dated folder: under ``run_root`` when given, under :data:`SCHEDULED_ROOT` when the
+    run was started by a deployment, else None (a run by hand keeps the profile's folders)."""
+    from prefect.context import get_run_context
+
+    ctx = get_run_context()
+    flow_run = ctx.flow_run  # type: ignore[union-attr]
+    if run_root is None and getattr(flow_run, "deployment_id", None) is None:
+        return None
+    return dated_folder(run_root or SCHEDULED_ROOT, ctx.flow.name, str(flow_run.id))  # type: ignore[union-attr]
+
+
+def write_summary(folder: Path | None, name: str, summary: Any) -> None:
+    """The run's result as ``<folder>/<name>.json`` (nothing without a dated folder)."""
+    if folder is None:
+        return
+    from components.io import write_text_atomic
+
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(folder / f"{name}.json", json.dumps(summary, indent=2, default=str) + "\n")

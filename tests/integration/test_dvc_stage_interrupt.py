@@ -1,4 +1,4 @@
-"""SIGTERM to ``dvc repro`` stops the stage it runs (docs/reproducibility.md, "Killing `dvc repro`"). DVC runs a stage as
+"""SIGTERM to ``dvc repro`` stops the stage it runs (docs/reproducibility.md). DVC runs a stage as
 ``$SHELL -c "<cmd>"`` and dies on SIGTERM without passing it on: the training it started ran on as
 an orphan. Now the stage sees its ``dvc`` go and unwinds as on SIGTERM (exit 143, one line). Both
 shells DVC may use: bash execs the command (dvc is its parent), dash stays in between."""

@@ -19,7 +19,7 @@ def _key(*overrides: str) -> str:
 
 def test_precision_and_code_timeout_separate_settings_sampling_knobs_do_not():
     base = _key()
-    assert _key("model.dtype=bfloat16") != base  # bf16 and fp32 decode differently (docs/benchmarks.md, eval_speed bench)
+    assert _key("model.dtype=bfloat16") != base  # bf16 and fp32 decode differently (docs/benchmarks.md)
     resolved = _decoding_dtype("auto")  # float32 on a CPU, bfloat16 on a bf16 GPU
     assert resolved in ("float32", "bfloat16") and _key("model.dtype=auto") == _key(f"model.dtype={resolved}")
     assert _key("eval.code_timeout_s=5") != base  # a program needing 8 s passes at 10 s, fails at 5 s

@@ -101,8 +101,8 @@ def test_a_dated_run_folder_takes_every_output_away_from_dvcs(tmp_path: Path) ->
     from datetime import UTC, datetime
 
     import yaml
-
     from dvc_checks import stage_outputs
+
     from flows.run_folders import SCHEDULED_ROOT, dated_folder, folder_overrides
 
     folder = dated_folder(SCHEDULED_ROOT, "agent-gspo-pipeline", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",

@@ -236,7 +236,8 @@ def test_a_failing_trial_is_recorded_and_the_worker_goes_on(tmp_path: Path) -> N
         return SyntheticTrial()(cfg, trial)
 
     result = run_search(_cfg(tmp_path), fails_once, trials=3, storage=storage)
-    assert calls == [0, 1, 2, 3, "baseline"] and (result.n_complete, result.n_failed, result.stopped_by) == (3, 1, "trials")
+    assert calls == [0, 1, 2, 3, "baseline"]
+    assert (result.n_complete, result.n_failed, result.stopped_by) == (3, 1, "trials")
     (failed,) = [t for t in _study(storage).trials if t.state == TrialState.FAIL]
     assert failed.number == 1 and failed.user_attrs["search:error"].startswith("MemoryError: CUDA out of memory")
 

@@ -44,7 +44,7 @@ def test_a_tied_search_writes_nothing_and_says_why(tmp_path: Path, capsys: pytes
 
     def tied(trial_cfg: Config, trial: object) -> TrialOutcome:
         seen.append(trial.number)
-        return _outcome([False] * 40)  # every trial and the baseline: identical results
+        return _outcome([False] * 50)  # every trial and the baseline: identical results
 
     result = run_search(cfg, tied, trials=2, storage=optuna.storages.InMemoryStorage())
     assert seen == [0, 1, "baseline"]
@@ -58,7 +58,7 @@ def test_a_tied_search_writes_nothing_and_says_why(tmp_path: Path, capsys: pytes
 def test_a_real_improvement_writes_the_candidate(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     Path(cfg.search.out_params).write_text(OLD)
-    baseline = [i % 4 == 0 for i in range(40)]  # 25 %
+    baseline = [i % 4 == 0 for i in range(52)]  # 25 %
     improved = [c or i % 4 == 1 for i, c in enumerate(baseline)]  # 50 %, every baseline hit kept
 
     def objective(trial_cfg: Config, trial: object) -> TrialOutcome:

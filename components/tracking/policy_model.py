@@ -36,7 +36,7 @@ from components.io import atomic_dir
 from components.tracking.backend import check_reachable, configure_http_retries, git_commit, guarded
 from components.tracking.errors import ModelUriError
 from components.tracking.served import SETTINGS_FILE
-from components.tracking.versions import get_model_version, parse_models_uri
+from components.tracking.versions import download_version_artifacts, get_model_version, parse_models_uri
 
 PYFUNC_CODE = Path(__file__).with_name("hf_pyfunc.py")
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -214,7 +214,7 @@ def _download_registered(text: str, dst_dir: str | os.PathLike[str] | None, trac
     uri = tracking_uri or mlflow.get_tracking_uri()
     configure_http_retries()
     check_reachable(uri)
-    client = guarded(uri, "open the registry", lambda: MlflowClient(tracking_uri=uri, registry_uri=tracking_uri))
+    client = guarded(uri, "open the registry", lambda: MlflowClient(tracking_uri=uri, registry_uri=uri))
     mv = get_model_version(client, text, uri=uri)
     cache = Path(dst_dir or os.environ.get("AGENT_GSPO_MODEL_CACHE", DEFAULT_CACHE)).expanduser()
     # "<name>/<version>" alone is not an identity: every registry has its own version 1. Key the
@@ -230,9 +230,7 @@ def _download_registered(text: str, dst_dir: str | os.PathLike[str] | None, trac
         except ModelUriError as exc:  # a file went missing from the cache since: never reuse it
             log.warning("warning: %s; downloading it again", exc)
     with atomic_dir(target) as staging:
-        guarded(uri, f"download {text}", lambda: mlflow.artifacts.download_artifacts(
-            artifact_uri=f"models:/{name}/{mv.version}", dst_path=str(staging),
-            tracking_uri=uri, registry_uri=tracking_uri))
+        download_version_artifacts(client, name, str(mv.version), staging, uri=uri)
         try:  # checked before it is marked complete: a broken download is not cached
             _loadable_in(staging, where)
         except ModelUriError as exc:  # named as the cache folder it would have become

@@ -106,6 +106,7 @@ class EvaluateJob(Job):
             report = evaluate(cfg, **kwargs)
             return EvaluateResult(report, self._setting(report))
         from components.tracking import Tracker
+        from components.tracking.lineage import log_evaluation_inputs
 
         tags = {"stage": "evaluate", "eval.model": model or cfg.model.name}
         if version is not None:
@@ -115,7 +116,9 @@ class EvaluateJob(Job):
             setting = self._setting(report)
             tracker.log_params(setting.params() | {f"eval.{k}": v for k, v in cfg.eval.model_dump().items()}
                                | {"model": model or cfg.model.name})
-            log_to_tracker(tracker, report, report.meta["main_system"], model_id=self._model_id(version))
+            model_id = self._model_id(version)
+            log_to_tracker(tracker, report, report.meta["main_system"], model_id=model_id)
+            log_evaluation_inputs(tracker, report.meta, model_id)  # data read and model evaluated, as run inputs
             run_id = tracker.run_id
             if version is not None:
                 self._record(version, setting, report, run_id)

@@ -154,10 +154,10 @@ def _cmd_search(cfg: Config, args: argparse.Namespace) -> int:
 
 def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
     from flows.local_server import prefect_api
-    from flows.pipeline import pipeline_flow
+    from flows.pipeline import run_pipeline
 
     with prefect_api():  # a temporary server that a terminal's Ctrl-C does not kill before the flow ends
-        summary = pipeline_flow(profile=cfg.profile, params=args.params, overrides=list(args.overrides))
+        summary = run_pipeline(cfg.profile, args.params, list(args.overrides))  # no password in Prefect's db
     print(json.dumps(summary, indent=2, default=str))
     return 0
 

@@ -7,6 +7,7 @@ each file readable: the schema is one schema.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Annotated, Any, Literal, get_args
 
@@ -277,10 +278,39 @@ class GateConfig(_Section):
         return ComparisonRule(self.confidence, self.margin, self.token_factor, self.max_token_ratio, self.min_items)
 
 
+def model_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a registered model's name, or None.
+
+    MLflow's rules (``mlflow.utils.validation._validate_model_name``: not blank, no ``/`` or ``:``,
+    nothing a path normalisation changes such as ``..`` or ``./x``), checked here without importing
+    MLflow (~3 s on every config load); ``tests/unit/test_registry_names.py`` holds the two rule
+    sets together. Also refused: ``@`` (``models:/<name>@<alias>`` would read it as an alias) and
+    surrounding whitespace (a name that looks like another)."""
+    if not name.strip():
+        return "empty or blank"
+    if name != name.strip():
+        return "leading or trailing whitespace"
+    bad = sorted({c for c in name if c in "/:@"})
+    if bad:
+        return f"contains {' '.join(repr(c) for c in bad)} (registered model names cannot hold '/', ':' or '@')"
+    norm = posixpath.normpath(name)
+    if norm != name or norm == "." or norm.startswith(".."):
+        return f"resolves to another name as a path ({norm!r})"
+    return None
+
+
 class RegistryConfig(_Section):
-    model_name: Name = Field("agent-gspo-policy", description="registered model name")
+    model_name: Name = Field("agent-gspo-policy", description="registered model name (MLflow's rules: no '/', "
+                                                              "':', '@', '..', blank or padded names)")
     min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="absolute bar for the first champion")
     gate: GateConfig = Field(default_factory=GateConfig, description="the promotion gate's paired rule")
+
+    @field_validator("model_name", mode="before")
+    @classmethod
+    def _registrable(cls, value: object) -> object:
+        if isinstance(value, str) and (problem := model_name_problem(value)) is not None:
+            raise ValueError(f"not a registered model name: {problem}")
+        return value
 
 
 class TrackingConfig(_Section):

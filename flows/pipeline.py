@@ -11,10 +11,12 @@ reaches the task logs through :func:`flows.logs.forward_logs`.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,55 @@ def _without_secrets(cfg: Config) -> Config:
     database and shows them in the UI (the data flow reads neither URI)."""
     return cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"uri": redact(cfg.tracking.uri)}),
                                   "search": cfg.search.model_copy(update={"storage": redact(cfg.search.storage)})})
+
+
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+"""where a tracking URI with a password travels instead of a flow parameter (``load_config`` reads it)"""
+
+
+@contextlib.contextmanager
+def secrets_kept_out(overrides: list[str]) -> Iterator[list[str]]:
+    """``overrides`` without their secrets, for a flow run's parameters (Prefect stores those in its
+    database and shows them in the UI; the subflow's copy of the config was masked, the top-level
+    ``overrides`` were not).
+
+    A ``tracking.uri`` holding a password (:func:`components.redact.redact` changes it) is taken out
+    of the overrides and set as ``$MLFLOW_TRACKING_URI`` for the block: ``load_config`` gives an
+    override and that variable the same precedence over the params file, and the training
+    subprocess inherits it. Any other override holding a secret is refused (exit 2), naming it:
+    Prefect would store it. The environment is restored after the block."""
+    from components.config import parse_override
+
+    kept: list[str] = []
+    uri: str | None = None
+    for text in overrides:
+        keys, value = parse_override(text)
+        if keys == ["tracking", "uri"]:
+            uri = text  # the last one wins, as in load_config
+            continue
+        if redact(text) != text:
+            raise UserError(f"--set {redact(text)}: holds a password or token, and `agent-gspo run` stores its --set "
+                            "values in Prefect's database; put it in the params file (--params) instead")
+        kept.append(text)
+    if uri is None or redact(uri) == uri:
+        yield kept if uri is None else [*kept, uri]
+        return
+    before = os.environ.get(TRACKING_URI_ENV)
+    os.environ[TRACKING_URI_ENV] = str(parse_override(uri)[1])
+    try:
+        yield kept
+    finally:
+        if before is None:
+            os.environ.pop(TRACKING_URI_ENV, None)
+        else:
+            os.environ[TRACKING_URI_ENV] = before
+
+
+def run_pipeline(profile: str | None, params: str | None, overrides: list[str]) -> dict[str, Any]:
+    """:func:`pipeline_flow` with the secrets of ``overrides`` kept out of its stored parameters
+    (:func:`secrets_kept_out`); what ``agent-gspo run`` calls."""
+    with secrets_kept_out(overrides) as safe:
+        return pipeline_flow(profile=profile, params=params, overrides=safe)
 
 
 def _not_user_error(task: Any, task_run: Any, state: Any) -> bool:

@@ -115,6 +115,7 @@ class EvaluateJob(Job):
             return EvaluateResult(report, self._setting(report))
         from components.tracking import Tracker
         from components.tracking.gate import VERSION_PARAM
+        from components.tracking.lineage import log_evaluation_inputs
 
         tags = {"stage": "evaluate", "eval.model": model or cfg.model.name}
         if version is not None:
@@ -125,7 +126,9 @@ class EvaluateJob(Job):
             registered = {VERSION_PARAM: version.uri} if version is not None else {}  # immutable: the gate checks it
             tracker.log_params(setting.params() | {f"eval.{k}": v for k, v in cfg.eval.model_dump().items()}
                                | {"model": model or cfg.model.name} | registered)
-            log_to_tracker(tracker, report, report.meta["main_system"], model_id=self._model_id(version))
+            model_id = self._model_id(version)
+            log_to_tracker(tracker, report, report.meta["main_system"], model_id=model_id)
+            log_evaluation_inputs(tracker, report.meta, model_id)  # data read and model evaluated, as run inputs
             run_id = tracker.run_id
             if version is not None:
                 self._record(version, setting, report, run_id)

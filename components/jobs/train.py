@@ -72,6 +72,10 @@ class TrainJob(Job):
             from components.jobs.metrics import SERIES_FILE, write_series
 
             write_series(Path(result.out_dir) / SERIES_FILE, result.history)
+        if self.track and result.run_id is not None:  # the prepared splits it read, as the run's inputs
+            from components.tracking.lineage import log_training_inputs
+
+            log_training_inputs(self.cfg, result.run_id)  # a warning, not a failure: the model is registered
         if self.metrics_file:
             from components.jobs.metrics import train_metrics, write_metrics
 

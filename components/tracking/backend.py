@@ -20,7 +20,7 @@ import sqlalchemy.exc
 from mlflow.exceptions import MlflowException
 
 from components.env import TRACKING_DEFAULTS
-from components.tracking.errors import TrackingError
+from components.tracking.errors import RegistryRefusal, TrackingError
 
 HTTP_RETRY_DEFAULTS: dict[str, str] = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
@@ -138,8 +138,34 @@ def one_line(exc: BaseException) -> str:
     return text
 
 
+RETRIED_STATUSES = frozenset({408, 409, 429})
+"""4xx answers that are worth a retry: a timeout, a write conflict, a rate limit"""
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """Did the backend answer and refuse (HTTP 4xx, or an MLflow error code that maps to one)?
+
+    MLflow maps its error codes to HTTP statuses (``INVALID_PARAMETER_VALUE`` 400,
+    ``RESOURCE_DOES_NOT_EXIST`` 404, ``RESOURCE_ALREADY_EXISTS`` 400, ``PERMISSION_DENIED`` 403) for
+    its REST answers and its local stores alike; a connection that failed is ``INTERNAL_ERROR``
+    (500) and a locked or unreachable database ``TEMPORARILY_UNAVAILABLE`` (503): those, and
+    :data:`RETRIED_STATUSES`, are outages."""
+    status: int | None = None
+    if isinstance(exc, MlflowException):
+        status = exc.get_http_status_code()
+    elif isinstance(exc, requests.HTTPError) and exc.response is not None:
+        status = exc.response.status_code
+    if status is None or "database is locked" in str(exc):
+        return False
+    return 400 <= status < 500 and status not in RETRIED_STATUSES
+
+
 def backend_error(uri: str, operation: str, exc: BaseException) -> TrackingError:
-    """The one-line :class:`TrackingError` for ``exc`` raised by ``operation`` on ``uri``."""
+    """The one-line :class:`TrackingError` for ``exc`` raised by ``operation`` on ``uri``
+    (a :class:`RegistryRefusal` when the backend refused it: :func:`is_refusal`)."""
+    if is_refusal(exc):
+        return RegistryRefusal(f"{operation} failed on MLflow tracking URI {uri}: {type(exc).__name__}: "
+                               f"{one_line(exc)} (a refusal, not an outage: not retried)")
     hint = ""
     if isinstance(exc, ImportError):
         hint = (" (the database driver is not installed: install it, or name an installed driver "

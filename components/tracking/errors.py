@@ -15,3 +15,9 @@ class ModelUriError(UserError):
 
 class PromotionError(UserError):
     """Promotion cannot decide: missing version, missing metrics, or the registry lock timed out."""
+
+
+class RegistryRefusal(TrackingError):
+    """The tracking server or registry answered and refused the request (a 4xx, e.g.
+    ``INVALID_PARAMETER_VALUE``, ``RESOURCE_ALREADY_EXISTS``, ``PERMISSION_DENIED``): the same request
+    fails the same way again, so it is an error at once, never retried as an outage."""

@@ -236,6 +236,14 @@ class Tracker:
             chunk = items[i:i + METRICS_PER_BATCH]
             self._guard("log metrics", lambda chunk=chunk: client.log_batch(run_id, metrics=chunk))
 
+    def log_inputs(self, *, datasets: Sequence[Any] = (), context: str = "", model_ids: Sequence[str] = ()) -> None:
+        """Record MLflow ``Dataset`` entities (used as ``context``: training, evaluation) and logged
+        models as inputs of the run (:mod:`components.tracking.lineage`)."""
+        from components.tracking.lineage import log_lineage
+
+        client, run_id = self._require()
+        log_lineage(client, self.uri, run_id, datasets=datasets, context=context, model_ids=model_ids)
+
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set run tags (values stringified, truncated to MLflow's limit)."""
         client, run_id = self._require()

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from components.redact import redact
-from components.tracking.errors import TrackingError
+from components.tracking.errors import RegistryRefusal, TrackingError
 from components.tracking.metric_names import validate_metrics
 
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -95,6 +95,8 @@ class MetricOutbox:
         self.down_since: float | None = None
         self.last_error: str | None = None
         """one line: the last failed try's error"""
+        self.refused: str | None = None
+        """one line: the server refused a batch (:class:`RegistryRefusal`): no try is made after it"""
         self._thread = threading.Thread(target=self._run, name="metric-outbox", daemon=True)
         self._thread.start()
 
@@ -127,7 +129,7 @@ class MetricOutbox:
         attempt = 0
         while True:
             with self._cond:
-                while (not self._rows or self._stopped) and not self._closed:
+                while (not self._rows or self._stopped or self.refused) and not self._closed:
                     self._cond.wait()
                 if self._closed:
                     return
@@ -138,6 +140,13 @@ class MetricOutbox:
             try:
                 with quiet_try():
                     self._tracker.log_metric_rows(batch)
+            except RegistryRefusal as exc:
+                with self._cond:
+                    self.last_error = self.refused = one_line(exc)
+                    self._sending = False
+                    self._cond.notify_all()
+                self._log(f"tracking refused the metrics ({self.refused}); not retried, the rows stay pending")
+                continue
             except TrackingError as exc:
                 attempt += 1
                 wait = self._backoff[min(attempt - 1, len(self._backoff) - 1)]
@@ -185,6 +194,8 @@ class MetricOutbox:
         answer is final: after False no new try starts and :meth:`pending` is what was not sent."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
+            if self.refused is not None:  # waiting cannot change a refusal
+                return not self._rows
             self._drain_deadline = deadline
             self._hurry = True
             self._stopped = self._gave_up = False
@@ -230,6 +241,8 @@ def retry_until(fn: Callable[[], Any], deadline: float, *, backoff_s: tuple[floa
         try:
             with quiet_try():
                 return fn()
+        except RegistryRefusal:
+            raise  # the server answered "no": not an outage, waiting does not change the answer
         except TrackingError as exc:
             left = deadline - time.monotonic()
             if left <= 0:

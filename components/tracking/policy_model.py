@@ -5,13 +5,15 @@ untouched HF policy folder (``hf_model``) and the settings it was trained with (
 :mod:`components.tracking.served`), plus the ``components`` package as code, so the served
 system runs the recorded protocol with the code that trained it. The signature documents the
 request (``question``, optional ``answer_type`` / ``choices``), the response (answer, transcript,
-token counts) and the params with the trained values as defaults. Requirements are pinned from
+token counts) and the params with the trained values as defaults; an input example of that request
+is saved with it (:data:`INPUT_EXAMPLE`, shown on the registry page). Requirements are pinned from
 the installed versions, so MLflow never imports the model to infer them and nothing touches the
 network.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -19,8 +21,7 @@ import os
 import re
 import shutil
 import tempfile
-import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from components.io import atomic_dir
 from components.tracking.backend import check_reachable, configure_http_retries, git_commit, guarded
 from components.tracking.errors import ModelUriError
 from components.tracking.served import SETTINGS_FILE
-from components.tracking.versions import get_model_version, parse_models_uri
+from components.tracking.versions import download_version_artifacts, get_model_version, parse_models_uri
 
 PYFUNC_CODE = Path(__file__).with_name("hf_pyfunc.py")
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -117,6 +118,41 @@ def system_signature(settings: Mapping[str, Any]) -> ModelSignature:
     return ModelSignature(inputs=inputs, outputs=outputs, params=params)
 
 
+INPUT_EXAMPLE = {"question": ["Tom has 3 apples and buys 4 more. How many apples does he have?",
+                              "Which planet is known as the Red Planet?"],
+                 "answer_type": ["numeric", "choice"],
+                 "choices": [None, ["Venus", "Mars", "Jupiter", "Saturn"]]}
+"""A request of the signature's shape (a numeric question; a multiple-choice one with its options),
+saved with the model so the registry page shows it and ``mlflow models serve`` users can copy it."""
+
+
+def input_example() -> Any:
+    """:data:`INPUT_EXAMPLE` as the DataFrame the pyfunc receives."""
+    import pandas as pd
+
+    return pd.DataFrame(INPUT_EXAMPLE)
+
+
+@contextlib.contextmanager
+def _example_not_served_at_log_time() -> Iterator[None]:
+    """Save the input example without MLflow serving it first: with an example, ``Model.log``
+    loads the logged model and runs a prediction (``mlflow.models.utils._validate_serving_input``),
+    i.e. the whole multi-agent system once more inside the training process, after training. The
+    signature is given, so nothing is inferred from the example; serving is tested on its own
+    (``tests/integration/test_serving.py``)."""
+    import mlflow.models.utils as model_utils
+
+    if not hasattr(model_utils, "_validate_serving_input"):  # another MLflow: keep its behaviour
+        yield
+        return
+    real = model_utils._validate_serving_input
+    model_utils._validate_serving_input = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        model_utils._validate_serving_input = real
+
+
 def _stage_code(tmp: Path) -> Path:
     """A clean copy of the ``components`` package (no caches) to ship as the model's code."""
     target = tmp / "code" / "components"
@@ -151,13 +187,12 @@ def log_policy_model(model_dir: Path, *, registered_name: str, tags: Mapping[str
         with tempfile.TemporaryDirectory(prefix="agent-gspo-model-") as tmp:
             settings_path = Path(tmp) / SETTINGS_FILE
             settings_path.write_text(json.dumps(dict(settings), indent=2, sort_keys=True))
-            with warnings.catch_warnings():  # an input example would load the model at log time
-                warnings.filterwarnings("ignore", message=".*input example was not provided.*")
+            with _example_not_served_at_log_time():
                 info = mlflow.pyfunc.log_model(
                     name=artifact_name, python_model=str(PYFUNC_CODE),
                     artifacts={ARTIFACT_KEY: str(model_dir), SETTINGS_KEY: str(settings_path)},
                     code_paths=[str(_stage_code(Path(tmp)))], pip_requirements=_pinned_requirements(),
-                    signature=signature, metadata=metadata_)
+                    signature=signature, input_example=input_example(), metadata=metadata_)
         return mlflow.register_model(info.model_uri, registered_name, tags=version_tags)
 
     return guarded(uri, f"log and register {model_dir} as {registered_name!r}", _log)
@@ -214,7 +249,7 @@ def _download_registered(text: str, dst_dir: str | os.PathLike[str] | None, trac
     uri = tracking_uri or mlflow.get_tracking_uri()
     configure_http_retries()
     check_reachable(uri)
-    client = guarded(uri, "open the registry", lambda: MlflowClient(tracking_uri=uri, registry_uri=tracking_uri))
+    client = guarded(uri, "open the registry", lambda: MlflowClient(tracking_uri=uri, registry_uri=uri))
     mv = get_model_version(client, text, uri=uri)
     cache = Path(dst_dir or os.environ.get("AGENT_GSPO_MODEL_CACHE", DEFAULT_CACHE)).expanduser()
     # "<name>/<version>" alone is not an identity: every registry has its own version 1. Key the
@@ -230,9 +265,7 @@ def _download_registered(text: str, dst_dir: str | os.PathLike[str] | None, trac
         except ModelUriError as exc:  # a file went missing from the cache since: never reuse it
             log.warning("warning: %s; downloading it again", exc)
     with atomic_dir(target) as staging:
-        guarded(uri, f"download {text}", lambda: mlflow.artifacts.download_artifacts(
-            artifact_uri=f"models:/{name}/{mv.version}", dst_path=str(staging),
-            tracking_uri=uri, registry_uri=tracking_uri))
+        download_version_artifacts(client, name, str(mv.version), staging, uri=uri)
         try:  # checked before it is marked complete: a broken download is not cached
             _loadable_in(staging, where)
         except ModelUriError as exc:  # named as the cache folder it would have become

@@ -14,7 +14,6 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from components.tracking.backend import guarded
 from components.tracking.errors import TrackingError
 from components.tracking.served import SETTINGS_FILE, read_settings
 
@@ -27,13 +26,12 @@ def recorded_mas(name: str, version: str, *, uri: str) -> dict[str, Any] | None:
     """The ``mas`` settings ``name`` v``version`` records for serving, or None when it records none
     (a version not logged by this project) or they cannot be read (logged at INFO, never an error:
     only a warning depends on them)."""
-    import mlflow
+    from components.tracking.versions import download_version_artifacts, registry_client
 
-    artifact = f"models:/{name}/{version}/artifacts/{SETTINGS_FILE}"
     with tempfile.TemporaryDirectory(prefix="agent-gspo-settings-") as tmp:
         try:
-            path = guarded(uri, f"read {artifact}", lambda: mlflow.artifacts.download_artifacts(
-                artifact_uri=artifact, dst_path=tmp, tracking_uri=uri, registry_uri=uri))
+            path = download_version_artifacts(registry_client(uri), name, version, tmp, uri=uri,
+                                              path=f"artifacts/{SETTINGS_FILE}")
             return dict(read_settings(path)["mas"])
         except (TrackingError, ValueError, KeyError, TypeError) as exc:  # ValueError: a bad file (RequestError)
             log.info("models:/%s/%s: no recorded serving settings read (%s)", name, version, exc)

@@ -62,6 +62,25 @@ def registry_client(uri: str) -> MlflowClient:
     return guarded(uri, "open the registry", lambda: MlflowClient(tracking_uri=uri, registry_uri=uri))
 
 
+def download_version_artifacts(client: MlflowClient, name: str, version: str, dst: str | Path, *, uri: str,
+                               path: str = "") -> str:
+    """Download ``path`` (default: the whole model) of ``name`` v``version`` into ``dst``; the local path.
+
+    Not through a ``models:/`` URI: MLflow resolves those with a client on the *global* registry URI
+    (``ModelsArtifactRepository``), whatever ``registry_uri`` is passed, and that global falls back to
+    ``sqlite:///mlflow.db``. Against a remote registry this read another registry (the version "not
+    found") and left an empty ``mlflow.db`` in the working folder. Here the version's artifact location
+    comes from ``client`` (the configured registry) and is downloaded with the tracking URI ``uri``.
+    """
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    def _download() -> str:
+        root = str(client.get_model_version_download_uri(name, str(version)))
+        return get_artifact_repository(root, tracking_uri=uri).download_artifacts(path, dst_path=str(dst))
+
+    return guarded(uri, f"download models:/{name}/{version}{'/' + path if path else ''}", _download)
+
+
 def parse_models_uri(text: str) -> tuple[str, str | None, str | None]:
     """``(name, version, alias)`` of ``models:/<name>[/<version>|@<alias>]``; at most one of the last two."""
     match = MODELS_URI_RE.match(text)

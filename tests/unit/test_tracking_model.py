@@ -108,3 +108,28 @@ def test_same_name_and_version_in_two_registries_never_share_a_download(tiny_mod
         folders.append(resolve_model_uri("models:/same/1", dst_dir=cache, tracking_uri=uri))
     assert folders[0] != folders[1]
     assert not (folders[0] / "marker.txt").exists() and (folders[1] / "marker.txt").exists()
+
+
+def test_the_registered_model_carries_an_input_example_without_being_served_at_log_time(
+        mlflow_uri: str, tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry page shows a request example consistent with the signature; logging it does not
+    load and run the multi-agent system (MLflow would, to validate the example)."""
+    import mlflow
+    from mlflow.models.utils import _enforce_schema
+
+    loaded: list[int] = []
+
+    def never(*args, **kwargs):
+        loaded.append(1)  # MLflow catches what its validation raises: counted, not raised
+        raise AssertionError("the model was loaded at log time")
+
+    monkeypatch.setattr("components.tracking.served.ServedSystem.load", never)
+    with Tracker(mlflow_uri, "exp", "train") as tracker:
+        mv = tracker.log_policy_model(tiny_model, registered_name="policy", tags={},
+                                      settings=test_tracking_helpers.system_settings())
+    assert loaded == []
+    info = mlflow.models.get_model_info(f"models:/policy/{mv.version}")
+    assert info.saved_input_example_info is not None
+    example = mlflow.models.Model.load(f"models:/policy/{mv.version}").load_input_example()
+    assert "question" in example.columns and len(example) >= 1
+    _enforce_schema(example, info.signature.inputs)  # raises when the example does not fit the signature

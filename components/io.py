@@ -118,6 +118,11 @@ def write_text_atomic(target: str | os.PathLike[str], text: str) -> None:
         tmp.write_text(text)
 
 
+def write_bytes_atomic(target: str | os.PathLike[str], data: bytes) -> None:
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(data)
+
+
 def write_json_atomic(target: str | os.PathLike[str], obj: Any) -> None:
     write_text_atomic(target, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 

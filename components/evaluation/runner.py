@@ -60,7 +60,7 @@ from components.evaluation.metrics import (
 from components.evaluation.publish import check_out_dir, publish
 from components.evaluation.report import render_markdown, write_reports
 from components.evaluation.sampling import EVAL_SPLIT, derived_seed, sample_items
-from components.io import atomic_path
+from components.io import write_bytes_atomic
 from components.machine import describe, machine_fingerprint
 from components.mas.environment import grade_episodes
 from components.mas.voting import vote
@@ -366,8 +366,7 @@ def write_outputs(out_dir: Path, rows: Sequence[EvalRow], summary: dict[str, Any
     paths = write_reports(out_dir, rows, summary, meta, markdown)
     if items_bytes is not None:
         paths["items"] = out_dir / ITEMS_FILE
-        with atomic_path(paths["items"]) as tmp:
-            tmp.write_bytes(items_bytes)
+        write_bytes_atomic(paths["items"], items_bytes)
     paths["accuracy_vs_tokens"] = plot_accuracy_vs_tokens(rows, out_dir / "accuracy_vs_tokens.png")
     paths["silence_by_agent_round"] = plot_silence_heatmap(grid, out_dir / "silence_by_agent_round.png")
     return paths

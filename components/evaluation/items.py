@@ -84,7 +84,9 @@ def decode(data: bytes, where: str) -> list[dict[str, Any]]:
     """Parse an items file's bytes; :class:`ItemsFileError` names ``where`` and the line."""
     out: list[dict[str, Any]] = []
     seen: set[tuple[str, str, str]] = set()
-    for n, line in enumerate(data.decode("utf-8", errors="strict").splitlines(), 1):
+    # split on "\n" only: str.splitlines() also breaks at U+2028, U+0085, ... which json.dumps leaves
+    # unescaped inside strings (a model's text can hold them)
+    for n, line in enumerate(data.decode("utf-8", errors="strict").split("\n"), 1):
         if not line.strip():
             continue
         try:

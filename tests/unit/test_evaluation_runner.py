@@ -243,3 +243,14 @@ def test_every_evaluation_keeps_its_items(data, tmp_path):
     rows[0]["correct"] = not rows[0]["correct"]
     found = regrade(rows, items, where="items.jsonl")
     assert found["disagree"] == 1 and found["disagreements"][0]["line"] == 1
+
+
+def test_items_file_keeps_text_with_unicode_line_separators():
+    """A model's text may hold U+2028, U+2029, U+0085 or U+001C..U+001E (the tiny policy's gibberish
+    did): json.dumps leaves the first three unescaped, so the reader splits lines on "\\n" only."""
+    from components.evaluation.items import decode, encode
+
+    rows = [{f: None for f in ("system", "benchmark", "id", "prediction", "extracted", "gold", "correct",
+                               "grading_error", "tokens", "silence")} | {"id": str(i), "transcript": text}
+            for i, text in enumerate(["a\u2028b", "c\u2029d\x85e", "f\x1cg\x1dh\x1ei\x0bj\x0ck\rl"])]
+    assert decode(encode(rows), "items.jsonl") == rows

@@ -21,6 +21,11 @@ address and shape and nothing in it reads the device from the host. So:
   steps; steps after every row is done write pads and count nothing, so ids, log-probs and
   ``steps`` (the longest completion) do not depend on k.
 
+A captured graph reads the weights by address: the trainers update them in place (the torch
+engine copies its fp32 masters into the same parameters; DeepSpeed writes its partitions back into
+them), so a rollout after an update decodes with the new weights. Rebinding a parameter to a new
+tensor would leave the graph on the old one.
+
 On CUDA (``capture=True``) the first call of a shape warms the step up on a side stream and
 captures it in a ``torch.cuda.CUDAGraph``; ``capture_s`` reports that time apart from the steps.
 A step that cannot be captured (an older torch without ``register_generator_state``, an op that

@@ -67,7 +67,7 @@ def make_sides(model, tok, args: argparse.Namespace, device: torch.device) -> di
         def side(n: int) -> None:
             g = torch.Generator(device=device).manual_seed(1)
             decoder.generate(prompts, Sampling(max_new_tokens=n, min_new_tokens=n, temperature=0.8), g)
-        side.decoder = decoder  # type: ignore[attr-defined]  # (the graph side reports its capture time)
+        side.decoder, side.prompts = decoder, prompts  # type: ignore[attr-defined]  # (graph_check reads them)
         return side
 
     def peer(n: int) -> None:
@@ -115,6 +115,24 @@ def engine_side(model, tok, args: argparse.Namespace, device: torch.device) -> S
             told = True
 
     return side
+
+
+def _tokens_per_s(rows: int, ms: float) -> float:
+    """``rows`` tokens per step; NaN when noise made the step-time difference <= 0 (tiny CPU checks)."""
+    return rows * 1e3 / ms if ms > 0 else float("nan")
+
+
+def graph_check(graph_side: Side, model, tok, device: torch.device, n: int = 16) -> str:
+    """Greedy ids and log-probs of the static-graph decoder against the dynamic one on the same prompts
+    (captured on CUDA): a report, not a failure (bf16 rounds the two attention shapes differently)."""
+    dyn = Decoder(model, StopIds(eos=tok.eos_token_id, pad=tok.pad_token_id), device=device)
+    prompts, sampling = graph_side.prompts, Sampling(max_new_tokens=n, greedy=True)  # type: ignore[attr-defined]
+    a, b = dyn.generate(prompts, sampling), graph_side.decoder.generate(prompts, sampling)  # type: ignore[attr-defined]
+    same = sum(x == y for x, y in zip(a.ids, b.ids, strict=True))
+    diff = max((abs(p - q) for x, y in zip(a.logprobs, b.logprobs, strict=True) for p, q in zip(x, y, strict=False)),
+               default=0.0)
+    return (f"graph check: {same}/{len(prompts)} rows with the dynamic decoder's greedy ids over {n} tokens, "
+            f"max |log-prob difference| {diff:.2g} ({next(model.parameters()).dtype})")
 
 
 def ms_per_step(side: Side, device: torch.device, short: int, long: int, repeats: int) -> float:
@@ -222,14 +240,16 @@ def main(argv: list[str] | None = None) -> int:
                                          + (f" ({pool.capture_error}: ran eagerly)" if pool.capture_error else "")
                                          if pool.capture else "; eager (no CUDA graph on this device)")
         print(f"{name}: {times[name]:.2f} ms per decode step of {args.rows} rows, "
-              f"{args.rows * 1e3 / max(times[name], 1e-9):.0f} tokens/s "
+              f"{_tokens_per_s(args.rows, times[name]):.0f} tokens/s "
               f"({time.perf_counter() - t0:.0f} s with warm-up{graph})", flush=True)
     if args.profile:
         report_profiles({name: profile_step(side, device, 1, 1 + args.profile_steps)
                          for name, side in sides.items() if name in ("ours", "ours_engine", "peer")})
+    if "ours_graph" in times and not args.graph_only:
+        print(graph_check(sides["ours_graph"], model, tok, device), flush=True)
     if "ours_graph" in times:  # tokens/s at this many rows (bench/README.md's 128- and 512-row targets)
-        print(ratio_line(f"decode_rows{args.rows}", args.rows * 1e3 / max(times["ours_graph"], 1e-9),
-                         args.rows * 1e3 / max(times["peer"], 1e-9), "tokens/s", 1))
+        print(ratio_line(f"decode_rows{args.rows}", _tokens_per_s(args.rows, times["ours_graph"]),
+                         _tokens_per_s(args.rows, times["peer"]), "tokens/s", 1))
         if args.graph_only:
             return 0
         print(ratio_line("decode_step_graph", times["ours_graph"], times["peer"], "ms/step", 1))

@@ -136,7 +136,7 @@ part() {
     [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && status="TIMED OUT (${limit}s)"
     echo "$name: $status, see $LOGS/$name.log" >>"$SUMMARY"
   fi
-  grep -E '^(bench [a-z_0-9]+:|gpu_train:|static_cache:|checks:|mfu:|peak:|settings:|profile |ours|peer|trl)' "$LOGS/$name.log" | sed "s/^/$name: /" >>"$SUMMARY" \
+  grep -E '^(bench [a-z_0-9]+:|gpu_train:|static_cache:|checks:|graph check:|mfu:|peak:|settings:|profile |ours|peer|trl)' "$LOGS/$name.log" | sed "s/^/$name: /" >>"$SUMMARY" \
     || true
   local lines
   lines=$(grep -E '^(bench [a-z_0-9]+:|mfu:|gpu_train:)' "$LOGS/$name.log" | sed -E 's/^bench //' | paste -sd ';' -)

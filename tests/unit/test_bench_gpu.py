@@ -181,6 +181,7 @@ def test_decode_step_graph_side_reports_capture_apart_and_rows_throughput(capsys
                              "4", "--repeats", "1", "--graph", "--stop-check-every", "2"]) == 0
     out = capsys.readouterr().out
     assert "ours_graph: " in out and "eager (no CUDA graph on this device)" in out and " tokens/s (" in out
+    assert "graph check: 4/4 rows with the dynamic decoder's greedy ids over 16 tokens" in out
     tail = out.strip().splitlines()[-3:]
     assert tail[0].startswith("bench decode_rows4: ours ") and "tokens/s" in tail[0]
     assert tail[1].startswith("bench decode_step_graph: ours ") and tail[2].startswith("bench decode_step: ours ")

@@ -113,8 +113,8 @@ def run_trl(s: BenchSettings, items: list[Item], continuous_batching: bool = Fal
     texts = [tok.apply_chat_template(chat_prompt(item), add_generation_prompt=True, tokenize=False)
              for item in items[s.questions: s.questions * (s.steps + 1)]]  # the timed steps' prompts
     prompt_lens = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
-    return SideResult("trl_cb" if continuous_batching else "trl", sum(n for n, _ in timed), end[0] - start[0], s.steps, total_updates - s.minibatches,
-                      end[1] - start[1],
+    return SideResult("trl_cb" if continuous_batching else "trl", sum(n for n, _ in timed), end[0] - start[0],
+                      s.steps, total_updates - s.minibatches, end[1] - start[1],
                       {"generate_s": sum(gen_times[1: s.steps + 1]), "trl_version": trl.__version__,
                        "mean_prompt_tokens": sum(prompt_lens) / len(prompt_lens),
                        "mean_reward": sum(r for _, r in timed) / len(timed)})

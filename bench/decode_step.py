@@ -85,7 +85,7 @@ def make_sides(model, tok, args: argparse.Namespace, device: torch.device) -> di
         backend = "inductor" if device.type == "cuda" else None  # torch.compile's inductor: CUDA only here
         sides["ours_static"] = ours_with(Decoder(model, stops, device=device, static_cache=True,
                                                  compile_backend=backend))
-    if args.graph or args.graph_only:  # mas.decode=static_graph: pooled static cache, one CUDA graph per step (eager on CPU)
+    if args.graph or args.graph_only:  # mas.decode=static_graph: a CUDA graph per step (eager on CPU)
         sides["ours_graph"] = ours_with(Decoder(model, stops, device=device, graph=True,
                                                 stop_check_every=args.stop_check_every))
     if args.engine:

@@ -154,10 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     o_n, o_s = _best(ours, args.device, args.repeats)
     st = engine.last_stats
     pool = engine.decoder.pool
+    graph = ""
+    if pool is not None:
+        how = (pool.capture_error or "captured") if pool.capture else "eager"
+        graph = f"; graph capture {pool.capture_s:.1f}s apart, {how}"
     print(f"ours: {o_n} tokens in {o_s:.2f}s, {o_n / o_s:.0f} tokens/s ({st.calls} batched calls, "
-          f"{st.decode_steps} decode steps, prefix ids reused {st.prefix_tokens_reused}"
-          + (f"; graph capture {pool.capture_s:.1f}s apart, {pool.capture_error or 'captured' if pool.capture else 'eager'}"
-             if pool is not None else "") + ")", flush=True)
+          f"{st.decode_steps} decode steps, prefix ids reused {st.prefix_tokens_reused}{graph})", flush=True)
     p_n, p_s = _best(peer, args.device, args.repeats)
     print(f"peer: {p_n} tokens in {p_s:.2f}s, {p_n / p_s:.0f} tokens/s ({mas.rounds} model.generate calls)")
     if o_n != p_n:

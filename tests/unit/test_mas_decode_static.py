@@ -73,7 +73,7 @@ def test_the_pool_reuses_one_slot_per_bucket_and_nothing_leaks_between_calls(tin
     (key, slot), = graph.pool.slots.items()
     assert key == (8, 128, 8) and slot.toks.shape == (8, 8)  # 6 rows padded to 8; 40 + 19 + 1 + 8 columns
     ptr = slot.cache.layers[0].keys.data_ptr()
-    fewer = [list(range(100, 160)), PROMPTS[1], [9, 9, 9]]  # another call of the same bucket, after the first one's state
+    fewer = [list(range(100, 160)), PROMPTS[1], [9, 9, 9]]  # the same bucket again, after the first call's state
     _same(dyn.generate(fewer, sampling, None, PrefixPlan()), graph.generate(fewer, sampling, None, PrefixPlan()))
     assert list(graph.pool.slots) == [key] and graph.pool.slots[key].cache.layers[0].keys.data_ptr() == ptr
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from host_reads import count_host_reads
 
 from components.config import MasConfig
 from components.mas.decode import Decoder, Sampling, StopIds
@@ -205,3 +206,25 @@ def test_config_rejects_an_unknown_decode_mode_and_a_bad_stop_interval():
         MasConfig(decode="graph")
     with pytest.raises(ValidationError, match="stop_check_every"):
         MasConfig(stop_check_every=0)
+
+
+def test_the_step_never_reads_the_device_from_the_host(tiny, monkeypatch):
+    """What a CUDA graph needs: a call's host reads do not grow with its steps (the model forward,
+    the masks and the sampler included), greedy and sampled with top-p, with a must_answer row; with
+    the stop check every 64 tokens the only per-call reads are the seed, the stop check and the results."""
+    model, tok = tiny
+    banned = torch.zeros(model.get_output_embeddings().weight.shape[0], dtype=torch.bool)
+    banned[[3, int(tok.eos_token_id)]] = True
+    _, graph = _pair(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id), 3), every=64, first_banned=banned)
+    counts = count_host_reads(monkeypatch)
+    for sampling in (lambda n: Sampling(n, greedy=True, min_new_tokens=n),
+                     lambda n: Sampling(n, temperature=0.9, top_p=0.8, min_new_tokens=n)):
+        seen = []
+        for n in (4, 20):
+            graph.generate(PROMPTS, sampling(n), torch.Generator().manual_seed(0), PrefixPlan())  # the slot exists
+            counts["n"] = 0
+            gen = graph.generate(PROMPTS, sampling(n), torch.Generator().manual_seed(0), PrefixPlan(),
+                                 no_silence=[True] + [False] * 5)
+            assert gen.steps == n
+            seen.append(counts["n"])
+        assert seen[0] == seen[1], seen

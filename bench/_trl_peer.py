@@ -37,8 +37,11 @@ def _text(completion: Any) -> str:
     return str(completion)
 
 
-def run_trl(s: BenchSettings, items: list[Item]) -> SideResult:
-    """One warm-up generation batch + ``s.steps`` timed ones through ``GRPOTrainer.train``."""
+def run_trl(s: BenchSettings, items: list[Item], continuous_batching: bool = False) -> SideResult:
+    """One warm-up generation batch + ``s.steps`` timed ones through ``GRPOTrainer.train``.
+
+    ``continuous_batching``: TRL's transformers continuous-batching path
+    (``use_transformers_continuous_batching=True``) instead of ``model.generate``."""
     import warnings
 
     import transformers
@@ -62,7 +65,8 @@ def run_trl(s: BenchSettings, items: list[Item]) -> SideResult:
         return values
 
     gen_times: list[float] = []
-    inner_generate = model.generate
+    gen_name = "generate_batch" if continuous_batching else "generate"
+    inner_generate = getattr(model, gen_name)
 
     def timed_generate(*args: Any, **kwargs: Any) -> Any:
         sync(s.device)
@@ -72,7 +76,7 @@ def run_trl(s: BenchSettings, items: list[Item]) -> SideResult:
         gen_times.append(time.perf_counter() - t0)
         return out
 
-    model.generate = timed_generate  # measurement only: TRL's unwrapped model is this object
+    setattr(model, gen_name, timed_generate)  # measurement only: TRL's unwrapped model is this object
 
     stamps: dict[int, tuple[float, float]] = {}  # optimizer step -> (wall, process CPU) time at its end
 
@@ -93,7 +97,8 @@ def run_trl(s: BenchSettings, items: list[Item]) -> SideResult:
             generation_kwargs={"min_new_tokens": s.tokens}, temperature=s.temperature, top_p=1.0, top_k=0,
             importance_sampling_level="sequence", loss_type="grpo", epsilon=3e-4, epsilon_high=4e-4, beta=0.0,
             learning_rate=s.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
-            optim="adamw_torch", gradient_checkpointing=False, dataloader_num_workers=0, shuffle_dataset=False)
+            optim="adamw_torch", gradient_checkpointing=False, dataloader_num_workers=0, shuffle_dataset=False,
+            use_transformers_continuous_batching=continuous_batching)
         dataset = Dataset.from_list([{"prompt": chat_prompt(item)} for item in items])
         trainer = trl.GRPOTrainer(model=model, args=args, processing_class=tok, reward_funcs=reward,
                                   train_dataset=dataset, callbacks=[Clock()])
@@ -108,8 +113,8 @@ def run_trl(s: BenchSettings, items: list[Item]) -> SideResult:
     texts = [tok.apply_chat_template(chat_prompt(item), add_generation_prompt=True, tokenize=False)
              for item in items[s.questions: s.questions * (s.steps + 1)]]  # the timed steps' prompts
     prompt_lens = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
-    return SideResult("peer", sum(n for n, _ in timed), end[0] - start[0], s.steps, total_updates - s.minibatches,
-                      end[1] - start[1],
+    return SideResult("trl_cb" if continuous_batching else "trl", sum(n for n, _ in timed), end[0] - start[0],
+                      s.steps, total_updates - s.minibatches, end[1] - start[1],
                       {"generate_s": sum(gen_times[1: s.steps + 1]), "trl_version": trl.__version__,
                        "mean_prompt_tokens": sum(prompt_lens) / len(prompt_lens),
                        "mean_reward": sum(r for _, r in timed) / len(timed)})

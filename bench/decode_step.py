@@ -15,7 +15,10 @@ set-up cancel), best of ``--repeats``. Lower is better: the ratio is ours / peer
 ready 4-D one or transformers' 2-D one); ``--engine`` also times it through the rollout engine
 as the trainer drives it (chat prompts of GSM8K questions, G 8); ``--static`` also
 times it on the static cache, compiled by ``torch.compile`` on CUDA (what ``mas.static_cache``
-runs; the first call includes the compilation and is not timed).
+runs; the first call includes the compilation and is not timed); ``--graph`` also times
+``mas.decode=static_graph`` (components/mas/static_decode.py: the step replayed as a CUDA graph,
+the stop check every ``--stop-check-every`` tokens), prints its first-capture time apart, its
+tokens/s at ``--rows`` (``bench decode_rows<rows>``) and ``bench decode_step_graph``.
 
     python bench/decode_step.py --device cuda [--rows 32] [--profile] [--mask2d] [--engine] [--static]
     python bench/decode_step.py --model tiny-random --short 2 --long 6     # logic check on CPU
@@ -64,6 +67,7 @@ def make_sides(model, tok, args: argparse.Namespace, device: torch.device) -> di
         def side(n: int) -> None:
             g = torch.Generator(device=device).manual_seed(1)
             decoder.generate(prompts, Sampling(max_new_tokens=n, min_new_tokens=n, temperature=0.8), g)
+        side.decoder, side.prompts = decoder, prompts  # type: ignore[attr-defined]  # (graph_check reads them)
         return side
 
     def peer(n: int) -> None:
@@ -72,7 +76,7 @@ def make_sides(model, tok, args: argparse.Namespace, device: torch.device) -> di
                            do_sample=True, temperature=0.8, top_k=0, top_p=1.0, pad_token_id=tok.pad_token_id,
                            eos_token_id=tok.eos_token_id)
 
-    sides = {"ours": ours_with(Decoder(model, stops, device=device))}
+    sides = {} if args.graph_only else {"ours": ours_with(Decoder(model, stops, device=device))}
     if args.mask2d:  # the other padding mask than the decoder picks on this device (see Decoder)
         other = Decoder(model, stops, device=device)
         other.mask_4d = not other.mask_4d
@@ -81,6 +85,9 @@ def make_sides(model, tok, args: argparse.Namespace, device: torch.device) -> di
         backend = "inductor" if device.type == "cuda" else None  # torch.compile's inductor: CUDA only here
         sides["ours_static"] = ours_with(Decoder(model, stops, device=device, static_cache=True,
                                                  compile_backend=backend))
+    if args.graph or args.graph_only:  # mas.decode=static_graph: a CUDA graph per step (eager on CPU)
+        sides["ours_graph"] = ours_with(Decoder(model, stops, device=device, graph=True,
+                                                stop_check_every=args.stop_check_every))
     if args.engine:
         sides["ours_engine"] = engine_side(model, tok, args, device)
     sides["peer"] = peer
@@ -108,6 +115,24 @@ def engine_side(model, tok, args: argparse.Namespace, device: torch.device) -> S
             told = True
 
     return side
+
+
+def _tokens_per_s(rows: int, ms: float) -> float:
+    """``rows`` tokens per step; NaN when noise made the step-time difference <= 0 (tiny CPU checks)."""
+    return rows * 1e3 / ms if ms > 0 else float("nan")
+
+
+def graph_check(graph_side: Side, model, tok, device: torch.device, n: int = 16) -> str:
+    """Greedy ids and log-probs of the static-graph decoder against the dynamic one on the same prompts
+    (captured on CUDA): a report, not a failure (bf16 rounds the two attention shapes differently)."""
+    dyn = Decoder(model, StopIds(eos=tok.eos_token_id, pad=tok.pad_token_id), device=device)
+    prompts, sampling = graph_side.prompts, Sampling(max_new_tokens=n, greedy=True)  # type: ignore[attr-defined]
+    a, b = dyn.generate(prompts, sampling), graph_side.decoder.generate(prompts, sampling)  # type: ignore[attr-defined]
+    same = sum(x == y for x, y in zip(a.ids, b.ids, strict=True))
+    diff = max((abs(p - q) for x, y in zip(a.logprobs, b.logprobs, strict=True) for p, q in zip(x, y, strict=False)),
+               default=0.0)
+    return (f"graph check: {same}/{len(prompts)} rows with the dynamic decoder's greedy ids over {n} tokens, "
+            f"max |log-prob difference| {diff:.2g} ({next(model.parameters()).dtype})")
 
 
 def ms_per_step(side: Side, device: torch.device, short: int, long: int, repeats: int) -> float:
@@ -180,11 +205,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--mask2d", action="store_true", help="also time ours with the other padding mask")
     ap.add_argument("--engine", action="store_true", help="also time ours through the rollout engine")
     ap.add_argument("--static", action="store_true", help="also time ours on the static cache (compiled on CUDA)")
+    ap.add_argument("--graph", action="store_true",
+                    help="also time ours with mas.decode=static_graph (a captured CUDA graph per step on CUDA)")
+    ap.add_argument("--graph-only", action="store_true",
+                    help="time only the static-graph side and the peer; end with the decode_rows<rows> line")
+    ap.add_argument("--stop-check-every", type=int, default=8, help="--graph: host stop check every k tokens")
     args = ap.parse_args(argv)
     if args.rows < 1 or args.prompt < 2 or not 1 <= args.short < args.long or args.repeats < 1 \
-            or args.profile_steps < 1:
-        ap.error("--rows >= 1, --prompt >= 2, 1 <= --short < --long, --repeats >= 1 and --profile-steps >= 1 "
-                 "are needed")
+            or args.profile_steps < 1 or args.stop_check_every < 1:
+        ap.error("--rows >= 1, --prompt >= 2, 1 <= --short < --long, --repeats >= 1, --profile-steps >= 1 "
+                 "and --stop-check-every >= 1 are needed")
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: CUDA is not available on this machine")
     return args
@@ -205,11 +235,24 @@ def main(argv: list[str] | None = None) -> int:
     for name, side in sides.items():
         t0 = time.perf_counter()
         times[name] = ms_per_step(side, device, args.short, args.long, args.repeats)
-        print(f"{name}: {times[name]:.2f} ms per decode step of {args.rows} rows "
-              f"({time.perf_counter() - t0:.0f} s with warm-up)", flush=True)
+        pool = getattr(getattr(side, "decoder", None), "pool", None)
+        graph = "" if pool is None else (f"; first capture {pool.capture_s:.2f} s, not in the step time"
+                                         + (f" ({pool.capture_error}: ran eagerly)" if pool.capture_error else "")
+                                         if pool.capture else "; eager (no CUDA graph on this device)")
+        print(f"{name}: {times[name]:.2f} ms per decode step of {args.rows} rows, "
+              f"{_tokens_per_s(args.rows, times[name]):.0f} tokens/s "
+              f"({time.perf_counter() - t0:.0f} s with warm-up{graph})", flush=True)
     if args.profile:
         report_profiles({name: profile_step(side, device, 1, 1 + args.profile_steps)
                          for name, side in sides.items() if name in ("ours", "ours_engine", "peer")})
+    if "ours_graph" in times and not args.graph_only:
+        print(graph_check(sides["ours_graph"], model, tok, device), flush=True)
+    if "ours_graph" in times:  # tokens/s at this many rows (bench/README.md's 128- and 512-row targets)
+        print(ratio_line(f"decode_rows{args.rows}", _tokens_per_s(args.rows, times["ours_graph"]),
+                         _tokens_per_s(args.rows, times["peer"]), "tokens/s", 1))
+        if args.graph_only:
+            return 0
+        print(ratio_line("decode_step_graph", times["ours_graph"], times["peer"], "ms/step", 1))
     print(ratio_line("decode_step", times["ours"], times["peer"], "ms/step", 1))
     return 0
 

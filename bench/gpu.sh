@@ -1,35 +1,36 @@
 #!/usr/bin/env bash
-# GPU readiness checks and benchmarks on one GPU (sized for an H200: the whole script stays under
-# 9 minutes; each part gets min(its own limit, what is left of TOTAL_S)).
+# GPU benchmarks and readiness checks on one GPU, sized for one 15-minute device window with room
+# for a rerun: the whole script stays under TOTAL_S (default 420 s); each part gets min(its own
+# limit, what is left of TOTAL_S). Headline parts first, compile-heavy parts last.
 #
 #   bash bench/gpu.sh            # from anywhere; runs in the repository root
 #   bash bench/gpu.sh --travel   # only print what must travel with it, and exit
-#   PARTS=decode_step,static_cache bash bench/gpu.sh   # a rerun of some parts only
+#   PARTS=decode_step,multi_agent bash bench/gpu.sh   # a rerun of some parts only
 #
-# 1. what must travel (wheels in .whl/), nvidia-smi, torch/CUDA and package versions;
-# 2. gpu_train: the GSPO trainer end to end (components.gspo.job.train) through DeepSpeed ZeRO-2 on
-#    one rank, bf16, a random-init model of SmolLM2-135M's shape built from its config (no weights
-#    travel): rollouts, updates, checkpoint, final model;
-# 3. static_cache (runs last): the same with mas.static_cache=true (static KV cache + torch.compile decoding), then
-#    the static cache's logic on the trained policy: its greedy episodes (uncompiled) equal the dynamic
-#    cache's, with the same prompt tokens reused;
-# 4. bench/train_step.py --model smollm2-shape: ours vs TRL GRPOTrainer (GSPO), bf16, 4 prompts x
-#    G=8 = 32 completions per step, 128 tokens, 4 optimizer steps per generation;
-# 5. bench/mfu.py: DeepSpeed ZeRO-2 bf16 training MFU on a Qwen2.5-0.5B shape vs a measured matmul peak
-#    (DeepSpeed config from components.gspo.engines.deepspeed_config, as in training);
-# 6. bench/rollout.py --model smollm2-shape: our batched engine vs one generate per message;
-# 7. bench/decode_step.py: milliseconds per decode step of 32 rows, ours (the decoder alone, with the
-#    other padding mask, and through the rollout engine) vs model.generate, and the profiler's
-#    per-step counts (kernel launches, synchronisations) where the two differ.
+# 0. what must travel (wheels in .whl/), nvidia-smi, torch/CUDA and package versions;
+# 1. train_step: bench/train_step.py --model smollm2-shape, ours (mas.decode=static_graph) vs TRL
+#    GRPOTrainer (GSPO) with model.generate AND with transformers continuous batching, bf16, 4
+#    prompts x G=8, 128 tokens, 4 optimizer steps per generation, 3 timed steps; update, pi_old,
+#    optimizer seconds and peak memory printed apart;
+# 2. decode_step: ms per decode step of 32 rows, ours (dynamic, and the captured static-graph step,
+#    its first-capture time apart) vs model.generate;
+# 3. multi_agent: the results profile's episodes (3 agents x 2 rounds, 64-token messages) played by
+#    our engine vs a TRL rollout_func with one model.generate per round;
+# 4. rollout_rows: tokens/s of the static-graph decoder vs model.generate at 128 and 512 rows;
+# 5. mfu: DeepSpeed ZeRO-2 bf16 training MFU on a Qwen2.5-0.5B shape vs a measured matmul peak;
+# 6. gpu_train: the GSPO trainer end to end through DeepSpeed ZeRO-2 (readiness check);
+# 7. static_cache (optional, last: torch.compile): gpu_train with mas.static_cache=true. Skipped
+#    without failing when the budget is spent.
 #
 # Without CUDA every part runs its CPU logic check instead (tiny models, a few steps): that is
 # how the script itself is tested off the GPU. Logs and summary.txt go to $OUT (when the device
-# tool sets it) or /tmp/bench-gpu. Exit status: 0 when every part ran (targets missed or not),
-# 1 when a part failed, timed out or was skipped for lack of time.
+# tool sets it) or /tmp/bench-gpu; one summary table ends the output. Exit status: 0 when every
+# part ran (targets missed or not), 1 when a part failed, timed out or (not optional) was skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 T0=$SECONDS
-TOTAL_S=${TOTAL_S:-540}
+TOTAL_S=${TOTAL_S:-420}
+OPTIONAL=",static_cache,"  # parts a spent budget may skip without failing the run
 
 # Not on the GPU image (torch 2.11, transformers 5.17, accelerate, peft, numpy, pyarrow, pandas,
 # matplotlib, safetensors, einops, msgpack, ninja, py-cpuinfo, psutil, xxhash, fsspec are there).
@@ -54,7 +55,7 @@ if [ "${1:-}" = "--travel" ]; then
   travel
   exit 0
 fi
-KNOWN_PARTS=",gpu_train,train_step,mfu,rollout,decode_step,static_cache,"
+KNOWN_PARTS=",train_step,decode_step,multi_agent,rollout_rows,mfu,gpu_train,static_cache,"
 PARTS=${PARTS:-}
 for name in ${PARTS//,/ }; do
   if [[ "$KNOWN_PARTS" != *",$name,"* ]]; then
@@ -102,7 +103,8 @@ else
 fi
 
 # part NAME SECONDS CMD...: run with min(SECONDS, time left) as wall-clock limit, log to $LOGS/NAME.log,
-# keep its result lines
+# keep its result lines and a row of the final table
+TABLE=()
 part() {
   local name=$1 limit=$2
   shift 2
@@ -111,8 +113,14 @@ part() {
   fi
   local left=$((TOTAL_S - (SECONDS - T0) - 5))
   if [ "$left" -lt 20 ]; then
-    failed=1
-    echo "$name: SKIPPED (only ${left}s of the ${TOTAL_S}s budget left)" | tee -a "$SUMMARY"
+    if [[ "$OPTIONAL" == *",$name,"* ]]; then
+      echo "$name: skipped, optional (only ${left}s of the ${TOTAL_S}s budget left)" | tee -a "$SUMMARY"
+      TABLE+=("$name|skipped (optional)|0|-")
+    else
+      failed=1
+      echo "$name: SKIPPED (only ${left}s of the ${TOTAL_S}s budget left)" | tee -a "$SUMMARY"
+      TABLE+=("$name|SKIPPED|0|-")
+    fi
     return
   fi
   [ "$limit" -gt "$left" ] && limit=$left
@@ -120,44 +128,56 @@ part() {
   echo "== $name (limit ${limit}s): $*"
   local t0=$SECONDS
   timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$LOGS/$name.log"
-  local rc=${PIPESTATUS[0]}
+  local rc=${PIPESTATUS[0]} status=ok
   echo "== $name: exit $rc after $((SECONDS - t0)) s"
   if [ "$rc" -ne 0 ]; then
     failed=1
-    echo "$name: FAILED (exit $rc, see $LOGS/$name.log)" >>"$SUMMARY"
+    status="FAILED (exit $rc)"
+    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && status="TIMED OUT (${limit}s)"
+    echo "$name: $status, see $LOGS/$name.log" >>"$SUMMARY"
   fi
-  grep -E '^(bench [a-z_]+:|gpu_train:|static_cache:|checks:|mfu:|peak:|settings:|profile |ours|peer)' "$LOGS/$name.log" | sed "s/^/$name: /" >>"$SUMMARY" \
+  grep -E '^(bench [a-z_0-9]+:|gpu_train:|static_cache:|checks:|graph check:|mfu:|peak:|settings:|profile |ours|peer|trl)' "$LOGS/$name.log" | sed "s/^/$name: /" >>"$SUMMARY" \
     || true
+  local lines
+  lines=$(grep -E '^(bench [a-z_0-9]+:|mfu:|gpu_train:)' "$LOGS/$name.log" | sed -E 's/^bench //' | paste -sd ';' -)
+  TABLE+=("$name|$status|$((SECONDS - t0))|${lines:--}")
 }
 
 if [ "$DEVICE" = cuda ]; then
-  # static_cache last: its torch.compile is the long pole (it ran past 110 s on the first H200 run),
-  # so it gets whatever the quicker parts leave of TOTAL_S.
-  part gpu_train 110 python3 bench/gpu_train.py --device cuda --model smollm2-shape --zero-stage 2 --steps 3
-  part train_step 150 python3 bench/train_step.py --device cuda --model smollm2-shape \
-    --questions 4 --group 8 --tokens 128 --minibatches 4 --steps 1 --repeats 1
-  part mfu 70 python3 bench/mfu.py --device cuda
-  # SmolLM2 shape at a size the per-message peer finishes: 48 messages x 16 tokens
-  part rollout 60 python3 bench/rollout.py --device cuda --model smollm2-shape --questions 2 --group 4 --agents 3 \
-    --rounds 2 --tokens 16
-  part decode_step 120 python3 bench/decode_step.py --device cuda --rows 32 --prompt 128 --short 8 --long 40 \
-    --profile --profile-steps 3 --mask2d --engine
-  part static_cache 260 python3 bench/gpu_train.py --device cuda --model smollm2-shape --zero-stage 2 --steps 2 \
+  part train_step 150 python3 bench/train_step.py --device cuda --model smollm2-shape --questions 4 --group 8 \
+    --tokens 128 --minibatches 4 --steps 3 --repeats 1 --peers trl,trl_cb --decode static_graph
+  part decode_step 50 python3 bench/decode_step.py --device cuda --rows 32 --prompt 128 --short 8 --long 40 --graph
+  part multi_agent 60 python3 bench/multi_agent.py --device cuda --model smollm2-shape --questions 8 --group 8 \
+    --repeats 2
+  part rollout_rows 60 bash -c 'for r in 128 512; do python3 bench/decode_step.py --device cuda --rows $r \
+    --prompt 128 --short 8 --long 24 --repeats 2 --graph-only || exit 1; done'
+  part mfu 60 python3 bench/mfu.py --device cuda
+  part gpu_train 80 python3 bench/gpu_train.py --device cuda --model smollm2-shape --zero-stage 2 --steps 3
+  part static_cache 200 python3 bench/gpu_train.py --device cuda --model smollm2-shape --zero-stage 2 --steps 2 \
     --set mas.static_cache=true
 else
+  part train_step 150 python3 bench/train_step.py --device cpu --model tiny-random --questions 2 --group 4 \
+    --tokens 8 --minibatches 2 --steps 1 --repeats 1 --peers trl,trl_cb --decode static_graph
+  part decode_step 60 python3 bench/decode_step.py --device cpu --model tiny-random --rows 4 --prompt 16 --short 2 \
+    --long 6 --profile --mask2d --engine --static --graph
+  part multi_agent 60 python3 bench/multi_agent.py --device cpu --questions 1 --group 2 --tokens 4 --repeats 1
+  part rollout_rows 60 bash -c 'for r in 8 16; do python3 bench/decode_step.py --device cpu --model tiny-random \
+    --rows $r --prompt 16 --short 2 --long 6 --repeats 1 --graph-only || exit 1; done'
+  part mfu 60 python3 bench/mfu.py --device cpu --tiny --steps 2 --warmup 1
   part gpu_train 120 python3 bench/gpu_train.py --device cpu --model tiny-random --steps 2 --questions 2 --group 2 \
     --rounds 1 --tokens 16
   part static_cache 120 python3 bench/gpu_train.py --device cpu --model tiny-random --steps 2 --questions 2 \
     --group 2 --rounds 1 --tokens 16 --set mas.static_cache=true
-  part train_step 150 python3 bench/train_step.py --device cpu --model tiny-random --questions 2 --group 4 \
-    --tokens 16 --minibatches 2 --steps 1 --repeats 1
-  part rollout 60 python3 bench/rollout.py --device cpu --questions 2 --group 2 --agents 2 --rounds 1 --tokens 8
-  part mfu 60 python3 bench/mfu.py --device cpu --tiny --steps 2 --warmup 1
-  part decode_step 60 python3 bench/decode_step.py --device cpu --model tiny-random --rows 4 --prompt 16 --short 2 \
-    --long 6 --profile --mask2d --engine --static
 fi
 
 echo
 echo "== summary ($SUMMARY), $((SECONDS - T0)) s in all"
 cat "$SUMMARY"
+echo
+echo "== table ($DEVICE, $((SECONDS - T0)) s of TOTAL_S=${TOTAL_S})"
+printf '%-13s %-22s %5s  %s\n' part status s "result lines (ours, peer, ratio)"
+for row in "${TABLE[@]}"; do
+  IFS='|' read -r p st sec res <<<"$row"
+  printf '%-13s %-22s %5s  %s\n' "$p" "$st" "$sec" "$res"
+done | tee -a "$SUMMARY"
 exit "$failed"

@@ -59,6 +59,43 @@ from components.data.item import Item  # noqa: E402
 from components.errors import UserError  # noqa: E402
 
 TARGET = 1.5
+DECODE = os.environ.get("BENCH_DECODE", "dynamic")
+"""our side's ``mas.decode`` (``--decode``; the child process reads it from the environment)"""
+PEERS = ("trl", "trl_cb")
+"""TRL's default generation (``model.generate``) and its transformers continuous batching
+(``GRPOConfig.use_transformers_continuous_batching``)"""
+
+
+class PhaseClock:
+    """Wall seconds inside wrapped methods (device-synchronised), and the peak memory of the timed steps."""
+
+    def __init__(self, device: str) -> None:
+        self.device, self.seconds = device, {}
+        if device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+
+    def wrap(self, obj, name: str, key: str) -> None:
+        inner = getattr(obj, name)
+        self.seconds[key] = 0.0
+
+        def timed(*a, **k):
+            sync(self.device)
+            t0 = time.perf_counter()
+            out = inner(*a, **k)
+            sync(self.device)
+            self.seconds[key] += time.perf_counter() - t0
+            return out
+
+        setattr(obj, name, timed)
+
+    def report(self) -> dict:
+        if self.device.startswith("cuda"):
+            peak = torch.cuda.max_memory_allocated() / 2**30
+        else:
+            import resource
+
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (host RSS)
+        return self.seconds | {"peak_gib": peak}
 
 # ----------------------------------------------------------------------------- ours
 
@@ -92,7 +129,7 @@ def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
     cfg = Config.model_validate({
         "model": {"name": s.model},
         "mas": {"agents": 1, "rounds": 1, "max_message_tokens": s.tokens, "temperature": s.temperature,
-                "top_p": 1.0},
+                "top_p": 1.0, "decode": DECODE, "stop_check_every": 8 if DECODE == "static_graph" else 1},
         "gspo": {"engine": "torch", "steps": s.steps + 1, "questions_per_step": s.questions, "group_size": s.group,
                  "minibatches": s.minibatches, "eps_low": 3e-4, "eps_high": 4e-4, "level": "sequence",
                  "kl_beta": 0.0, "lr": s.lr, "lr_schedule": "constant", "grad_clip": 1.0, "grad_accum": 1,
@@ -111,8 +148,12 @@ def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
                           DistInfo(rank=0, world_size=1, local_rank=0, is_main=True), pad_id=int(tok.pad_token_id))
     trainer.sampler = InOrderSampler(items, s.seed)  # the questions TRL sees (shuffle_dataset=False), in order
     gc.freeze()  # as components.gspo.job.train does before its first step
-    trainer.train_step()  # warm-up: allocator, kernels, tokenizer caches
+    trainer.train_step()  # warm-up: allocator, kernels, tokenizer caches, graph capture
     sync(s.device)
+    phases = PhaseClock(s.device)
+    phases.wrap(trainer, "_old_logprobs", "pi_old_s")
+    phases.wrap(engine, "update", "update_s")
+    phases.wrap(engine.optimizer, "step", "optimizer_s")
     tokens, gen_s, rewards, prompt_lens, calls, decode_steps = 0, 0.0, [], [], 0, 0
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(s.steps):
@@ -128,12 +169,14 @@ def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
     return SideResult("ours", tokens, seconds, s.steps, s.steps * s.minibatches, cpu_seconds,
                       {"generate_s": gen_s, "decode_calls": calls, "decode_steps": decode_steps,
                        "mean_prompt_tokens": sum(prompt_lens) / len(prompt_lens),
-                       "mean_reward": sum(rewards) / len(rewards), "optimizer_updates": engine.optimizer_steps})
+                       "mean_reward": sum(rewards) / len(rewards), "optimizer_updates": engine.optimizer_steps,
+                       "decode": DECODE} | phases.report())
 
 
 # ----------------------------------------------------------------------------- main
 
-def parse_args(argv: list[str] | None) -> tuple[BenchSettings, str, str | None]:
+def parse_args(argv: list[str] | None) -> tuple[BenchSettings, str, str | None, list[str]]:
+    global DECODE
     d = BenchSettings()
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--model", default=d.model, choices=MODELS)
@@ -150,14 +193,22 @@ def parse_args(argv: list[str] | None) -> tuple[BenchSettings, str, str | None]:
     ap.add_argument("--data", dest="data_dir", default=d.data_dir)
     ap.add_argument("--repeats", type=int, default=d.repeats,
                     help="alternate ours/peer this many times and keep each side's best run (shared CPUs are noisy)")
-    ap.add_argument("--side", choices=("both", "ours", "peer"), default="both",
+    ap.add_argument("--side", choices=("both", "ours", *PEERS), default="both",
                     help="both (default) runs each side in its own child process")
+    ap.add_argument("--peers", default="trl", help=f"comma-separated peers from {','.join(PEERS)} (default trl)")
+    ap.add_argument("--decode", choices=("dynamic", "static_graph"), default=DECODE, help="our side's mas.decode")
     ap.add_argument("--result-file", default=None, help=argparse.SUPPRESS)
     ns = vars(ap.parse_args(argv))
-    side, result_file = ns.pop("side"), ns.pop("result_file")
+    from bench.common import BenchInputError
+    side, result_file, peers = ns.pop("side"), ns.pop("result_file"), ns.pop("peers").split(",")
+    os.environ["BENCH_DECODE"] = ns.pop("decode")
+    bad = [p for p in peers if p not in PEERS]
+    if bad:
+        raise BenchInputError(f"--peers: unknown peer {bad[0]!r} (peers: {', '.join(PEERS)})")
     s = BenchSettings(**ns)
     s.validate()
-    return s, side, result_file
+    DECODE = os.environ["BENCH_DECODE"]
+    return s, side, result_file, peers
 
 
 def run_side(s: BenchSettings, side: str, result_file: str) -> None:
@@ -170,7 +221,7 @@ def run_side(s: BenchSettings, side: str, result_file: str) -> None:
     else:
         from bench._trl_peer import run_trl  # imported late: trl + accelerate take seconds to import
 
-        res = run_trl(s, items)
+        res = run_trl(s, items, continuous_batching=side == "trl_cb")
     Path(result_file).write_text(json.dumps(asdict(res)))
 
 
@@ -215,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                        ("TOKENIZERS_PARALLELISM", "false"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1")):
         os.environ.setdefault(key, value)
     try:
-        s, side, result_file = parse_args(argv)
+        s, side, result_file, peers = parse_args(argv)
     except UserError as exc:
         print(f"bench train_step: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -233,22 +284,30 @@ def main(argv: list[str] | None = None) -> int:
           f"warmup=1 timed_steps={s.steps} lr={s.lr} T={s.temperature} eps=3e-4/4e-4 beta=0 level=sequence",
           flush=True)
     print(f"prompts: {source}, the same questions in the same order on both sides", flush=True)
-    runs: dict[str, list[SideResult]] = {"ours": [], "peer": []}
+    sides = ["ours", *peers]
+    runs: dict[str, list[SideResult]] = {k: [] for k in sides}
     for r in range(s.repeats):
-        for side in ("ours", "peer"):
+        for side in sides:
             runs[side].append(spawn_side(argv, side, s))
             print(f"run {r + 1}/{s.repeats} " + _side_line(runs[side][-1]), flush=True)
-    ours, peer = (max(runs[k], key=lambda x: x.tokens_per_s) for k in ("ours", "peer"))
-    print("best " + _side_line(ours))
-    print("best " + _side_line(peer))
-    if ours.tokens != peer.tokens:
-        print(f"warning: completion token counts differ (ours {ours.tokens}, peer {peer.tokens})")
-    if s.device == "cpu":
-        o_cpu, p_cpu = (max(r.tokens_per_cpu_s for r in runs[k]) for k in ("ours", "peer"))
-        cpu_ratio = o_cpu / max(p_cpu, 1e-9)
-        print(f"cpu-time view (best per side; less sensitive to other load): ours {_n(o_cpu)}, peer "
-              f"{_n(p_cpu)} tokens per CPU-second, ratio {cpu_ratio:.2f}x")
-    print(ratio_line("train_step", ours.tokens_per_s, peer.tokens_per_s, "tokens/s", TARGET))
+    best = {k: max(runs[k], key=lambda x: x.tokens_per_s) for k in sides}
+    for k in sides:
+        print("best " + _side_line(best[k]))
+    ours = best["ours"]
+    print("ours phases (timed steps): " + ", ".join(
+        f"{k.removesuffix('_s')} {ours.detail[k]:.2f} s" for k in ("update_s", "pi_old_s", "optimizer_s"))
+        + f", generate {ours.detail['generate_s']:.2f} s; peak memory {ours.detail['peak_gib']:.2f} GiB"
+        + (" (GPU allocated)" if s.device.startswith("cuda") else " (host RSS)"))
+    for peer_name in peers:
+        peer = best[peer_name]
+        if ours.tokens != peer.tokens:
+            print(f"warning: completion token counts differ (ours {ours.tokens}, {peer_name} {peer.tokens})")
+        if s.device == "cpu":
+            o_cpu, p_cpu = (max(r.tokens_per_cpu_s for r in runs[k]) for k in ("ours", peer_name))
+            print(f"cpu-time view vs {peer_name} (best per side; less sensitive to other load): ours {_n(o_cpu)}, "
+                  f"peer {_n(p_cpu)} tokens per CPU-second, ratio {o_cpu / max(p_cpu, 1e-9):.2f}x")
+        name = "train_step" if peer_name == "trl" else f"train_step_{peer_name}"
+        print(ratio_line(name, ours.tokens_per_s, peer.tokens_per_s, "tokens/s", TARGET if peer_name == "trl" else 1))
     return 0
 
 

@@ -109,6 +109,11 @@ class MasConfig(_Section):
     temperature: float = Field(0.8, ge=0.0, le=2.0, description="sampling temperature")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
     static_cache: bool = Field(False, description="static KV cache (+ torch.compile on CUDA) for decoding")
+    decode: Literal["dynamic", "static_graph"] = Field(
+        "dynamic", description="static_graph: a pooled static KV cache and a per-token step captured as one CUDA "
+                               "graph per (rows, length) bucket (runs eagerly on CPU; components/mas/static_decode.py)")
+    stop_check_every: int = Field(1, ge=1, le=64, description="static_graph decoding: read the all-rows-done flag "
+                                                              "on the host once per this many tokens")
     must_answer: bool = Field(
         False, description="agent 0 may not be silent in round 0, so a team always answers (adaptive protocol: an "
                            "all-silent first round ends the episode with no answer)")

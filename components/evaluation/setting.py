@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from components.config import Config, MasConfig
 
-NOT_PROTOCOL = ("temperature", "top_p", "static_cache")
+NOT_PROTOCOL = ("temperature", "top_p", "static_cache", "decode", "stop_check_every")
 """``mas`` keys that do not change what a greedy evaluation computes"""
 
 

@@ -52,6 +52,8 @@ class Generation:
     """prompt ids the prefill did not compute (stored prefixes, shared heads; see prefill.py)"""
     silence_prob: list[float] | None = None
     """per row, the probability of the silence token as the first token (None without one)"""
+    capture_s: float = 0.0
+    """``static_graph`` decoding: seconds spent capturing CUDA graphs so far (apart from the steps)"""
 
 
 def cache_kwarg(model) -> str:
@@ -135,12 +137,17 @@ class Decoder:
 
     Host-device synchronisation: the stop check ``bool(done.all())`` once per generated token
     (and, with the 2-D mask, transformers' own check whether it may drop the mask).
+
+    ``graph`` (``mas.decode: static_graph``) hands every call to a
+    :class:`components.mas.static_decode.StaticPool`: pooled static buffers, a step with no host
+    read, captured as a CUDA graph on CUDA, the stop check once per ``stop_check_every`` tokens.
     """
 
     def __init__(self, model, stops: StopIds, *, device: str | torch.device = "cpu", static_cache: bool = False,
                  compile_backend: str | None = None, logits_processor: LogitsProcessor | None = None,
-                 first_banned: torch.Tensor | None = None) -> None:
+                 first_banned: torch.Tensor | None = None, graph: bool = False, stop_check_every: int = 1) -> None:
         self.model, self.stops, self.device = model, stops, torch.device(device)
+        self.cache_kw = cache_kwarg(model)
         self.first_banned = None if first_banned is None else first_banned.to(self.device)
         """[V] bool: ids a ``no_silence`` row may not start with (the silence token among them)"""
         self.static_cache = static_cache
@@ -150,6 +157,11 @@ class Decoder:
         sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
         self.mask_4d = sdpa and (self.device.type == "cpu" or static_cache)
         """pass the step's padding mask as a ready [B, 1, 1, L] boolean mask (see the class docstring)"""
+        self.pool = None
+        """``mas.decode: static_graph``: the static KV-cache pool and captured step (static_decode.py)"""
+        if graph:
+            from components.mas.static_decode import StaticPool
+            self.pool = StaticPool(self, stop_check_every=stop_check_every)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: Sampling, generator: torch.Generator | None = None,
@@ -167,7 +179,14 @@ class Decoder:
         if min(len(p) for p in prompts) == 0:
             raise ValueError("Decoder.generate needs non-empty prompts")
         stops, device, n_new = self.stops, self.device, sampling.max_new_tokens
-        layout = CacheLayout(stops.pad, n_new, device, cache_kwarg(self.model), self.static_cache)
+        first_rows = None  # rows that may not start with any id of first_banned
+        if no_silence is not None and any(no_silence) and stops.silence is not None:
+            if self.first_banned is None:
+                raise ValueError("Decoder.generate: no_silence rows need the decoder's first_banned mask")
+            first_rows = list(no_silence)
+        if self.pool is not None:
+            return self.pool.generate(prompts, sampling, generator, plan, first_rows)
+        layout = CacheLayout(stops.pad, n_new, device, self.cache_kw, self.static_cache)
         pre = prefill(self.model, prompts, layout, plan or PrefixPlan())
         cache, col = pre.cache, pre.last_col
         # [B, 1, 1, L] bool (SDPA: True = attend) or the [B, L] long mask; columns > col + t are still 0
@@ -182,11 +201,7 @@ class Decoder:
         done = torch.zeros(b, dtype=torch.bool, device=device)
         lengths = torch.zeros(b, dtype=torch.long, device=device)
         silence_prob: torch.Tensor | None = None
-        first_masked = None  # [B] bool: rows that may not start with any id of first_banned
-        if no_silence is not None and any(no_silence) and stops.silence is not None:
-            if self.first_banned is None:
-                raise ValueError("Decoder.generate: no_silence rows need the decoder's first_banned mask")
-            first_masked = torch.tensor(no_silence, dtype=torch.bool, device=device)
+        first_masked = None if first_rows is None else torch.tensor(first_rows, dtype=torch.bool, device=device)
         steps = 0
         progress = leaf("decode", n_new, "tokens")
         for t in range(n_new):

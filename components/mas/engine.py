@@ -198,7 +198,8 @@ class RolloutEngine:
         """[V] bool: ids the ``mas.must_answer`` speaker may not start with (see :meth:`must_speak`)"""
         self.decoder = Decoder(model, stops, device=self.device, static_cache=bool(cfg.static_cache),
                                compile_backend=backend, logits_processor=logits_processor,
-                               first_banned=self.first_banned)
+                               first_banned=self.first_banned, graph=cfg.decode == "static_graph",
+                               stop_check_every=cfg.stop_check_every)
         self.bucket_ratio = math.inf if self.device.type == "cuda" else 2.0
         """prompt-length ratio that splits a call into buckets (:func:`length_buckets`). On CPU padding
         costs arithmetic, so buckets pay. On CUDA a decode step is host-bound (24-33 ms for 32 rows of

@@ -68,6 +68,8 @@ class CacheLayout:
     static: bool = False
     """hand the decoder a StaticCache (fixed shapes for a compiled step); the prefill and all its savings
     run on a DynamicCache that is then copied into it (:func:`to_static`)"""
+    keep_dynamic: bool = False
+    """return the prefilled DynamicCache as it is (:mod:`components.mas.static_decode` copies it into its pool)"""
 
 
 @dataclass
@@ -291,6 +293,8 @@ def prefill(model: Any, prompts: list[list[int]], layout: CacheLayout, plan: Pre
         _store_prefixes(cache, plan.store, uniq, u_lens, q, p_cols)
     if dedup:
         cache.batch_select_indices(torch.tensor(inverse, device=device))
+    if layout.keep_dynamic:
+        return Prefill(cache, mask, last_col, saved)
     cache = to_static(model, cache, mask.shape[1]) if layout.static else to_in_place(cache, mask.shape[1])
     return Prefill(cache, mask, last_col, saved)
 

@@ -169,3 +169,81 @@ def test_gpu_sh_refuses_an_unknown_part_before_doing_anything() -> None:
     res = subprocess.run(["bash", "bench/gpu.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert "unknown part 'statc_cache'" in res.stderr and "Python wheels" not in res.stdout
+
+
+def test_decode_step_graph_side_reports_capture_apart_and_rows_throughput(capsys) -> None:
+    """--graph times mas.decode=static_graph (eager on CPU, said so), prints tokens/s per side and the
+    decode_rows<rows> and decode_step_graph lines gpu.sh's rollout_rows and decode_step parts report."""
+    sys.path.insert(0, str(ROOT))
+    from bench import decode_step
+
+    assert decode_step.main(["--model", "tiny-random", "--rows", "4", "--prompt", "8", "--short", "2", "--long",
+                             "4", "--repeats", "1", "--graph", "--stop-check-every", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "ours_graph: " in out and "eager (no CUDA graph on this device)" in out and " tokens/s (" in out
+    assert "graph check: 4/4 rows with the dynamic decoder's greedy ids over 16 tokens" in out
+    tail = out.strip().splitlines()[-3:]
+    assert tail[0].startswith("bench decode_rows4: ours ") and "tokens/s" in tail[0]
+    assert tail[1].startswith("bench decode_step_graph: ours ") and tail[2].startswith("bench decode_step: ours ")
+    assert decode_step.main(["--model", "tiny-random", "--rows", "4", "--prompt", "8", "--short", "2", "--long",
+                             "4", "--repeats", "1", "--graph-only"]) == 0  # gpu.sh's rollout_rows part
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith("bench decode_rows4: ours ") and not any(x.startswith("ours: ") for x in lines)
+
+
+def test_multi_agent_bench_plays_the_results_team_on_both_sides(capsys) -> None:
+    """bench/multi_agent.py's CPU check: the results profile's 3 agents x 2 rounds on both sides, the
+    same fixed message lengths, and the peer is a TRL-shaped rollout_func (prompt_ids, completion_ids,
+    logprobs per message, one generate per round)."""
+    sys.path.insert(0, str(ROOT))
+    from bench import multi_agent
+    from bench.common import BenchSettings, build_policy
+
+    assert multi_agent.main(["--questions", "1", "--group", "2", "--tokens", "3", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "agents=3 rounds=2" in out and "rows/round=6" in out
+    assert out.strip().splitlines()[-1].startswith("bench multi_agent: ours ")
+    model, tok = build_policy(BenchSettings(model="tiny-random"))
+    calls = []
+    real = model.generate
+    model.generate = lambda *a, **k: calls.append(1) or real(*a, **k)
+    res = multi_agent.make_rollout_func(model, tok, agents=3, rounds=2, tokens=3, temperature=0.5, group=2)(
+        ["What is 2 + 2?"], None)
+    assert len(calls) == 2 and len(res["completion_ids"]) == 2 * 3 * 2
+    assert all(len(c) == len(lp) == 3 for c, lp in zip(res["completion_ids"], res["logprobs"], strict=True))
+    assert all(lp <= 0 for row in res["logprobs"] for lp in row)
+    assert multi_agent.main(["--questions", "0"]) == 2
+
+
+def test_train_step_names_its_peers_and_prints_phase_times() -> None:
+    sys.path.insert(0, str(ROOT))
+    from bench.common import BenchSettings, load_questions
+    from bench.train_step import PEERS, main, run_ours
+
+    assert PEERS == ("trl", "trl_cb")
+    assert main(["--peers", "trl,vllm"]) == 2
+    s = BenchSettings(model="tiny-random", questions=2, group=2, tokens=4, minibatches=2, steps=1, repeats=1)
+    res = run_ours(s, load_questions(4, str(ROOT / "data"))[0])
+    assert {"update_s", "pi_old_s", "optimizer_s", "peak_gib"} <= res.detail.keys()
+    assert 0 < res.detail["optimizer_s"] < res.detail["update_s"] and res.detail["peak_gib"] > 0
+
+
+def test_gpu_profile_fills_a_card_with_the_results_recipe() -> None:
+    """params.yaml's gpu profile: the results team and group size, more questions per step (>= 128
+    rows per round), decoding through the static-graph step."""
+    from components.config import load_config
+
+    res, gpu = (load_config(ROOT / "params.yaml", p) for p in ("results", "gpu"))
+    assert gpu.gspo.group_size == res.gspo.group_size and gpu.mas.agents == res.mas.agents
+    assert gpu.mas.rounds == res.mas.rounds and gpu.mas.max_message_tokens == res.mas.max_message_tokens
+    assert gpu.gspo.questions_per_step * gpu.gspo.group_size * gpu.mas.agents >= 128
+    assert gpu.mas.decode == "static_graph" and gpu.registry.model_name != res.registry.model_name
+
+
+def test_gpu_sh_fits_420_s_with_the_headline_parts_first() -> None:
+    text = (ROOT / "bench" / "gpu.sh").read_text()
+    assert "TOTAL_S=${TOTAL_S:-420}" in text
+    cuda = text[text.index('if [ "$DEVICE" = cuda ]'): text.index("else\n  part train_step")]
+    order = [line.split()[1] for line in cuda.splitlines() if line.strip().startswith("part ")]
+    assert order[:3] == ["train_step", "decode_step", "multi_agent"] and order[-1] == "static_cache"
+    assert "--peers trl,trl_cb" in cuda and "--steps 3" in cuda.split("part decode_step")[0]

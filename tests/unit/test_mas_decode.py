@@ -4,6 +4,7 @@ heads shared across rows, prefixes reused across rounds), each checked against a
 from __future__ import annotations
 
 import torch
+from host_reads import count_host_reads
 
 from components.mas.decode import Decoder, Sampling, StopIds, sample_from
 from components.mas.prefill import PrefixPlan
@@ -221,15 +222,7 @@ def test_decode_makes_one_host_sync_per_token(monkeypatch):
     model, tok = build_tiny_model(0)
     model.eval()
     prompts = [list(range(5, 40)), list(range(50, 62)), list(range(5, 40)), list(range(70, 90))]
-    counts = {"n": 0}
-    for name in ("__bool__", "item", "tolist", "cpu", "__int__", "__float__", "__index__", "nonzero", "numpy"):
-        real = getattr(torch.Tensor, name)
-
-        def counted(self, *a, _real=real, **k):
-            counts["n"] += 1
-            return _real(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
+    counts = count_host_reads(monkeypatch)
     for static in (False, True):
         decoder = Decoder(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id), 3), static_cache=static)
         counts["n"] = 0

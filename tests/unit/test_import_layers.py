@@ -98,3 +98,12 @@ def test_a_circle_inside_one_package_breaks_it(config, graph) -> None:
     """results -> proof -> definitions -> results was such a circle (the layers do not see it)."""
     assert broken(config, with_import(graph, "components.experiments.results", "components.experiments.proof")) \
         == ["acyclic"]
+
+
+def test_docs_architecture_lists_the_layers_the_contract_states() -> None:
+    """docs/architecture.md's "Layers" block names the same layers in the same order."""
+    contracts = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["id"] == "layers")["layers"]
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("## Layers", 1)[1].split("```", 2)[1].strip().splitlines()
+    assert [line.split("  ")[0].strip() for line in block] == layers

@@ -17,6 +17,9 @@ BENCHMARKS = ("mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humane
 """the seven benchmarks of the paper (the default evaluation)"""
 ALL_BENCHMARKS = (*BENCHMARKS, "splitinfo")
 """plus the generated split-information task (components/data/splitinfo.py), where silence is provable"""
+EPS_LOW, EPS_HIGH = 3e-4, 4e-4
+"""the paper's clip range [1 - 3e-4, 1 + 4e-4] of the sequence ratio: ``gspo.eps_low``/``eps_high``'s
+defaults, :func:`components.gspo.loss.gspo_loss`'s, and the synthetic search objective's optimum"""
 
 
 class _Section(BaseModel):
@@ -184,8 +187,8 @@ class GspoConfig(_Section):
     questions_per_step: int = Field(8, ge=1, le=1024, description="questions per rollout batch")
     group_size: int = Field(8, ge=2, le=256, description="G: episodes sampled per question")
     minibatches: int = Field(4, ge=1, le=4096, description="mu: optimizer updates per rollout batch")
-    eps_low: float = Field(3e-4, ge=0.0, le=1.0, description="lower clip range of the sequence ratio")
-    eps_high: float = Field(4e-4, ge=0.0, le=10.0, description="upper clip range of the sequence ratio")
+    eps_low: float = Field(EPS_LOW, ge=0.0, le=1.0, description="lower clip range of the sequence ratio")
+    eps_high: float = Field(EPS_HIGH, ge=0.0, le=10.0, description="upper clip range of the sequence ratio")
     level: Literal["sequence", "sequence_token", "token"] = Field(
         "sequence", description="GSPO, GSPO-token, or GRPO-style token ratios (ablation)")
     kl_beta: float = Field(0.0, ge=0.0, le=1e3, description="KL penalty to the reference policy")
@@ -326,3 +329,13 @@ class TrackingConfig(_Section):
                                  description="at the end of training, how long to wait for an "
                                  "unreachable tracking server (metrics are buffered meanwhile)")
 
+
+NOT_PROTOCOL = ("temperature", "top_p", "static_cache", "decode", "stop_check_every")
+"""``mas`` keys that do not change what a greedy evaluation computes"""
+
+
+def protocol_of(mas: MasConfig) -> dict[str, Any]:
+    """The ``mas`` settings that define the evaluated system's behaviour (an evaluation setting's
+    ``protocol``; here, not in :mod:`components.evaluation.setting`, because the registry's
+    :mod:`components.tracking.recorded` compares a version's settings with it too)."""
+    return {k: v for k, v in mas.model_dump(mode="json").items() if k not in NOT_PROTOCOL}

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,11 +196,14 @@ def swap_in(pairs: Sequence[tuple[Path, Path]]) -> None:
 
 
 @contextlib.contextmanager
-def file_lock(path: str | os.PathLike[str], timeout_s: float = 600.0) -> Iterator[None]:
+def file_lock(path: str | os.PathLike[str], timeout_s: float = 600.0,
+              busy: Callable[[Path, float], Exception] | None = None) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` (created if needed) across processes and threads.
 
     ``filelock`` (``flock``): released by the kernel when the holder dies, so a killed run never
-    leaves a stale lock. Waiting longer than ``timeout_s`` raises :class:`UserError`."""
+    leaves a stale lock. Waiting longer than ``timeout_s`` (0: not at all) raises ``busy(path,
+    timeout_s)``, by default a :class:`UserError` naming the file. The one lock of the project:
+    prepare's folders, one training per run folder, one promotion per registered model."""
     import filelock
 
     path = Path(path)
@@ -209,12 +212,16 @@ def file_lock(path: str | os.PathLike[str], timeout_s: float = 600.0) -> Iterato
     try:
         lock.acquire(timeout=timeout_s)
     except filelock.Timeout:
-        raise UserError(f"{path}: still locked by another process after {timeout_s:.0f} s (a concurrent "
-                        f"`agent-gspo prepare` into the same folder?)") from None
+        raise (busy or _still_locked)(path, timeout_s) from None
     try:
         yield
     finally:
         lock.release()
+
+
+def _still_locked(path: Path, timeout_s: float) -> UserError:
+    return UserError(f"{path}: still locked by another process after {timeout_s:.0f} s (a concurrent "
+                     f"`agent-gspo prepare` into the same folder?)")
 
 
 def _remove(path: Path) -> None:

@@ -4,16 +4,16 @@ Entry point :func:`evaluate` (runner.py); pure helpers in sampling.py (seeded it
 metrics.py (EvalRow, standard error, Pareto front), report.py (JSON / markdown), plots.py (PNG).
 """
 
+from components.data.sampling import SamplingError, derived_seed, sample_items
 from components.evaluation.metrics import (
-           EvalRow,
-           SilenceGrid,
-           aggregate,
-           silence_grid,
-           standard_error,
-           summarise,
+    EvalRow,
+    SilenceGrid,
+    aggregate,
+    silence_grid,
+    standard_error,
+    summarise,
 )
 from components.evaluation.report import benchmark_metrics, fmt_tokens, render_markdown, write_reports
-from components.evaluation.sampling import SamplingError, derived_seed, sample_items
 
 __all__ = ["MAIN_SYSTEM", "EvalInputError", "EvalReport", "EvalRow", "SamplingError", "SilenceGrid", "System",
            "aggregate", "benchmark_metrics", "build_systems", "derived_seed", "eval_metrics", "evaluate",

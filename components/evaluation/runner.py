@@ -38,6 +38,7 @@ from typing import Any
 from components.config import ALL_BENCHMARKS, BASELINE_NAMES, Config
 from components.data.item import Item
 from components.data.prepare import manifest_sha256
+from components.data.sampling import EVAL_SPLIT, derived_seed, sample_items
 from components.errors import UserError
 from components.evaluation.items import (
     ITEMS_FILE,
@@ -59,7 +60,6 @@ from components.evaluation.metrics import (
 )
 from components.evaluation.publish import check_out_dir, publish
 from components.evaluation.report import render_markdown, write_reports
-from components.evaluation.sampling import EVAL_SPLIT, derived_seed, sample_items
 from components.io import write_bytes_atomic
 from components.machine import describe, machine_fingerprint
 from components.mas.environment import grade_episodes
@@ -235,7 +235,7 @@ def _with_prior(cfg: Config, weights: tuple[Any, Any], data_dir: Path | None) ->
     """A copy of the base model with the silence prior (the training run's step-0 policy)."""
     import copy
 
-    from components.gspo.job import load_train_items
+    from components.data.train_items import load_train_items
     from components.mas.prior import apply_silence_prior
 
     if cfg.model.silence_prior <= 0:

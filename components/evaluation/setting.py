@@ -19,19 +19,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from components.config import Config, MasConfig
-
-NOT_PROTOCOL = ("temperature", "top_p", "static_cache", "decode", "stop_check_every")
-"""``mas`` keys that do not change what a greedy evaluation computes"""
+from components.config_sections import NOT_PROTOCOL, protocol_of  # noqa: F401  (NOT_PROTOCOL: re-exported)
 
 
 def item_ids_sha256(item_ids: dict[str, list[str]]) -> str:
     """Identity of an evaluation sample: sha256 of the item ids per benchmark."""
     return hashlib.sha256(json.dumps(item_ids, sort_keys=True).encode()).hexdigest()
-
-
-def protocol_of(mas: MasConfig) -> dict[str, Any]:
-    """The ``mas`` settings that define the evaluated system's behaviour."""
-    return {k: v for k, v in mas.model_dump(mode="json").items() if k not in NOT_PROTOCOL}
 
 
 class EvalSetting(BaseModel):
@@ -96,7 +89,7 @@ def planned_setting(cfg: Config, *, limit: int | None = None, split: str = "test
                     data_dir: str | Path | None = None) -> EvalSetting:
     """The setting ``agent-gspo evaluate`` would run under with ``cfg`` (reads and samples the data)."""
     from components.data.prepare import load_split, manifest_sha256
-    from components.evaluation.sampling import sample_items
+    from components.data.sampling import sample_items
 
     data = Path(data_dir if data_dir is not None else cfg.data.out_dir)
     limit = cfg.eval.limit if limit is None else limit

@@ -77,6 +77,13 @@ def select(cfg: Config, only: Sequence[str] | None = None) -> list[Experiment]:
     return [e for name, e in exps.items() if not only or name in only]
 
 
+def budget_overrides(exp: Experiment) -> list[str]:
+    """``budget_fraction`` as the override it stands for, ``budget.fraction=<f>`` (none without
+    one): the one place the experiment key becomes the config key, for training, the proof and
+    the config an experiment records."""
+    return [] if exp.budget_fraction is None else [f"budget.fraction={exp.budget_fraction}"]
+
+
 def experiment_config(base: Config, exp: Experiment, *, user_overrides: Sequence[str] = ()) -> Config:
     """``base`` (profile applied) + the experiment's overrides + ``user_overrides`` (``--set``, they
     win) + ``budget.fraction`` from ``budget_fraction``; training and evaluation folders under
@@ -87,8 +94,8 @@ def experiment_config(base: Config, exp: Experiment, *, user_overrides: Sequence
         set_override(raw, text)
     for text in user_overrides:
         set_override(raw, text)
-    if exp.budget_fraction is not None:
-        raw["budget"]["fraction"] = exp.budget_fraction
+    for text in budget_overrides(exp):
+        set_override(raw, text)
     run_dir = Path(raw["experiments"]["runs_dir"]) / exp.name
     raw["gspo"]["out_dir"] = str(run_dir)
     raw["eval"]["out_dir"] = str(run_dir / "eval")

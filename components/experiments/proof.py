@@ -21,12 +21,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from components.config import Config, load_config
 from components.evaluation.setting import item_ids_sha256
-from components.experiments.definitions import Experiment, read_calibration, settings_of
-from components.experiments.results import EvalCell, ResultsFileError, _Strict
+from components.experiments.definitions import Experiment, budget_overrides, read_calibration, settings_of
+from components.experiments.results import (
+    EvalCell,
+    ResultsFileError,
+    StrictRecord,
+    file_kind,
+    format_validation_error,
+    json_files,
+    read_json,
+)
 
 Log = Callable[[str], None]
 SYSTEMS = ("mas_untrained", "mas_prior", "agent_gspo", "lambda0")
@@ -35,7 +43,7 @@ LAMBDA0 = ("reward.lambda_tok=0", "budget.enabled=false", "budget.fraction=null"
 """the λ=0 variant: task reward only"""
 
 
-class ProofRun(_Strict):
+class ProofRun(StrictRecord):
     """One training run of the proof."""
 
     history: list[dict[str, float]]
@@ -47,7 +55,7 @@ class ProofRun(_Strict):
     mlflow: dict[str, str | None]
 
 
-class ProofResults(_Strict):
+class ProofResults(StrictRecord):
     """``results/<name>.json`` of a proof experiment."""
 
     schema_version: Literal[1]
@@ -93,8 +101,7 @@ RECIPE_KEYS = ("model.silence_prior", "model.lora_rank", "model.dtype", "mas.age
 
 def proof_config(params: str | None, exp: Experiment, profile: str, user_overrides: Sequence[str]) -> Config:
     """The proof's config: its own profile, its overrides, ``--set`` last; B from ``budget_fraction``."""
-    extra = [] if exp.budget_fraction is None else [f"budget.fraction={exp.budget_fraction}"]
-    cfg = load_config(params, profile, [*exp.overrides, *extra, *user_overrides])
+    cfg = load_config(params, profile, [*exp.overrides, *budget_overrides(exp), *user_overrides])
     run_dir = Path(cfg.experiments.runs_dir) / exp.name
     return cfg.model_copy(update={"gspo": cfg.gspo.model_copy(update={"out_dir": str(run_dir)}),
                                   "eval": cfg.eval.model_copy(update={"out_dir": str(run_dir / "eval")})})
@@ -169,3 +176,19 @@ def run_proof(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_di
         settings=settings_of(cfg), recipe={k: flat.get(k) for k in RECIPE_KEYS},
         wall_seconds=round(time.perf_counter() - t0, 1), eval=cells, correct=correct, tokens=tokens, runs=runs,
         machine=meta.get("machine"))
+
+
+def load_proofs(folder: str | Path) -> dict[str, Any]:
+    """The proof files of ``folder`` (``kind: proof``), validated; errors name the file and key."""
+    out = {}
+    for path in json_files(folder):
+        if file_kind(path) != "proof":
+            continue
+        try:
+            proof = ProofResults.model_validate(read_json(path))
+        except ValidationError as exc:
+            raise ResultsFileError(format_validation_error(exc, path)) from exc
+        if proof.name != path.stem:
+            raise ResultsFileError(f"{path}: name {proof.name!r} does not match the file name {path.stem!r}")
+        out[path.stem] = proof
+    return out

@@ -17,10 +17,11 @@ from components.experiments import claims as cl
 from components.experiments import evidence as ev
 from components.experiments import plots
 from components.experiments.definitions import settings_diff
+from components.experiments.proof import load_proofs
 from components.experiments.proof_report import proof_section
 from components.experiments.report_seeds import seeds_section
 from components.experiments.report_silence import held_out_silence, silence_by_benchmark, training_silence
-from components.experiments.results import EvalCell, ResultsFile, SilenceCounts, load_proofs, load_results_dir
+from components.experiments.results import EvalCell, ResultsFile, SilenceCounts, load_results_dir
 from components.io import write_text_atomic
 from components.machine import describe
 

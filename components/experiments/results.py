@@ -11,7 +11,6 @@ the offending key. Bump :data:`SCHEMA_VERSION` when a field changes meaning.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +20,7 @@ from components.errors import UserError
 from components.evaluation.metrics import EvalNumbers
 from components.experiments.stats import ItemColumns
 from components.io import write_json_atomic
+from components.numbers import is_finite_number
 from components.yaml_strict import FileTooLarge, read_capped_text
 
 SCHEMA_VERSION = 1
@@ -30,7 +30,7 @@ class ResultsFileError(UserError):
     """A results file that is missing, not JSON, or does not match the schema (the message names it)."""
 
 
-class _Strict(BaseModel):
+class StrictRecord(BaseModel):
     # NaN / inf are refused: a NaN token count would otherwise become a FAIL verdict ("nan vs B"),
     # an infinite B a "-100 %" miss. strict: no true -> 1 or "3" -> 3 in a hand-edited file.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
@@ -40,7 +40,7 @@ EvalCell = EvalNumbers
 """One system on one benchmark in a results file: the evaluation's numbers, one definition."""
 
 
-class BudgetInfo(_Strict):
+class BudgetInfo(StrictRecord):
     """How B was derived: ``target = fraction x baseline_mean`` (``figure`` says which number)."""
 
     fraction: float = Field(gt=0.0)
@@ -71,7 +71,7 @@ def pooled_tokens_mean(cells: dict[str, EvalCell], benchmarks: list[str], measur
     return sum(getattr(cells[b], f"tokens_{measure}") for b in benchmarks) / n if n else None
 
 
-class SilenceCounts(_Strict):
+class SilenceCounts(StrictRecord):
     """Held-out silent / sent messages per (agent, round) of one multi-agent system, pooled over the
     evaluated items: ``silent[a][r] <= sent[a][r]``, both [agents][rounds]. A call the protocol
     skipped (the agent was retired by its own silence) is not a sent message."""
@@ -90,7 +90,7 @@ class SilenceCounts(_Strict):
         return self
 
 
-class CarriedSystems(_Strict):
+class CarriedSystems(StrictRecord):
     """Systems of a baselines file that an earlier evaluation measured (``experiments run --resume``
     kept them and evaluated only the systems it lacked; :mod:`components.experiments.carry`). The
     top-level commit, config hash, MLflow runs and seconds are those of the latest evaluation; these
@@ -105,7 +105,7 @@ class CarriedSystems(_Strict):
     eval_seconds: float = Field(ge=0.0)
 
 
-class ResultsFile(_Strict):
+class ResultsFile(StrictRecord):
     """Everything the report needs about one experiment (no transcripts: kilobytes, not megabytes)."""
 
     schema_version: Literal[1]
@@ -182,8 +182,7 @@ class ResultsFile(_Strict):
             for key, value in agg.items():
                 if value is None:
                     continue
-                if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-                        or value < 0:
+                if not is_finite_number(value) or value < 0:
                     raise ValueError(f"summary.{system}.{key}: must be a finite number >= 0 or null, got {value!r}")
         return self
 
@@ -212,7 +211,7 @@ def write_results(path: str | Path, results: BaseModel) -> Path:
     return path
 
 
-def _format(exc: ValidationError, path: Path) -> str:
+def format_validation_error(exc: ValidationError, path: Path) -> str:
     lines = [f"{path}: does not match the results schema (version {SCHEMA_VERSION})"]
     for err in exc.errors()[:8]:
         where = ".".join(str(p) for p in err["loc"]) or "<root>"
@@ -259,13 +258,13 @@ def load_results(path: str | Path) -> ResultsFile:
     try:
         res = ResultsFile.model_validate(raw)
     except ValidationError as exc:
-        raise ResultsFileError(_format(exc, path)) from exc
+        raise ResultsFileError(format_validation_error(exc, path)) from exc
     if res.name != path.stem:
         raise ResultsFileError(f"{path}: name {res.name!r} does not match the file name {path.stem!r}")
     return res
 
 
-def _kind(path: Path) -> str | None:
+def file_kind(path: Path) -> str | None:
     try:
         raw = read_json(path)
     except ResultsFileError:
@@ -273,7 +272,7 @@ def _kind(path: Path) -> str | None:
     return raw.get("kind") if isinstance(raw, dict) else None
 
 
-def _json_files(folder: str | Path) -> list[Path]:
+def json_files(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ResultsFileError(f"{folder}: results path is not a folder")
@@ -282,24 +281,6 @@ def _json_files(folder: str | Path) -> list[Path]:
 
 def load_results_dir(folder: str | Path) -> dict[str, ResultsFile]:
     """Every ``*.json`` in ``folder`` by experiment name (sorted), proof files left out (see
-    :func:`load_proofs`). A missing folder is an empty result: the report then says NOT RUN for
-    everything instead of failing."""
-    return {p.stem: load_results(p) for p in _json_files(folder) if _kind(p) != "proof"}
-
-
-def load_proofs(folder: str | Path) -> dict[str, Any]:
-    """The proof files of ``folder`` (``kind: proof``), validated; errors name the file and key."""
-    from components.experiments.proof import ProofResults
-
-    out = {}
-    for path in _json_files(folder):
-        if _kind(path) != "proof":
-            continue
-        try:
-            proof = ProofResults.model_validate(read_json(path))
-        except ValidationError as exc:
-            raise ResultsFileError(_format(exc, path)) from exc
-        if proof.name != path.stem:
-            raise ResultsFileError(f"{path}: name {proof.name!r} does not match the file name {path.stem!r}")
-        out[path.stem] = proof
-    return out
+    :func:`components.experiments.proof.load_proofs`). A missing folder is an empty result: the
+    report then says NOT RUN for everything instead of failing."""
+    return {p.stem: load_results(p) for p in json_files(folder) if file_kind(p) != "proof"}

@@ -28,6 +28,7 @@ from components.evaluation.setting import item_ids_sha256
 from components.experiments.definitions import (
     Experiment,
     budget_from_calibration,
+    budget_overrides,
     experiment_config,
     read_calibration,
     select,
@@ -239,9 +240,7 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
             res: Any = run_proof(cfg, exp, overrides=list(exp.overrides) + [_recordable(t) for t in user],
                                  data_dir=Path(data_dir or cfg.data.out_dir), track=track, log=log, commit=commit)
         else:
-            overrides = list(exp.overrides) + [_recordable(t) for t in user]
-            if exp.budget_fraction is not None:
-                overrides.append(f"budget.fraction={exp.budget_fraction}")
+            overrides = list(exp.overrides) + [_recordable(t) for t in user] + budget_overrides(exp)
             carry = kept.get(exp.name)
             if carry is not None:  # --resume of a baselines file: evaluate only what it lacks
                 from components.experiments.carry import merge_carried, with_systems

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from components.config_sections import EPS_HIGH, EPS_LOW
 from components.errors import UserError
 
 __all__ = [
@@ -97,7 +98,7 @@ def _per_sequence_mean(x: Tensor, mask: Tensor, lengths: Tensor) -> Tensor:
 
 
 def gspo_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-              eps_low: float = 3e-4, eps_high: float = 4e-4, level: str = "sequence",
+              eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, level: str = "sequence",
               ref_logp: Tensor | None = None, kl_beta: float = 0.0) -> LossOutput:
     """Clipped GSPO / GSPO-token / GRPO-token policy loss, always aggregated per sequence.
 

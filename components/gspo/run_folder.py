@@ -17,6 +17,7 @@ from pathlib import Path
 
 from components.config import Config
 from components.errors import UserError
+from components.io import file_lock
 
 
 def check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
@@ -102,22 +103,16 @@ def exclusive(out: Path) -> Iterator[None]:
     Two runs into one folder would interleave their checkpoints, and an ``--overwrite`` would
     delete a running one's work while both report success. ``flock`` is released by the kernel
     when the holder dies, so a crashed run never blocks the ``--resume`` that follows it."""
-    import filelock
-
     if launch_rank() != 0:  # the other ranks of one run: rank 0 holds it for them
         yield
         return
-    out.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(out / ".train.lock"), thread_local=False)
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        raise UserError(f"{out}: another training is running in this folder (it holds {out / '.train.lock'}); "
-                        "wait for it to finish, or choose another --out") from None
-    try:
+    with file_lock(out / ".train.lock", timeout_s=0, busy=_training_running):
         yield
-    finally:
-        lock.release()
+
+
+def _training_running(lock: Path, _timeout_s: float) -> UserError:
+    return UserError(f"{lock.parent}: another training is running in this folder (it holds {lock}); "
+                     "wait for it to finish, or choose another --out")
 
 
 __all__ = ["RUN_OUTPUTS", "check_fresh_start", "check_resumable", "delete_earlier_run", "exclusive", "launch_rank"]

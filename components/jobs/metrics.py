@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from components.io import write_json_atomic
+from components.numbers import is_finite_number
 
 COLUMNS = ("n", "accuracy", "tokens", "silence", "reward", "lambda_tok", "budget", "noop")
 """The one small vocabulary of every smoke-chain metrics file, one file per row.
@@ -41,7 +42,7 @@ DIGITS = 4
 def _numbers(value: Any, where: str) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _numbers(v, f"{where}.{k}") for k, v in value.items()}
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not is_finite_number(value):
         raise ValueError(f"metrics {where}: {value!r} is not a finite number")
     return value
 

@@ -74,7 +74,7 @@ class RolloutJob(Job):
         model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
                                  silence_marker=cfg.mas.silence_marker)
         if self.silence_prior:  # the policy train starts from (step 0): the base model plus the silence row
-            from components.gspo.job import load_train_items
+            from components.data.train_items import load_train_items
             from components.mas.prior import apply_silence_prior
 
             if cfg.model.silence_prior <= 0:

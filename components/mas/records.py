@@ -15,12 +15,29 @@ Who fills what (each field is written by exactly one step, see docs/architecture
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from components.scoring.result import Graded, ScoreResult
 
-if TYPE_CHECKING:
-    from components.reward.reward import RewardBreakdown
+TOKEN_MEASURES = ("completion", "communicated", "total")
+"""what ``reward.token_measure`` may count (the reward's token term, the budget's B)"""
+
+
+def measured_tokens(counts: Any, measure: str) -> int | None:
+    """``counts``' tokens under ``measure`` (a :class:`Message` or an :class:`Episode`: its
+    ``<measure>_tokens``), or None for an unknown measure (each caller names its own key)."""
+    return getattr(counts, f"{measure}_tokens") if measure in TOKEN_MEASURES else None
+
+
+class EpisodeReward(Protocol):
+    """What the records need of the reward set on an episode: the reward layer's
+    :class:`components.reward.reward.RewardBreakdown` (a protocol here because the reward reads
+    these records, so the records may not import it: docs/architecture.md, "Layers")."""
+
+    total: float
+    repetition: float
+
+    def parts(self) -> dict[str, float]: ...
 
 
 @dataclass
@@ -69,6 +86,10 @@ class Message:
         """k tokens delivered to r recipients cost k*r."""
         return 0 if self.silent else self.completion_tokens * len(self.recipients)
 
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
 
 @dataclass
 class Episode(Graded):
@@ -84,7 +105,7 @@ class Episode(Graded):
     """the aggregated answer text, set by voting"""
     grade: ScoreResult | None = None
     """set by grading; None until then"""
-    reward: RewardBreakdown | None = None
+    reward: EpisodeReward | None = None
     """set by the reward step; None until then"""
 
     @property
@@ -114,13 +135,10 @@ class Episode(Graded):
 
     def tokens(self, measure: str) -> int:
         """Token count under a measure: completion | communicated | total."""
-        if measure == "completion":
-            return self.completion_tokens
-        if measure == "communicated":
-            return self.communicated_tokens
-        if measure == "total":
-            return self.total_tokens
-        raise ValueError(f"unknown token measure {measure!r} (allowed: completion, communicated, total)")
+        count = measured_tokens(self, measure)
+        if count is None:
+            raise ValueError(f"unknown token measure {measure!r} (allowed: {', '.join(TOKEN_MEASURES)})")
+        return count
 
     def to_dict(self, compact: bool = True) -> dict[str, Any]:
         out = asdict(self)

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from components.errors import UserError
-from components.io import atomic_dir, file_sha256
+from components.io import atomic_dir, file_lock, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -157,22 +157,19 @@ def cached_folder(cache_dir: str | Path) -> Path:
     converts, the others block on it and then find the complete folder. A folder without the
     marker (a crash mid-conversion, from before the lock) is converted again and swapped in.
     """
-    from filelock import FileLock, Timeout
-
     gguf_path = find_gguf()
     sha = file_sha256(gguf_path)
     folder = Path(cache_dir).expanduser() / f"{ALIAS}-{sha[:16]}"
     if _is_complete(folder, sha):
         return folder  # the common case: no lock, no waiting
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(folder.parent / f"{folder.name}.lock"), timeout=LOCK_TIMEOUT_S)
-    try:
-        with lock:
-            if not _is_complete(folder, sha):  # another process may have finished while we waited
-                log.info("converting %s to a bf16 HF folder at %s (once)", gguf_path.name, folder)
-                convert_gguf(gguf_path, folder)
-    except Timeout as exc:
-        raise ModelNotFoundError(f"waited {LOCK_TIMEOUT_S:.0f} s for another process converting {gguf_path.name} "
-                                 f"into {folder}: {lock.lock_file} is still locked (a hung conversion? the lock is "
-                                 f"released when its holder exits)") from exc
+
+    def hung(lock_file: Path, timeout_s: float) -> ModelNotFoundError:
+        return ModelNotFoundError(f"waited {timeout_s:.0f} s for another process converting {gguf_path.name} "
+                                  f"into {folder}: {lock_file} is still locked (a hung conversion? the lock is "
+                                  f"released when its holder exits)")
+
+    with file_lock(folder.parent / f"{folder.name}.lock", LOCK_TIMEOUT_S, busy=hung):
+        if not _is_complete(folder, sha):  # another process may have finished while we waited
+            log.info("converting %s to a bf16 HF folder at %s (once)", gguf_path.name, folder)
+            convert_gguf(gguf_path, folder)
     return folder

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 from components.config import RewardConfig
 from components.errors import UserError
-from components.mas.records import Episode, Message
+from components.mas.records import TOKEN_MEASURES, Episode, Message, measured_tokens
 from components.reward.repetition import episode_repetition, message_repetitions
 
 PART_KEYS = ("task", "tokens_penalty", "turn_penalty", "repetition_penalty", "tokens")
@@ -71,13 +71,10 @@ def _check_lambda(lambda_tok: float) -> float:
 
 def message_tokens(message: Message, measure: str) -> int:
     """One message's tokens under ``measure``; summed over messages this equals ``Episode.tokens``."""
-    if measure == "completion":
-        return message.completion_tokens
-    if measure == "communicated":
-        return message.communicated_tokens
-    if measure == "total":
-        return message.prompt_tokens + message.completion_tokens
-    raise RewardError(f"reward.token_measure: unknown {measure!r} (allowed: completion, communicated, total)")
+    count = measured_tokens(message, measure)
+    if count is None:
+        raise RewardError(f"reward.token_measure: unknown {measure!r} (allowed: {', '.join(TOKEN_MEASURES)})")
+    return count
 
 
 def _repetition_inputs(episode: Episode) -> tuple[list[bool], list[list[int]]]:

@@ -17,6 +17,7 @@ import optuna
 
 from components.comparison import ItemScore
 from components.config import Config
+from components.config_sections import EPS_LOW
 from components.search.study import TrialOutcome
 
 TOKEN_FACTOR = {"complete": 1.0, "debate": 1.25, "star": 0.7, "chain": 0.55, "layered": 0.65, "custom": 1.0}
@@ -33,7 +34,7 @@ def synthetic_outcome(cfg: Config, seconds: float = 0.0) -> TrialOutcome:
     mean_tokens = m * r * per_message * TOKEN_FACTOR[topo] * target_pull
     accuracy = (0.25 + 0.12 * math.log2(m) + 0.06 * (r - 1) + ACCURACY_BONUS[topo] - 0.08 * lam
                 - 0.05 * abs(math.log10(cfg.gspo.lr) + 6.0) + 0.02 * math.log2(cfg.gspo.group_size / 4.0)
-                - 50.0 * abs(cfg.gspo.eps_low - 3e-4))
+                - 50.0 * abs(cfg.gspo.eps_low - EPS_LOW))
     episodes = cfg.search.trial_steps * cfg.gspo.questions_per_step * cfg.gspo.group_size + cfg.search.dev_items
     accuracy = min(1.0, max(0.0, accuracy))
     return TrialOutcome(dev_accuracy=accuracy, mean_tokens_per_episode=mean_tokens,

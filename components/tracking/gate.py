@@ -35,7 +35,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from components.comparison import ItemScore
-from components.evaluation.items import ITEMS_ARTIFACT, ITEMS_PARAM, MAIN_PARAM, decode, headline, items_sha256, scores
+from components.items_file import ITEMS_ARTIFACT, ITEMS_PARAM, MAIN_PARAM, decode, headline, items_sha256, scores
 from components.tracking.errors import PromotionError
 
 LATEST_RUN_TAG = "eval.latest_run_id"

@@ -43,7 +43,7 @@ def protocol_differences(evaluated: Mapping[str, Any], recorded: Mapping[str, An
     an evaluation setting's ``protocol``; ``recorded``: a version's ``mas``, completed with today's
     defaults). The best-known keys come first."""
     from components.config import MasConfig
-    from components.evaluation.setting import protocol_of
+    from components.config_sections import protocol_of
 
     served = protocol_of(MasConfig.model_validate(dict(recorded)))
     keys = [k for k in SHOWN_KEYS if k in evaluated] + sorted(k for k in evaluated if k not in SHOWN_KEYS)

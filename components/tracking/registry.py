@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from filelock import FileLock, Timeout
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
+from components.io import file_lock
 from components.tracking.errors import PromotionError
 
 LOCK_TAG = "promotion.lock"
@@ -78,18 +78,8 @@ def _sqlite_path(uri: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path, timeout_s: float) -> Iterator[None]:
-    lock = FileLock(str(path), timeout=timeout_s, thread_local=False)
-    try:
-        lock.acquire()
-    except Timeout as exc:
-        raise PromotionError(f"promotion lock {path} still held after {timeout_s:.0f} s "
-                             f"(another promotion running?)") from exc
-    try:
-        yield
-    finally:
-        lock.release()
+def _promotion_running(path: Path, timeout_s: float) -> PromotionError:
+    return PromotionError(f"promotion lock {path} still held after {timeout_s:.0f} s (another promotion running?)")
 
 
 def _read_lease(client: MlflowClient, name: str) -> tuple[str | None, float]:
@@ -164,7 +154,7 @@ def promotion_lock(client: MlflowClient, name: str, *, kind: LockKind = "auto", 
             raise PromotionError(f"file lock needs a sqlite:/// registry, got {_registry_uri(client)}")
         db.parent.mkdir(parents=True, exist_ok=True)
         safe = re.sub(r"[^\w.\-]", "_", name)
-        with _file_lock(db.with_name(f"{db.name}.{safe}.promotion.lock"), timeout_s):
+        with file_lock(db.with_name(f"{db.name}.{safe}.promotion.lock"), timeout_s, busy=_promotion_running):
             yield LockHandle("file")
     elif resolved == "tag":
         with _tag_lease(client, name, timeout_s, ttl_s) as handle:

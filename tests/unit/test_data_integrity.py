@@ -23,7 +23,7 @@ from components.data.expectations import validate, validate_frame
 from components.data.integrity import DataIntegrityError, TextLimits
 from components.data.prepare import PARQUET_SCHEMA, load_split, records_to_table
 from components.data.spec import DataError, DataValidationError
-from components.gspo.job import load_train_items
+from components.data.train_items import load_train_items
 
 FIX = "re-run `agent-gspo prepare --benchmarks gsm8k`"
 

@@ -5,8 +5,8 @@ import random
 import pytest
 
 from components.data.item import Item
+from components.data.sampling import SamplingError, derived_seed, sample_items
 from components.errors import UserError
-from components.evaluation.sampling import SamplingError, derived_seed, sample_items
 
 ITEMS = [Item(id=f"gsm8k/test/{i}", benchmark="gsm8k", question=f"q{i}", answer=str(i), answer_type="numeric")
          for i in range(50)]

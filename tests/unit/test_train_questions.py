@@ -9,9 +9,9 @@ import pytest
 
 from components.config import load_config
 from components.data.item import Item
+from components.data.sampling import sample_items
+from components.data.train_items import load_train_items
 from components.errors import UserError
-from components.evaluation.sampling import sample_items
-from components.gspo.job import load_train_items
 from components.gspo.trainer import QuestionSampler
 
 BIG = [Item(id=f"g/{i}", benchmark="gsm8k", split="train", question=f"q{i}", answer=str(i), answer_type="numeric")

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from components.mas.prefill import CacheLayout, PrefixPlan, prefill
+from components.mas.sampling import Generation, sample_from, top_p_filter
 
 LEN_BUCKET = 64
 MIN_ROWS = 8
@@ -156,8 +157,6 @@ class StaticPool:
     # -- the step --------------------------------------------------------------------------------
     def _step(self, s: _Slot, greedy: bool, top_p: float, t_host: int | None = None) -> None:
         """One token for every row, entirely on the device (``t_host`` only for a logits processor)."""
-        from components.mas.decode import _top_p_filter, sample_from
-
         dec, stops, neg = self.dec, self.dec.stops, float("-inf")
         s.mask.index_fill_(-1, s.write, True)
         mask = s.mask if self._sdpa else torch.where(s.mask, 0.0, torch.finfo(self._dtype).min).to(self._dtype)
@@ -182,7 +181,7 @@ class StaticPool:
         else:
             probs = logp_all.exp()
             if top_p < 1.0:
-                probs = _top_p_filter(probs, top_p)
+                probs = top_p_filter(probs, top_p)
             nxt = sample_from(probs, self.gen)
         nxt = nxt.masked_fill(s.done, stops.pad)
         col = t.view(1, 1).expand(s.rows, 1)
@@ -268,7 +267,6 @@ class StaticPool:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: Any, generator: torch.Generator | None,
                  plan: PrefixPlan | None, first_masked: list[bool] | None) -> Any:
-        from components.mas.decode import Generation
 
         dec, b, n_new = self.dec, len(prompts), sampling.max_new_tokens
         layout = CacheLayout(dec.stops.pad, n_new, dec.device, dec.cache_kw, keep_dynamic=True)

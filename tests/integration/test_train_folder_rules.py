@@ -114,11 +114,15 @@ def test_damaged_checkpoints_and_unusable_folders_fail_by_name(prepared_data: Pa
         res = _run(prepared_data, copy, "--resume")
         lines = [line for line in res.stderr.splitlines() if line.startswith("agent-gspo train: error:")]
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
-        assert str(target) in lines[0] and "corrupt or unreadable checkpoint file" in lines[0], lines
+        # a hashed file fails its sha256 (meta.json's list) before it is parsed; meta.json itself fails to parse
+        assert str(target) in lines[0] and ("corrupt or unreadable checkpoint file" in lines[0]
+                                            or "content changed since the checkpoint was written" in lines[0]), lines
     assert _snapshot(out) == before
 
     # files that parse but hold the wrong contents: the same one error naming them, never a traceback
     import torch
+
+    from components.gspo.checkpoint_integrity import hash_files
 
     step2 = Path("checkpoints") / "step-000002"
     meta = json.loads((out / step2 / "meta.json").read_text())
@@ -132,6 +136,10 @@ def test_damaged_checkpoints_and_unusable_folders_fail_by_name(prepared_data: Pa
         copy = tmp_path / f"contents-{name}"
         shutil.copytree(out, copy)
         write(copy / step2 / part)
+        if part != "meta.json":  # hashes rewritten to match: the content checks behind the sha256 list still hold
+            rewritten = json.loads((copy / step2 / "meta.json").read_text())
+            rewritten["files"] = hash_files(copy / step2)
+            (copy / step2 / "meta.json").write_text(json.dumps(rewritten))
         res = _run(prepared_data, copy, "--resume")
         lines = [line for line in res.stderr.splitlines() if line.startswith("agent-gspo train: error:")]
         assert res.returncode == 2 and "Traceback" not in res.stderr and "resumed from" not in res.stderr, \

@@ -18,7 +18,7 @@ Substituted, and nothing else (every option the README gives is passed as writte
   and ``AGENT_GSPO_MODEL_CACHE`` in that folder.
 
 Which decision ``promote`` takes is not checked (the gate's rule may keep the champion on a tiny
-evaluation), only that it exits 0 and prints its decision line for the candidate it was given.
+evaluation), only that it exits 0 and prints its decision block for the candidate it was given.
 About 2 minutes on 2 CPU cores. The order itself is also checked without running anything:
 ``tests/unit/test_docs.py``.
 """
@@ -60,5 +60,7 @@ def test_readme_used_by_block_runs_in_order_on_a_fresh_registry(tmp_path: Path, 
         assert res.returncode == 0, f"{shown}: exit {res.returncode}\n{res.stderr[-3000:]}"
         if cmd[1] == "promote":
             version = cmd[cmd.index("--candidate") + 1].rsplit("/", 1)[1]
-            assert re.search(rf"^agent-gspo-policy v{version}: \S+ \(", res.stdout, re.M), (
-                f"{shown}: no decision line\n{res.stdout[-2000:]}")
+            refused = re.search(rf"^agent-gspo-policy v{version}: refused - ", res.stdout, re.M)  # one line
+            block = (re.search(rf"^agent-gspo-policy v{version} under setting ", res.stdout, re.M)
+                     and re.search(r"^  decision: (champion|challenger|rejected|unchanged) - ", res.stdout, re.M))
+            assert refused or block, f"{shown}: no decision printed\n{res.stdout[-2000:]}"

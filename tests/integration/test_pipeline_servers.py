@@ -221,7 +221,7 @@ def test_pipeline_end_to_end(prefect: PrefectServer, mlflow_srv: MlflowServer, t
             logs += [entry.message for entry in page]
     # progress reaches the Prefect logs: training steps, evaluation batches with counts, the gate's setting
     assert any(m.startswith("step 2/2") for m in logs), logs[-50:]
-    assert any(m.startswith("evaluate agent_gspo (pooled): batch 1/1 done, 2/2 items") for m in logs), logs[-50:]
+    assert any(m.startswith("evaluate agent_gspo (pooled): 2 items in 1 batch") for m in logs), logs[-50:]
     assert any(m.startswith("promote models:/agent-gspo-policy/") for m in logs), logs[-50:]
     keys = {a.key for a in arts}
     assert {"data-validation", "training-curves", "evaluation", "promotion"} <= keys, keys

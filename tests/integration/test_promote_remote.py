@@ -19,10 +19,10 @@ from pathlib import Path
 import mlflow
 import pytest
 from helpers.servers import mlflow_server, mlflow_template_db
+from unit import gate_helpers  # tests/ is on sys.path (pyproject: pythonpath)
 
 from components.config import load_config
 from components.evaluation.setting import planned_setting
-from components.tracking import GateResult, write_result
 from components.tracking.policy_model import log_policy_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -51,7 +51,8 @@ def test_promote_warns_about_the_served_protocol_and_writes_nothing_in_the_worki
         registry: tuple[str, Path | None], prepared_data: Path, tmp_path: Path) -> None:
     uri, artifacts = registry
     sets = ["model.name=tiny-random", "mas.agents=2", "mas.rounds=2", "eval.limit=1", "eval.benchmarks=[gsm8k]",
-            "registry.min_accuracy=0", f"tracking.uri={uri}", f"data.out_dir={prepared_data}"]
+            "registry.min_accuracy=0", "registry.gate.min_items=2", f"tracking.uri={uri}",
+            f"data.out_dir={prepared_data}"]
     cfg = load_config(ROOT / "params.yaml", None, sets)
     mlflow.set_tracking_uri(uri)
     exp = mlflow.create_experiment("promote-remote", artifact_location=str(artifacts) if artifacts else None)
@@ -59,9 +60,9 @@ def test_promote_warns_about_the_served_protocol_and_writes_nothing_in_the_worki
         version = str(log_policy_model(helpers.build_tiny_hf_model(tmp_path / "policy"), registered_name=NAME,
                                        tags={}, tracking_uri=uri,
                                        settings=helpers.system_settings("mas.agents=3", "mas.rounds=2")).version)
-    setting = planned_setting(cfg)
-    write_result(mlflow.MlflowClient(uri), NAME, version, setting.key(), setting.model_dump(mode="json"),
-                 GateResult(0.5, 100.0, 1, "run"))
+    setting = planned_setting(cfg)  # an evaluation with its per-item record under the gate's setting
+    gate_helpers.evaluate(mlflow.MlflowClient(uri), tmp_path, NAME, version,
+                          gate_helpers.records([True, False], 100.0), key=setting.key())
 
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -71,7 +72,7 @@ def test_promote_warns_about_the_served_protocol_and_writes_nothing_in_the_worki
            *[a for s in sets for a in ("--set", s)]]
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"{NAME} v{version}: champion" in proc.stdout
+    assert f"{NAME} v{version} under setting" in proc.stdout and "decision: champion" in proc.stdout
     warnings = [line for line in proc.stderr.splitlines() if "records another protocol for serving" in line]
     assert len(warnings) == 1 and "agents 2->3" in warnings[0], proc.stderr[-3000:]
     assert sorted(p.name for p in cwd.iterdir()) == []

@@ -77,8 +77,8 @@ def test_repro_exp_run_temp_queue_show_and_metrics_diff(tmp_path: Path) -> None:
     assert _ran(first) == ["prepare", "validate", "train", "evaluate"]  # the smoke chain, never the experiments
     again = _run(repo, "dvc", "repro")
     assert _ran(again) == [] and "Data and pipelines are up to date" in again.stdout
-    for name in ("data", "train", "eval"):
-        assert json.loads((repo / "metrics" / f"{name}.json").read_text())
+    for name in ("data.json", "train.json", "eval/agent_gspo.json", "eval/mas_untrained.json"):
+        assert json.loads((repo / "metrics" / name).read_text())
     _run(repo, "dvc", "repro", "-s", "experiments/dvc.yaml:report")  # the report alone, from results/*.json
     _run(repo, "dvc", "repro", "-s", "experiments/dvc.yaml:report_cap128")  # and the cap-128 set's
     _run(repo, "git", "add", "-A")

@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # `python bench/message_lengths.py`: make the rep
 
 from components.config import load_config  # noqa: E402
 from components.data.prepare import load_split  # noqa: E402
-from components.evaluation.sampling import sample_items  # noqa: E402
+from components.data.sampling import sample_items  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
 from components.models import load_policy  # noqa: E402
 

@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from components.config import load_config
+    from components.data.train_items import load_train_items
     from components.gspo.batching import minibatch_indices, pack_messages
-    from components.gspo.job import load_train_items
     from components.mas.engine import RolloutEngine
     from components.mas.environment import Environment
     from components.mas.prior import apply_silence_prior

@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # `python bench/silence_prior.py`: make the repo 
 
 from bench.common import ratio_line  # noqa: E402
 from components.config import load_config  # noqa: E402
-from components.gspo.job import load_train_items  # noqa: E402
+from components.data.train_items import load_train_items  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
 from components.mas.prior import apply_silence_prior, calibration_items  # noqa: E402
 from components.models import load_policy  # noqa: E402

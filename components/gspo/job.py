@@ -29,7 +29,7 @@ from typing import Any
 
 from components.config import Config
 from components.data.item import Item
-from components.data.train_items import load_train_items  # noqa: F401  (re-exported: bench/ imports it here)
+from components.data.train_items import load_train_items
 from components.errors import UserError, run_command
 from components.gspo.run_folder import check_fresh_start, check_resumable, delete_earlier_run, exclusive
 from components.progress import leaf, log_to_stderr

@@ -4,29 +4,44 @@ reports its peak, a phase that does not reports less, and the process-wide mark 
 from __future__ import annotations
 
 import resource
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from components.gspo.memory import GIB, PhasePeaks, rss_bytes
+from components.gspo.memory import PhasePeaks
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux /proc")
 
 
+_PHASES = """
+import json, time, torch
+from components.gspo.memory import GIB, PhasePeaks, rss_bytes
+peaks = PhasePeaks(torch.device("cpu"))
+base = rss_bytes()
+with peaks.phase("big"):
+    x = torch.ones(96 * 2**20)  # 384 MiB, touched (ones), so resident
+    time.sleep(0.3)  # 30 sampling intervals: room for a busy scheduler
+    del x
+with peaks.phase("small"):
+    time.sleep(0.05)
+print(json.dumps({"base_gb": base / GIB, **peaks.metrics()}))
+"""
+
+
 def test_a_phase_reports_the_peak_of_what_it_held() -> None:
-    peaks = PhasePeaks(torch.device("cpu"))
-    base = rss_bytes()
-    assert base is not None
-    with peaks.phase("big"):
-        x = torch.ones(96 * 2**20)  # 384 MiB, touched (ones), so resident
-        time.sleep(0.3)  # 30 sampling intervals: room for a busy scheduler
-        del x
-    with peaks.phase("small"):
-        time.sleep(0.05)
-    m = peaks.metrics()
-    assert m["perf/rss_big_gb"] >= base / GIB + 0.3
+    """Measured in a fresh interpreter: inside a long test session other threads (servers, loggers
+    of earlier tests) free and take memory at the same time, so the process's RSS need not grow by
+    what this phase holds (CI once saw 1.77 GB before and at the peak)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _PHASES], check=True, capture_output=True,
+                         text=True, timeout=120, cwd=Path(__file__).resolve().parents[2]).stdout
+    m = json.loads(out.strip().splitlines()[-1])
+    base = m.pop("base_gb")
+    assert m["perf/rss_big_gb"] >= base + 0.3
     assert m["perf/rss_small_gb"] < m["perf/rss_big_gb"] - 0.3
     assert set(m) == {"perf/rss_big_gb", "perf/rss_small_gb"}  # no CUDA keys on a CPU device
 

@@ -257,7 +257,8 @@ def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
 
 _CHECKOUT = Path(__file__).resolve().parents[1]
 PIPELINE_FILE_NAMES = ("manifest.json", "dvc.yaml", "dvc.lock")
-"""files that are inputs of the pipeline wherever they are (prepared data's and the mirror's manifests)"""
+"""files that are inputs of the pipeline wherever they are, in any letter case (prepared data's
+``manifest.json``, the mirror's ``MANIFEST.json``)"""
 PIPELINE_CODE = (_CHECKOUT / "components", _CHECKOUT / "flows", _CHECKOUT / "params.yaml")
 _INPUTS: set[Path] = set()
 
@@ -271,12 +272,14 @@ def register_pipeline_inputs(*paths: str | os.PathLike[str] | None) -> None:
     _INPUTS.update(Path(p).resolve() for p in paths if p)
 
 
-def _pipeline_input(path: Path) -> str | None:
+def _pipeline_input(path: Path, data_folder_ok: bool = False) -> str | None:
     """Why ``path`` (resolved: a symlink counts as its target) is an input of the pipeline, or None."""
     where = path.resolve()
-    if where.name in PIPELINE_FILE_NAMES:
+    if where.name.lower() in PIPELINE_FILE_NAMES:
         return f"a {where.name} file"
     for top in (*PIPELINE_CODE, *sorted(_INPUTS)):
+        if data_folder_ok and where == top and top in _INPUTS and not top.is_file():
+            continue  # a registered data folder itself: what `prepare --out` exists to replace
         if where == top or top in where.parents:
             return f"{'inside ' if where != top else ''}{top}"
     with contextlib.suppress(OSError):  # a hard link to the params file is the params file
@@ -285,12 +288,14 @@ def _pipeline_input(path: Path) -> str | None:
     return None
 
 
-def check_not_pipeline_input(path: str | os.PathLike[str], option: str) -> None:
+def check_not_pipeline_input(path: str | os.PathLike[str], option: str, *, data_folder_ok: bool = False) -> None:
     """Raise :class:`UserError` naming ``option`` when an output path is an input of the pipeline: the
     params file, any ``manifest.json``/``dvc.yaml``/``dvc.lock``, anything under ``data.out_dir``,
     ``data.mirror``, ``components/`` or ``flows/`` (the symlink's target, not the link, is judged).
-    One check for every output option, run before anything is written."""
-    why = _pipeline_input(Path(path))
+    One check for every output option, run before anything is written. ``data_folder_ok``: the
+    path may *be* ``data.out_dir`` or ``data.mirror`` (not be inside one): ``prepare --out``, which
+    refuses the mirror itself with its own message (``components.data.outputs.check_out_vs_mirror``)."""
+    why = _pipeline_input(Path(path), data_folder_ok)
     if why:
         raise UserError(f"{option} {path}: is {why}, an input of the pipeline; writing there would replace it "
                         "(nothing was written; give another path)")

@@ -16,9 +16,10 @@ from typing import Any
 
 MASK = "***"
 _URI = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>[^\s'\"<>]+?)(?=[,)\]]?(?:[\s'\"<>]|$))")
-_SECRET_PARAM = re.compile(
-    r"(?i)([?&;](?:password|passwd|pwd|pass|token|access_token|refresh_token|id_token|api[_-]?key|apikey|key|"
-    r"secret|client_secret|sig|signature|auth|credential|sslpassword)=)[^&#;\s'\"]*")
+_SECRET_NAMES = ("password", "passwd", "pwd", "pass", "token", "access_token", "refresh_token", "id_token",
+                 "api_key", "api-key", "apikey", "key", "secret", "client_secret", "sig", "signature", "auth",
+                 "credential", "sslpassword")
+_SECRET_PARAM = re.compile(rf"(?i)([?&;](?:{'|'.join(map(re.escape, _SECRET_NAMES))})=)[^&#;\s'\"]*")
 
 
 def _one(match: re.Match[str]) -> str:
@@ -47,3 +48,20 @@ def redact_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(redact_value(v) for v in value)
     return value
+
+
+def _any_case(word: str) -> str:
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+SECRET_FREE_PATTERN = (
+    "^(?!-- no password or token in a parameter: give the worker MLFLOW_TRACKING_USERNAME and "
+    "MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN --)"
+    r"(?![\s\S]*://[^\s'\"<>]*:[^\s'\"<>]*@)"
+    rf"(?![\s\S]*[?&;](?:{'|'.join(_any_case(n) for n in _SECRET_NAMES)})=)"
+)
+"""A JSON-schema ``pattern`` (ECMA and Python ``re`` alike: no inline flags) that a string matches
+only when :func:`redact` would leave it alone -- no ``scheme://user:password@`` and no secret
+query parameter -- or refuses a little more (a ``://`` without a scheme). The Prefect server
+checks deployment-run parameters against it before storing them (``flows/secret_params.py``); the
+first lookahead never matches and is there so the server's "does not match" error says what to do."""

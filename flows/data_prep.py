@@ -41,6 +41,7 @@ from components.config import Config
 from components.data.sources import input_fingerprint
 from components.data.spec import DataValidationError
 from components.jobs import ConfigSource, PrepareJob, ValidateJob
+from flows.secret_params import SecretFree, redacting
 
 
 def outputs_match_manifest(out_dir: Path, name: str) -> bool:
@@ -139,10 +140,12 @@ def _stage(job: PrepareJob, refresh: dict[str, bool]) -> dict[str, Any]:
     return {name: future.result() for name, future in futures.items()}
 
 
+@redacting
 @flow(name="data-prep", log_prints=True)
-def data_prep_flow(profile: str | None = None, params: str | None = None, mirror: str | None = None,
-                   benchmarks: list[str] | None = None, out_dir: str | None = None,
-                   overrides: list[str] | None = None, cfg: Config | None = None) -> str:
+def data_prep_flow(profile: SecretFree | None = None, params: SecretFree | None = None,
+                   mirror: SecretFree | None = None, benchmarks: list[SecretFree] | None = None,
+                   out_dir: SecretFree | None = None, overrides: list[SecretFree] | None = None,
+                   cfg: Config | None = None) -> str:
     """Prepare the configured benchmarks in parallel tasks, write the manifest, validate them.
 
     ``cfg`` is the pipeline's validated config; without it the flow loads ``params`` /

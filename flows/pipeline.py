@@ -33,6 +33,7 @@ from components.redact import redact
 from flows.data_prep import data_prep_flow
 from flows.logs import forward_logs
 from flows.run_folders import folder_overrides, run_folder, write_summary
+from flows.secret_params import SecretFree, redacting
 
 TAIL_LINES = 30
 """lines of a failed training's output logged in the task (its error line, or a traceback's end)"""
@@ -217,9 +218,11 @@ def _source(profile: str | None, params: str | None, overrides: list[str] | None
     return source.plus(folder_overrides(folder, prepares_data=prepares_data))
 
 
+@redacting
 @flow(name="agent-gspo-pipeline", log_prints=True)
-def pipeline_flow(profile: str | None = None, params: str | None = None, overrides: list[str] | None = None,
-                  best_params: str | None = None, run_root: str | None = None) -> dict[str, Any]:
+def pipeline_flow(profile: SecretFree | None = None, params: SecretFree | None = None,
+                  overrides: list[SecretFree] | None = None, best_params: SecretFree | None = None,
+                  run_root: SecretFree | None = None) -> dict[str, Any]:
     """prepare → validate → (search when ``search.enabled``) → train → evaluate → promote.
 
     ``best_params``: a best-parameters file (``search.out_params`` of the weekly search, written only
@@ -246,9 +249,10 @@ def pipeline_flow(profile: str | None = None, params: str | None = None, overrid
     return result
 
 
+@redacting
 @flow(name="agent-gspo-search", log_prints=True)
-def search_flow(profile: str | None = None, params: str | None = None, overrides: list[str] | None = None,
-                run_root: str | None = None) -> list[str]:
+def search_flow(profile: SecretFree | None = None, params: SecretFree | None = None,
+                overrides: list[SecretFree] | None = None, run_root: SecretFree | None = None) -> list[str]:
     """The weekly search alone: its best parameters land in ``search.out_params`` only as a candidate
     that beats the profile's beyond noise (returned; [] when nothing changed)."""
     folder = run_folder(run_root)
@@ -257,9 +261,11 @@ def search_flow(profile: str | None = None, params: str | None = None, overrides
     return best
 
 
+@redacting
 @flow(name="agent-gspo-evaluate", log_prints=True)
-def evaluate_flow(profile: str | None = None, params: str | None = None, overrides: list[str] | None = None,
-                  model: str | None = None, run_root: str | None = None) -> dict:
+def evaluate_flow(profile: SecretFree | None = None, params: SecretFree | None = None,
+                  overrides: list[SecretFree] | None = None, model: SecretFree | None = None,
+                  run_root: SecretFree | None = None) -> dict:
     """On-demand evaluation of a policy (a folder, HF id or ``models:/`` URI); a deployed run writes
     its evaluation into its dated folder, not ``eval/``."""
     folder = run_folder(run_root)

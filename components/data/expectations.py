@@ -40,7 +40,7 @@ from great_expectations.data_context.types.base import ProgressBarsConfig  # noq
 
 from components.data.integrity import TextLimits  # noqa: E402
 from components.data.spec import RECORD_COLUMNS, DataValidationError, get_spec  # noqa: E402
-from components.io import check_writable_dir, write_text_atomic  # noqa: E402
+from components.io import check_not_pipeline_input, check_writable_dir, write_text_atomic  # noqa: E402
 
 DUPLICATE = "repeats_earlier_record"
 """Derived 0/1 column: the row's question, choices and answer equal an earlier row's."""
@@ -325,6 +325,7 @@ def validate(
     from components.data.integrity import DataIntegrityError, TamperedDataError, read_checked
 
     data_dir, report_path = Path(data_dir), Path(report_path)
+    check_not_pipeline_input(report_path, "validation report (data.report_dir)")
     check_writable_dir(report_path.parent, "report folder (data.report_dir)")
     results: list[SuiteResult] = []
     tampered: list[str] = []

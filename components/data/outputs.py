@@ -39,6 +39,7 @@ from components.data.spec import RECORD_COLUMNS, DataError, DataWriteError, get_
 from components.errors import UserError
 from components.io import (
     atomic_path,
+    check_not_pipeline_input,
     check_writable_dir,
     file_lock,
     file_sha256,
@@ -186,6 +187,9 @@ def check_prepare(
     if repeated:
         raise UserError(f"benchmarks (--benchmarks / data.benchmarks): {', '.join(repeated)} listed more than once")
     check_out_vs_mirror(out_dir, mirror)
+    check_not_pipeline_input(out_dir, "output folder (--out / data.out_dir)", data_folder_ok=True)
+    if report_path is not None:
+        check_not_pipeline_input(report_path, "validation report (data.report_dir)")
     check_output_dirs(out_dir, report_path)
     read_manifest_entries(out_dir)
 

@@ -88,11 +88,23 @@ class SearchJob(Job):
     storage: str | None = Field(None, description="Optuna storage URL (default search.storage)")
     track: bool = Field(True, description="log a parent MLflow run with one nested run per trial")
 
+    def check_outputs(self) -> None:
+        """Refuse (exit 2, before any trial) a best-params file or sqlite study that is an input of
+        the pipeline: ``--set search.out_params=params.yaml`` replaced the params file."""
+        from components.io import check_not_pipeline_input, check_output_file
+
+        check_output_file(self.cfg.search.out_params, "best-params file (search.out_params)")
+        url = self.storage or self.cfg.search.storage or ""
+        if url.startswith("sqlite:///"):
+            check_not_pipeline_input(url[len("sqlite:///"):].split("?", 1)[0],
+                                     "Optuna storage (--storage / search.storage)")
+
     def run(self) -> Any:
         """:class:`components.search.SearchResult` of the whole study."""
         from components.search import SearchSpace, mlflow_tracker_factory, run_search
 
         cfg = self.cfg
+        self.check_outputs()
         tokens = self.budget_tokens if self.budget_tokens is not None else (cfg.search.budget_tokens or None)
         return run_search(cfg, SearchTrial(Path(cfg.data.out_dir)), trials=self.trials, budget_tokens=tokens,
                           budget_seconds=cfg.search.budget_seconds or None, storage=self.storage,

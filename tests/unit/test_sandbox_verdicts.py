@@ -9,7 +9,7 @@ from textwrap import dedent, indent
 
 import pytest
 
-from components.scoring.sandbox import CodeTask, run_task
+from components.scoring.sandbox import CodeTask, SandboxLimits, run_task
 from components.scoring.wire import WireError, decode, encode
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
@@ -111,12 +111,12 @@ def test_the_test_is_never_in_the_programs_memory() -> None:
                     return m.group(0).decode()
         return "not found"
         """), "    ")
-    res = run_task(CodeTask(PROMPT, steal, test, "add"), timeout_s=20, memory_mb=2048)
+    res = run_task(CodeTask(PROMPT, steal, test, "add"), timeout_s=20, limits=SandboxLimits(memory_mb=2048))
     assert not res.passed, "the program found the expected answer in its own memory"
     assert res.reason.startswith("exception: AssertionError"), res
     # control: the same search finds the answer when it is in the program's memory (as bytes only)
     planted = steal + "_bytes = bytearray(b'expected-') + bytearray(b'7f3a1c9e2b')\n"
-    assert run_task(CodeTask(PROMPT, planted, test, "add"), timeout_s=20, memory_mb=2048).passed
+    assert run_task(CodeTask(PROMPT, planted, test, "add"), timeout_s=20, limits=SandboxLimits(memory_mb=2048)).passed
 
 
 def test_exceptions_come_back_as_builtin_types() -> None:

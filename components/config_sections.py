@@ -109,8 +109,10 @@ class MasConfig(_Section):
     protocol: Literal["adaptive", "broadcast"] = Field(
         "adaptive",
         description="adaptive: silence retires an agent, nothing new = no call; broadcast: every agent every round")
-    turn_order: Literal["simultaneous", "in_turn"] = Field(
-        "simultaneous", description="cyclic topologies: one batched call per round, or agents one after another")
+    turn_order: Literal["simultaneous", "in_turn", "round0_in_turn"] = Field(
+        "simultaneous", description="cyclic topologies: one batched call per round, or agents one after another "
+                                    "(in_turn: every round; round0_in_turn: round 0 only, so a later agent hears "
+                                    "the earlier agents' first answers before it speaks)")
     max_message_tokens: int = Field(128, ge=1, le=32768, description="hard cap on tokens per message")
     context_tokens: int = Field(1024, ge=64, le=1_048_576, description="budget of earlier messages kept in a prompt")
     silence_marker: Name = Field("<silent>",

@@ -27,11 +27,18 @@ Turn order (``mas.turn_order``, cyclic topologies): ``simultaneous`` = one batch
 agents see the others' messages of earlier rounds only. ``in_turn`` = one call per agent, each
 seeing what the earlier agents of the same round said (N calls per round; on split information it
 cost 1.3-2.1x the tokens and 1.6x the time with no accuracy gain: README, "Multi-agent system").
-DAG topologies always speak in waves (see topology.py).
+``round0_in_turn`` = in turn in round 0 only, simultaneous after: in a simultaneous round 0 an agent
+falls silent before any answer exists, so its silence cannot depend on what was said (issue 52);
+in turn, agent k's first prompt holds agents 0..k-1's round-0 messages (their ids). DAG topologies
+always speak in waves (see topology.py); ``round0_in_turn`` splits round 0's waves into single agents.
 
 Split-information items (``Item.private_fact``): one agent per episode holds the fact, agent
 ``(h(item id) + group index) mod N`` with h a sha256 of the id, so the G episodes of a question
 spread the holder over the agents and evaluation (G = 1) gives every system the same holder.
+Items that fix their own team (``meta["agents"]``, ``meta["informed"]``, ``meta["notes"]``:
+:mod:`components.data.splitinfo_v2`) play with that many agents (at most ``mas.agents``; the
+others are padding, never prompted and not counted as skipped turns) and exactly that informed set
+(0, 1 or more agents), each agent reading its own note line.
 
 Accounting (token ids end to end):
 * ``Message.prompt_ids`` is the exact prompt the agent saw; ``completion_ids`` the sampled ids up to
@@ -44,7 +51,6 @@ Accounting (token ids end to end):
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -54,19 +60,15 @@ import torch
 
 from components.config import MasConfig
 from components.data.item import Item, as_items
-from components.errors import UserError
 from components.mas.context import PromptBuilder, model_window
 from components.mas.decode import Decoder, Generation, LogitsProcessor, Sampling, StopIds
 from components.mas.prefill import PrefixPlan, PrefixStore
 from components.mas.records import Episode, Message
 from components.mas.roles import DECIDER, item_family, role_names, system_prompt, task_family, user_prompt
+from components.mas.teams import RolloutInputError, episode_team, fact_holder  # noqa: F401  (re-exported)
 from components.mas.topology import build_adjacency, round_waves
 from components.models.silence import silence_token_id
 from components.progress import report
-
-
-class RolloutInputError(UserError):
-    """Items or arguments given to the rollout engine that it cannot use."""
 
 
 @dataclass
@@ -100,8 +102,10 @@ class _Turn:
 class _EpisodeState:
     item: Item
     group_index: int
-    holder: int | None = None
-    """the agent given the item's private fact (split-information items), else None"""
+    team: int
+    """agents that play this episode (``mas.agents``, or the item's own team size)"""
+    informed: frozenset[int] = frozenset()
+    """the agents given the item's private fact (split-information items)"""
     turns: list[_Turn] = field(default_factory=list)
     retired: set[int] = field(default_factory=set)
     """agents that were silent (adaptive protocol: never prompted again)"""
@@ -121,14 +125,6 @@ class _Row:
     prompt: list[int]
     prefix_len: int
     """length of the prompt's frame prefix (system prompt + task), reusable across rounds"""
-
-
-def fact_holder(item: Item, group_index: int, n_agents: int) -> int | None:
-    """The agent given ``item``'s private fact in episode ``group_index`` (None: no private fact)."""
-    if item.private_fact is None:
-        return None
-    h = int.from_bytes(hashlib.sha256(item.id.encode()).digest()[:4], "big")
-    return (h + group_index) % n_agents
 
 
 def length_buckets(lengths: list[int], *, max_ratio: float = 2.0, min_rows: int = 8) -> list[list[int]]:
@@ -171,6 +167,9 @@ class RolloutEngine:
         self.waves = round_waves(self.adj)
         if cfg.turn_order == "in_turn" and len(self.waves) == 1:
             self.waves = [[a] for a in self.waves[0]]
+        self.first_waves = ([[a] for wave in self.waves for a in wave] if cfg.turn_order == "round0_in_turn"
+                            else self.waves)
+        """round 0's waves: one agent each under ``round0_in_turn``, else :attr:`waves`"""
         self.roles = list(roles) if roles is not None else role_names(cfg.agents)
         if len(self.roles) != cfg.agents:
             raise RolloutInputError(f"roles: {len(self.roles)} names given for mas.agents={cfg.agents}")
@@ -232,13 +231,14 @@ class RolloutEngine:
     # -- one batched call ------------------------------------------------------------------------
     def _row(self, st: _EpisodeState, agent: int, role: str, call: int, senders: Callable[[_Turn], bool]) -> _Row:
         """The agent's prompt ids (frame + delivered messages) for this call."""
-        n_team = self.cfg.agents
+        n_team = st.team
         family = item_family(st.item)
         solo = self.solo or n_team == 1
         system = system_prompt(family, role, agent, 1 if solo else n_team, allow_silence=not solo)
         visible = [t for t in st.turns if t.call < call and not t.msg.silent and senders(t)]
         blocks = [self.builder.header(t.msg.agent_id, t.msg.role, t.msg.round) + t.body for t in visible]
-        frame = self.builder.frame(system, user_prompt(st.item, holds_fact=agent == st.holder), f"item {st.item.id}")
+        user = user_prompt(st.item, holds_fact=agent in st.informed, agent=agent)
+        frame = self.builder.frame(system, user, f"item {st.item.id}")
         ids, kept = self.builder.build(frame, blocks)
         for k in kept:
             visible[k].delivered.add(agent)
@@ -295,7 +295,7 @@ class RolloutEngine:
             msg = Message(question_id=st.item.id, group_index=st.group_index, agent_id=row.agent, role=row.role,
                           round=round_idx, prompt_ids=row.prompt, completion_ids=list(ids), logprobs=list(lps),
                           silent=silent, text="" if silent else self.tok.decode(body, skip_special_tokens=False),
-                          private=row.agent == st.holder, silence_prob=float(p_silent), silence_allowed=not must,
+                          private=row.agent in st.informed, silence_prob=float(p_silent), silence_allowed=not must,
                           truncated=not silent and len(body) == len(ids) >= sampling.max_new_tokens)
             st.turns.append(_Turn(msg, call, body))
             st.last_call[row.agent] = call
@@ -306,6 +306,8 @@ class RolloutEngine:
 
     def _prompted(self, st: _EpisodeState, agent: int, round_idx: int) -> bool:
         """Whether the protocol gives ``agent`` a turn now (see the module docstring)."""
+        if agent >= st.team:  # padding: not in this item's team
+            return False
         if self.cfg.protocol == "broadcast" or self.solo:
             return True
         if agent in st.retired:
@@ -331,9 +333,14 @@ class RolloutEngine:
         """The distinct first-round prompts of ``items`` for every agent, with every fact holder."""
         seen: dict[tuple[int, ...], None] = {}
         for item in as_items(list(items), "items"):
-            for holder in range(self.cfg.agents) if item.private_fact is not None else [None]:
-                st = _EpisodeState(item, 0, holder)
-                for a in range(self.cfg.agents):
+            if "agents" in item.meta:  # the item fixes its team and informed set
+                teams = [episode_team(item, 0, self.cfg.agents)]
+            else:
+                teams = [(self.cfg.agents, frozenset() if holder is None else frozenset({holder}))
+                         for holder in (range(self.cfg.agents) if item.private_fact is not None else [None])]
+            for team, informed in teams:
+                st = _EpisodeState(item, 0, team, informed)
+                for a in range(team):
                     seen.setdefault(tuple(self._row(st, a, self.roles[a], 0, lambda t: False).prompt), None)
         return [list(p) for p in seen]
 
@@ -351,7 +358,7 @@ class RolloutEngine:
             task_family(item.answer_type)  # raises on an answer type the roles cannot prompt for
         t_start = time.perf_counter()
         stats = RolloutStats(episodes=len(items) * group_size)
-        states = [_EpisodeState(item, g, fact_holder(item, g, self.cfg.agents))
+        states = [_EpisodeState(item, g, *episode_team(item, g, self.cfg.agents))
                   for item in items for g in range(group_size)]
         generator = torch.Generator(device=self.device).manual_seed(int(seed))
         sampling = Sampling(self.cfg.max_message_tokens, self.cfg.temperature, self.cfg.top_p, greedy,
@@ -361,12 +368,13 @@ class RolloutEngine:
         self.model.eval()
         # frame prefixes' KV, reused by later rounds of THIS rollout only (the weights are fixed here)
         store = PrefixStore() if self.cfg.rounds > 1 else None
-        calls = self.cfg.rounds * len(self.waves) + (self.cfg.aggregation == "decision_agent")
+        calls = (len(self.first_waves) + (self.cfg.rounds - 1) * len(self.waves)
+                 + (self.cfg.aggregation == "decision_agent"))
         try:
             with report("rollout", calls, "calls") as progress:
                 progress.detail = f"{len(states)} episodes"
                 for r in range(self.cfg.rounds):
-                    for wave in self.waves:
+                    for wave in self.first_waves if r == 0 else self.waves:
                         heard = [self._row(st, a, self.roles[a], call, lambda t, a=a: adj[t.msg.agent_id][a] == 1)
                                  for st in states for a in wave if self._prompted(st, a, r)]
                         rows = [row for row in heard if not self._repeats(row)]
@@ -380,7 +388,7 @@ class RolloutEngine:
                     progress.advance()
         finally:
             self.model.train(was_training)
-        episodes = [self._finish(st, self.cfg.rounds * n) for st in states]
+        episodes = [self._finish(st, self.cfg.rounds * st.team) for st in states]
         stats.total_s = time.perf_counter() - t_start
         self.last_stats = stats
         return episodes

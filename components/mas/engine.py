@@ -60,8 +60,9 @@ import torch
 
 from components.config import MasConfig
 from components.data.item import Item, as_items
+from components.mas.calls import CallContext, EngineOptions, RolloutStats, length_buckets  # noqa: F401  (re-exported)
 from components.mas.context import PromptBuilder, model_window
-from components.mas.decode import Decoder, Generation, LogitsProcessor, Sampling, StopIds
+from components.mas.decode import DecodeOptions, Decoder, Generation, Sampling, StopIds
 from components.mas.prefill import PrefixPlan, PrefixStore
 from components.mas.records import Episode, Message
 from components.mas.roles import DECIDER, item_family, role_names, system_prompt, task_family, user_prompt
@@ -69,24 +70,6 @@ from components.mas.teams import RolloutInputError, episode_team, fact_holder  #
 from components.mas.topology import build_adjacency, round_waves
 from components.models.silence import silence_token_id
 from components.progress import report
-
-
-@dataclass
-class RolloutStats:
-    """Throughput of the last :meth:`RolloutEngine.rollout` (for ``perf/rollout_tokens_per_s``)."""
-
-    episodes: int = 0
-    calls: int = 0
-    decode_steps: int = 0
-    generated_tokens: int = 0
-    generate_s: float = 0.0
-    total_s: float = 0.0
-    prefix_tokens_reused: int = 0
-    """prompt tokens not prefilled: served from the prefix store or from heads shared across rows"""
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.generated_tokens / self.generate_s if self.generate_s > 0 else 0.0
 
 
 @dataclass
@@ -127,40 +110,18 @@ class _Row:
     """length of the prompt's frame prefix (system prompt + task), reusable across rounds"""
 
 
-def length_buckets(lengths: list[int], *, max_ratio: float = 2.0, min_rows: int = 8) -> list[list[int]]:
-    """Group row indices by prompt length so a batched call pads little.
-
-    Rows are sorted by length; a bucket closes when the next prompt is more than ``max_ratio``
-    times its shortest one and it already has ``min_rows`` rows. Left-padding every row to the
-    longest prompt of a call made prompt-heavy batches (MMLU: 1,237 vs 560 tokens on average)
-    slower than one row at a time; a handful of buckets keeps the batching win. Each bucket runs
-    its own decode loop, so buckets split only at a 2x length ratio (GSM8K prompts of 174–383
-    tokens stay one call). Deterministic. ``max_ratio=math.inf``: one bucket (what the engine
-    uses on CUDA, see :attr:`RolloutEngine.bucket_ratio`).
-    """
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    buckets: list[list[int]] = []
-    for i in order:
-        if buckets and (lengths[i] <= max_ratio * max(1, lengths[buckets[-1][0]]) or len(buckets[-1]) < min_rows):
-            buckets[-1].append(i)
-        else:
-            buckets.append([i])
-    return buckets
-
-
 class RolloutEngine:
     """Generates multi-agent episodes with one shared policy (see module docstring).
 
-    ``roles`` overrides the rotated role names; ``solo`` prompts every agent as a lone solver (no
-    team, no silence; used by self-consistency); ``logits_processor`` and ``min_new_tokens`` go to
-    the decoder (tests force silence with the first; benchmarks fix lengths with the second).
-    A team's tokenizer must have the silence marker as one token
+    ``options`` (:class:`components.mas.calls.EngineOptions`): role names, solo prompting, and what
+    goes to the decoder besides ``cfg``. A team's tokenizer must have the silence marker as one token
     (:func:`components.models.silence.ensure_silence_token`; ``load_policy`` adds it).
     """
 
     def __init__(self, model, tokenizer, cfg: MasConfig, *, device: str | torch.device = "cpu",
-                 roles: list[str] | None = None, solo: bool = False,
-                 logits_processor: LogitsProcessor | None = None, min_new_tokens: int = 0):
+                 options: EngineOptions | None = None):
+        options = options or EngineOptions()
+        roles, solo = options.roles, options.solo
         self.model, self.tok, self.cfg = model, tokenizer, cfg
         self.device = torch.device(device)
         self.adj = build_adjacency(cfg.topology, cfg.agents, cfg.adjacency)
@@ -174,7 +135,7 @@ class RolloutEngine:
         if len(self.roles) != cfg.agents:
             raise RolloutInputError(f"roles: {len(self.roles)} names given for mas.agents={cfg.agents}")
         self.solo = solo
-        self.min_new_tokens = min_new_tokens
+        self.min_new_tokens = options.min_new_tokens
         if tokenizer.eos_token_id is None:
             raise RolloutInputError("tokenizer has no eos_token_id; set one (ChatML: <|im_end|>)")
         self.eos = int(tokenizer.eos_token_id)
@@ -195,10 +156,10 @@ class RolloutEngine:
         backend = "inductor" if cfg.static_cache and self.device.type == "cuda" else None
         self.first_banned = self._must_speak_banned() if cfg.must_answer and self.silence_first else None
         """[V] bool: ids the ``mas.must_answer`` speaker may not start with (see :meth:`must_speak`)"""
-        self.decoder = Decoder(model, stops, device=self.device, static_cache=bool(cfg.static_cache),
-                               compile_backend=backend, logits_processor=logits_processor,
-                               first_banned=self.first_banned, graph=cfg.decode == "static_graph",
-                               stop_check_every=cfg.stop_check_every)
+        decode = DecodeOptions(static_cache=bool(cfg.static_cache), compile_backend=backend,
+                               graph=cfg.decode == "static_graph", stop_check_every=cfg.stop_check_every)
+        self.decoder = Decoder(model, stops, device=self.device, options=decode,
+                               logits_processor=options.logits_processor, first_banned=self.first_banned)
         self.bucket_ratio = math.inf if self.device.type == "cuda" else 2.0
         """prompt-length ratio that splits a call into buckets (:func:`length_buckets`). On CPU padding
         costs arithmetic, so buckets pay. On CUDA a decode step is host-bound (24-33 ms for 32 rows of
@@ -261,17 +222,16 @@ class RolloutEngine:
         banned[[self.eos, self.silence_id]] = True
         return banned
 
-    def _generate(self, rows: list[_Row], sampling: Sampling, generator: torch.Generator,
-                  store: PrefixStore | None, no_silence: list[bool] | None = None) -> Generation:
+    def _generate(self, rows: list[_Row], ctx: CallContext, no_silence: list[bool] | None = None) -> Generation:
         """One batched decode per prompt-length bucket (see :func:`length_buckets`), results in row order."""
         ids: list[list[int]] = [[] for _ in rows]
         lps: list[list[float]] = [[] for _ in rows]
         silence = [0.0] * len(rows)
         steps = reused = 0
         for bucket in length_buckets([len(r.prompt) for r in rows], max_ratio=self.bucket_ratio):
-            plan = PrefixPlan([rows[i].prefix_len for i in bucket], store)
+            plan = PrefixPlan([rows[i].prefix_len for i in bucket], ctx.store)
             extra = {} if no_silence is None else {"no_silence": [no_silence[i] for i in bucket]}
-            gen = self.decoder.generate([rows[i].prompt for i in bucket], sampling, generator, plan, **extra)
+            gen = self.decoder.generate([rows[i].prompt for i in bucket], ctx.sampling, ctx.generator, plan, **extra)
             for k, (i, row_ids, row_lps) in enumerate(zip(bucket, gen.ids, gen.logprobs, strict=True)):
                 ids[i], lps[i] = row_ids, row_lps
                 silence[i] = gen.silence_prob[k] if gen.silence_prob else 0.0
@@ -279,11 +239,11 @@ class RolloutEngine:
             reused += gen.reused_tokens
         return Generation(ids, lps, steps, reused, silence)
 
-    def _run_call(self, rows: list[_Row], call: int, round_idx: int, sampling: Sampling,
-                  generator: torch.Generator, store: PrefixStore | None, stats: RolloutStats) -> None:
+    def _run_call(self, rows: list[_Row], call: int, round_idx: int, ctx: CallContext) -> None:
         t0 = time.perf_counter()
         speak = [self.must_speak(row.agent, round_idx) for row in rows]
-        gen = self._generate(rows, sampling, generator, store, speak if any(speak) else None)
+        gen = self._generate(rows, ctx, speak if any(speak) else None)
+        stats = ctx.stats
         stats.generate_s += time.perf_counter() - t0
         stats.calls += 1
         stats.decode_steps += gen.steps
@@ -296,7 +256,7 @@ class RolloutEngine:
                           round=round_idx, prompt_ids=row.prompt, completion_ids=list(ids), logprobs=list(lps),
                           silent=silent, text="" if silent else self.tok.decode(body, skip_special_tokens=False),
                           private=row.agent in st.informed, silence_prob=float(p_silent), silence_allowed=not must,
-                          truncated=not silent and len(body) == len(ids) >= sampling.max_new_tokens)
+                          truncated=not silent and len(body) == len(ids) >= ctx.sampling.max_new_tokens)
             st.turns.append(_Turn(msg, call, body))
             st.last_call[row.agent] = call
             st.last_prompt[row.agent] = row.prompt
@@ -367,7 +327,7 @@ class RolloutEngine:
         was_training = self.model.training
         self.model.eval()
         # frame prefixes' KV, reused by later rounds of THIS rollout only (the weights are fixed here)
-        store = PrefixStore() if self.cfg.rounds > 1 else None
+        ctx = CallContext(sampling, generator, PrefixStore() if self.cfg.rounds > 1 else None, stats)
         calls = (len(self.first_waves) + (self.cfg.rounds - 1) * len(self.waves)
                  + (self.cfg.aggregation == "decision_agent"))
         try:
@@ -379,12 +339,12 @@ class RolloutEngine:
                                  for st in states for a in wave if self._prompted(st, a, r)]
                         rows = [row for row in heard if not self._repeats(row)]
                         if rows:
-                            self._run_call(rows, call, r, sampling, generator, store, stats)
+                            self._run_call(rows, call, r, ctx)
                         call += 1
                         progress.advance()
                 if self.cfg.aggregation == "decision_agent":
                     rows = [self._row(st, n, DECIDER, call, lambda t: t.msg.agent_id < n) for st in states]
-                    self._run_call(rows, call, self.cfg.rounds, sampling, generator, store, stats)
+                    self._run_call(rows, call, self.cfg.rounds, ctx)
                     progress.advance()
         finally:
             self.model.train(was_training)

@@ -66,7 +66,7 @@ from components.mas.decode import DecodeOptions, Decoder, Generation, Sampling, 
 from components.mas.prefill import PrefixPlan, PrefixStore
 from components.mas.records import Episode, Message
 from components.mas.roles import DECIDER, item_family, role_names, system_prompt, task_family, user_prompt
-from components.mas.teams import RolloutInputError, episode_team, fact_holder  # noqa: F401  (re-exported)
+from components.mas.teams import RolloutInputError, Seating, episode_team, fact_holder  # noqa: F401  (re-exported)
 from components.mas.topology import build_adjacency, round_waves
 from components.models.silence import silence_token_id
 from components.progress import report
@@ -85,10 +85,9 @@ class _Turn:
 class _EpisodeState:
     item: Item
     group_index: int
-    team: int
-    """agents that play this episode (``mas.agents``, or the item's own team size)"""
-    informed: frozenset[int] = frozenset()
-    """the agents given the item's private fact (split-information items)"""
+    seats: Seating
+    """who plays: the team size (``mas.agents``, or the item's own), the agents given the item's
+    private fact (split-information items), whose note line each agent reads"""
     turns: list[_Turn] = field(default_factory=list)
     retired: set[int] = field(default_factory=set)
     """agents that were silent (adaptive protocol: never prompted again)"""
@@ -96,6 +95,14 @@ class _EpisodeState:
     """agent -> the call in which it last spoke"""
     last_prompt: dict[int, list[int]] = field(default_factory=dict)
     """agent -> the prompt ids it last answered (adaptive: the same prompt again is not a new turn)"""
+
+    @property
+    def team(self) -> int:
+        return self.seats.team
+
+    @property
+    def informed(self) -> frozenset[int]:
+        return self.seats.informed
 
 
 @dataclass
@@ -198,7 +205,9 @@ class RolloutEngine:
         system = system_prompt(family, role, agent, 1 if solo else n_team, allow_silence=not solo)
         visible = [t for t in st.turns if t.call < call and not t.msg.silent and senders(t)]
         blocks = [self.builder.header(t.msg.agent_id, t.msg.role, t.msg.round) + t.body for t in visible]
-        user = user_prompt(st.item, holds_fact=agent in st.informed, agent=agent)
+        note_of = st.seats.note_of  # the decider (agent N) reads no note
+        reads = note_of[agent] if agent < len(note_of) else agent
+        user = user_prompt(st.item, holds_fact=agent in st.informed, agent=reads)
         frame = self.builder.frame(system, user, f"item {st.item.id}")
         ids, kept = self.builder.build(frame, blocks)
         for k in kept:
@@ -294,13 +303,14 @@ class RolloutEngine:
         seen: dict[tuple[int, ...], None] = {}
         for item in as_items(list(items), "items"):
             if "agents" in item.meta:  # the item fixes its team and informed set
-                teams = [episode_team(item, 0, self.cfg.agents)]
-            else:
-                teams = [(self.cfg.agents, frozenset() if holder is None else frozenset({holder}))
-                         for holder in (range(self.cfg.agents) if item.private_fact is not None else [None])]
-            for team, informed in teams:
-                st = _EpisodeState(item, 0, team, informed)
-                for a in range(team):
+                seatings = [episode_team(item, 0, self.cfg.agents, solo=self.solo)]
+            else:  # every holder, in agent order
+                n = self.cfg.agents
+                seatings = [Seating(n, frozenset() if holder is None else frozenset({holder}), tuple(range(n)))
+                            for holder in (range(n) if item.private_fact is not None else [None])]
+            for seats in seatings:
+                st = _EpisodeState(item, 0, seats)
+                for a in range(seats.team):
                     seen.setdefault(tuple(self._row(st, a, self.roles[a], 0, lambda t: False).prompt), None)
         return [list(p) for p in seen]
 
@@ -318,7 +328,7 @@ class RolloutEngine:
             task_family(item.answer_type)  # raises on an answer type the roles cannot prompt for
         t_start = time.perf_counter()
         stats = RolloutStats(episodes=len(items) * group_size)
-        states = [_EpisodeState(item, g, *episode_team(item, g, self.cfg.agents))
+        states = [_EpisodeState(item, g, episode_team(item, g, self.cfg.agents, solo=self.solo))
                   for item in items for g in range(group_size)]
         generator = torch.Generator(device=self.device).manual_seed(int(seed))
         sampling = Sampling(self.cfg.max_message_tokens, self.cfg.temperature, self.cfg.top_p, greedy,

@@ -14,9 +14,11 @@ import torch
 from components.config import MasConfig
 from components.data.item import Item
 from components.data.splitinfo_v2 import generate_split
+from components.mas.baselines import baseline_engine
 from components.mas.engine import RolloutEngine, RolloutInputError, episode_team
 from components.mas.environment import Environment
 from components.mas.roles import user_prompt
+from components.mas.teams import Seating
 from components.models.tiny import build_tiny_model
 
 ITEM = Item(id="t/0", benchmark="gsm8k", question="What is 2 + 3?", answer="5", answer_type="numeric")
@@ -131,5 +133,19 @@ def test_a_team_the_engine_cannot_seat_is_named():
         episode_team(team_item(6, [0]), 0, 5)
     with pytest.raises(RolloutInputError, match=r"meta.informed=\[3\] must be agents in 0..2"):
         episode_team(team_item(3, [3]), 0, 5)
-    assert episode_team(FACT, 1, 3)[0] == 3 and len(episode_team(FACT, 1, 3)[1]) == 1
-    assert episode_team(ITEM, 0, 3) == (3, frozenset())
+    assert episode_team(FACT, 1, 3).team == 3 and len(episode_team(FACT, 1, 3).informed) == 1
+    assert episode_team(ITEM, 0, 3) == Seating(3, frozenset(), (0, 1, 2))
+
+
+def test_lone_solvers_read_the_fact_whenever_anyone_is_informed(tiny):
+    """single_cot and self-consistency on team items: each solver holds the fact when the item is
+    answerable (as a lone agent on a version-1 item always does), else reads agent 0's note."""
+    pair, nobody = team_item(3, [2], item_id="v2/3"), team_item(4, [], item_id="v2/4")
+    assert episode_team(pair, 0, 1, solo=True) == Seating(1, frozenset({0}), (2,))
+    assert episode_team(nobody, 0, 2, solo=True) == Seating(2, frozenset(), (0, 0))
+    for name, k in (("single_cot", 1), ("self_consistency", 3)):
+        engine = baseline_engine(name, *tiny, MasConfig(agents=3, rounds=1, max_message_tokens=3), k=k)
+        answerable, blind = engine.rollout([pair, nobody], 1, seed=0)
+        assert len(answerable.messages) == k and all(m.private for m in answerable.messages)
+        assert all("4321" in tiny[1].decode(m.prompt_ids) for m in answerable.messages)
+        assert not any(m.private or "4321" in tiny[1].decode(m.prompt_ids) for m in blind.messages)

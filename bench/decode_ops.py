@@ -37,6 +37,7 @@ if __package__ in (None, ""):  # `python bench/decode_ops.py`: make the repo roo
 from bench.common import MODELS, BenchSettings, build_policy, ratio_line  # noqa: E402
 from components.config import MasConfig  # noqa: E402
 from components.data.item import Item  # noqa: E402
+from components.mas.calls import EngineOptions  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
 
 VIEWS = {"aten.view", "aten._unsafe_view", "aten.t", "aten.transpose", "aten.slice", "aten.unsqueeze",
@@ -63,7 +64,7 @@ def _ours(model, tok, rows: int, tokens: int, mask: str = "4d") -> collections.C
     items = [Item(id=f"ops/{i}", benchmark="gsm8k", split="test", answer="1", answer_type="numeric",
                   question=f"What is {i} plus one?") for i in range(rows // 2)]
     cfg = MasConfig(agents=1, rounds=1, topology="complete", max_message_tokens=tokens, temperature=0.8, top_p=1.0)
-    engine = RolloutEngine(model, tok, cfg, device="cpu", min_new_tokens=tokens)
+    engine = RolloutEngine(model, tok, cfg, device="cpu", options=EngineOptions(min_new_tokens=tokens))
     engine.decoder.mask_4d = mask == "4d"
     with OpCounter() as counter:
         engine.rollout(items, 2, seed=0)

@@ -41,7 +41,7 @@ if __package__ in (None, ""):  # `python bench/decode_step.py`: make the repo ro
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import MODELS, BenchSettings, build_policy, ratio_line, sync  # noqa: E402
-from components.mas.decode import Decoder, Sampling, StopIds  # noqa: E402
+from components.mas.decode import DecodeOptions, Decoder, Sampling, StopIds  # noqa: E402
 
 Side = Callable[[int], None]
 """decode every row for exactly n new tokens"""
@@ -83,11 +83,11 @@ def make_sides(model, tok, args: argparse.Namespace, device: torch.device) -> di
         sides["ours_mask4d" if other.mask_4d else "ours_mask2d"] = ours_with(other)
     if args.static:
         backend = "inductor" if device.type == "cuda" else None  # torch.compile's inductor: CUDA only here
-        sides["ours_static"] = ours_with(Decoder(model, stops, device=device, static_cache=True,
-                                                 compile_backend=backend))
+        static = DecodeOptions(static_cache=True, compile_backend=backend)
+        sides["ours_static"] = ours_with(Decoder(model, stops, device=device, options=static))
     if args.graph or args.graph_only:  # mas.decode=static_graph: a CUDA graph per step (eager on CPU)
-        sides["ours_graph"] = ours_with(Decoder(model, stops, device=device, graph=True,
-                                                stop_check_every=args.stop_check_every))
+        graph = DecodeOptions(graph=True, stop_check_every=args.stop_check_every)
+        sides["ours_graph"] = ours_with(Decoder(model, stops, device=device, options=graph))
     if args.engine:
         sides["ours_engine"] = engine_side(model, tok, args, device)
     sides["peer"] = peer
@@ -100,6 +100,7 @@ def engine_side(model, tok, args: argparse.Namespace, device: torch.device) -> S
     from bench.common import load_questions
     from components.config import MasConfig
     from components.mas.baselines import single_cot_engine
+    from components.mas.calls import EngineOptions
 
     items, source = load_questions(max(1, args.rows // 8), "data")
     told = False
@@ -107,7 +108,7 @@ def engine_side(model, tok, args: argparse.Namespace, device: torch.device) -> S
     def side(n: int) -> None:
         nonlocal told
         cfg = MasConfig(agents=1, rounds=1, max_message_tokens=n, temperature=0.8, top_p=1.0)
-        engine = single_cot_engine(model, tok, cfg, device=device, min_new_tokens=n)
+        engine = single_cot_engine(model, tok, cfg, device=device, options=EngineOptions(min_new_tokens=n))
         eps = engine.rollout(items, min(8, args.rows), seed=1)
         if not told:  # say once what the engine decodes
             prompt = sum(len(ep.messages[0].prompt_ids) for ep in eps) / len(eps)

@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # `python bench/eval.py`: make the repo root impo
 
 from bench.common import add_eval_flags, ratio_line, timed_evaluation  # noqa: E402
 from components.config import Config, load_config  # noqa: E402
+from components.mas.calls import EngineOptions  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
 from components.models import load_policy  # noqa: E402
 
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     mas, benchmarks = ours_cfg.mas, ours_cfg.eval.benchmarks
     model, tok = load_policy(ours_cfg.model.name, cache_dir=ours_cfg.model.cache_dir, dtype=ours_cfg.model.dtype,
                              device=args.device)
-    engine = RolloutEngine(model, tok, mas, device=args.device, min_new_tokens=mas.max_message_tokens)
+    engine = RolloutEngine(model, tok, mas, device=args.device,
+                           options=EngineOptions(min_new_tokens=mas.max_message_tokens))
     n_items = args.items * len(benchmarks)
     print(f"settings: profile={args.profile} model={ours_cfg.model.name} device={args.device} "
           f"threads={torch.get_num_threads()} benchmarks={','.join(benchmarks)} items/benchmark={args.items} "

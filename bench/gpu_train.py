@@ -143,7 +143,7 @@ equal messages. The ids must match exactly either way."""
 def static_vs_dynamic(cfg, folder: Path, items: list, device: str) -> tuple[str, bool]:
     """Greedy 2-round episodes of the trained policy on the dynamic cache and on the static cache
     (uncompiled: compilation is what training exercised; this checks the cache logic exactly)."""
-    from components.mas.decode import Decoder
+    from components.mas.decode import DecodeOptions, Decoder
     from components.mas.engine import RolloutEngine
     from components.models import load_policy
 
@@ -153,7 +153,7 @@ def static_vs_dynamic(cfg, folder: Path, items: list, device: str) -> tuple[str,
     runs = []
     for static in (False, True):
         eng = RolloutEngine(model, tok, mas, device=device)
-        eng.decoder = Decoder(model, eng.decoder.stops, device=device, static_cache=static)
+        eng.decoder = Decoder(model, eng.decoder.stops, device=device, options=DecodeOptions(static_cache=static))
         t0 = time.perf_counter()
         eps = eng.rollout(items[:2], 2, seed=0, greedy=True)
         runs.append(([(m.completion_ids, m.logprobs) for ep in eps for m in ep.messages],

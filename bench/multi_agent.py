@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     from components.config import load_config
+    from components.mas.calls import EngineOptions
     from components.mas.engine import RolloutEngine
 
     bench = BenchSettings(model=args.model, device=args.device, seed=args.seed)
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.startswith("cuda"):
         settings["gpu"] = torch.cuda.get_device_name(args.device)
     print("settings: " + " ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
-    engine = RolloutEngine(model, tok, mas, device=args.device, min_new_tokens=tokens)
+    engine = RolloutEngine(model, tok, mas, device=args.device, options=EngineOptions(min_new_tokens=tokens))
 
     def ours() -> int:
         eps = engine.rollout(items, args.group, seed=args.seed)

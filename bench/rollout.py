@@ -29,6 +29,7 @@ if __package__ in (None, ""):  # `python bench/rollout.py`: make the repo root i
 from bench.common import MODELS, BenchInputError, BenchSettings, build_policy, ratio_line  # noqa: E402
 from components.config import MasConfig  # noqa: E402
 from components.data.item import Item  # noqa: E402
+from components.mas.calls import EngineOptions  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
 
 
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
              else "smollm2-shape (random init, hidden 576, 30 layers)")
     cfg = MasConfig(agents=args.agents, rounds=args.rounds, topology="complete", max_message_tokens=args.tokens,
                     temperature=0.8, top_p=1.0)
-    engine = RolloutEngine(model, tok, cfg, device=args.device, min_new_tokens=args.tokens)
+    engine = RolloutEngine(model, tok, cfg, device=args.device, options=EngineOptions(min_new_tokens=args.tokens))
     items = _items(args.questions)
     print(f"settings: model={shape} dtype={str(bench.dtype).removeprefix('torch.')} device={args.device} "
           f"threads={torch.get_num_threads()} questions={args.questions} G={args.group} agents={args.agents} "

@@ -121,6 +121,7 @@ def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
     from components.gspo.engines import build_engine
     from components.gspo.trainer import GSPOTrainer, seed_everything
     from components.mas.baselines import single_cot_engine
+    from components.mas.calls import EngineOptions
     from components.mas.environment import Environment
     from components.scoring.result import ScoreResult
 
@@ -138,7 +139,8 @@ def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
     seed_everything(s.seed)
     model, tok = build_policy(s)
     engine = build_engine(model, cfg.gspo, cfg.deepspeed, total_steps=cfg.gspo.steps * cfg.gspo.minibatches)
-    rollout = single_cot_engine(engine.module, tok, cfg.mas, device=s.device, min_new_tokens=s.tokens)
+    rollout = single_cot_engine(engine.module, tok, cfg.mas, device=s.device,
+                                options=EngineOptions(min_new_tokens=s.tokens))
 
     def judge(items: list[Item], episodes: list) -> None:  # the reward TRL's side gets: the message itself
         for ep in episodes:

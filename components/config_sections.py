@@ -15,8 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 BENCHMARKS = ("mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval")
 """the seven benchmarks of the paper (the default evaluation)"""
-ALL_BENCHMARKS = (*BENCHMARKS, "splitinfo")
-"""plus the generated split-information task (components/data/splitinfo.py), where silence is provable"""
+PREPARED_BENCHMARKS = (*BENCHMARKS, "splitinfo")
+"""what ``data.benchmarks`` prepares by default: the seven plus the generated split-information task
+(components/data/splitinfo.py), where silence is provable"""
+ALL_BENCHMARKS = (*PREPARED_BENCHMARKS, "splitinfo2")
+"""every benchmark name: plus the split-information task's second version (components/data/splitinfo_v2.py),
+prepared when a profile names it (``proof_v2``), so the default data and its manifest stay as they were"""
 EPS_LOW, EPS_HIGH = 3e-4, 4e-4
 """the paper's clip range [1 - 3e-4, 1 + 4e-4] of the sequence ratio: ``gspo.eps_low``/``eps_high``'s
 defaults, :func:`components.gspo.loss.gspo_loss`'s, and the synthetic search objective's optimum"""
@@ -29,7 +33,8 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
 
-BenchmarkName = Literal["mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval", "splitinfo"]
+BenchmarkName = Literal["mmlu", "gsm8k", "multiarith", "svamp", "aqua", "math500", "humaneval", "splitinfo",
+                        "splitinfo2"]
 BaselineName = Literal["single_cot", "self_consistency", "mas_untrained", "mas_prior"]
 BASELINE_NAMES: tuple[str, ...] = get_args(BaselineName)
 Name = Annotated[str, Field(min_length=1, pattern=r"\S")]
@@ -45,7 +50,8 @@ TRAIN_SOURCE_RE = re.compile(r"^(?P<bench>[a-z0-9]+)/(?P<split>[A-Za-z0-9_.-]+)$
 
 class DataConfig(_Section):
     benchmarks: list[BenchmarkName] = Field(
-        default_factory=lambda: list(ALL_BENCHMARKS), min_length=1, description="benchmarks to prepare and validate")
+        default_factory=lambda: list(PREPARED_BENCHMARKS), min_length=1,
+        description="benchmarks to prepare and validate")
     mirror: Name | None = Field("../shared/benchmarks", description="offline mirror folder (first source)")
     use_hub: bool = Field(True, description="fall back to the Hugging Face hub when the mirror lacks a file")
     out_dir: Name = Field("data", description="folder for prepared parquet files and manifest.json")
@@ -103,8 +109,10 @@ class MasConfig(_Section):
     protocol: Literal["adaptive", "broadcast"] = Field(
         "adaptive",
         description="adaptive: silence retires an agent, nothing new = no call; broadcast: every agent every round")
-    turn_order: Literal["simultaneous", "in_turn"] = Field(
-        "simultaneous", description="cyclic topologies: one batched call per round, or agents one after another")
+    turn_order: Literal["simultaneous", "in_turn", "round0_in_turn"] = Field(
+        "simultaneous", description="cyclic topologies: one batched call per round, or agents one after another "
+                                    "(in_turn: every round; round0_in_turn: round 0 only, so a later agent hears "
+                                    "the earlier agents' first answers before it speaks)")
     max_message_tokens: int = Field(128, ge=1, le=32768, description="hard cap on tokens per message")
     context_tokens: int = Field(1024, ge=64, le=1_048_576, description="budget of earlier messages kept in a prompt")
     silence_marker: Name = Field("<silent>",

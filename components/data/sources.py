@@ -277,10 +277,11 @@ def load_benchmark(benchmark: str, *, mirror: str | os.PathLike[str] | None, use
     spec = get_spec(benchmark)
     attempts: list[Attempt] = []
     if spec.generated:  # deterministic generator: no mirror or hub to ask
-        from components.data.splitinfo import GENERATOR_VERSION, generate
+        from components.data import splitinfo, splitinfo_v2
 
-        splits = generate()
-        label = f"generated:{GENERATOR_VERSION}"
+        generator = splitinfo_v2 if benchmark == splitinfo_v2.BENCHMARK else splitinfo
+        splits = generator.generate()
+        label = f"generated:{generator.GENERATOR_VERSION}"
         return Loaded(benchmark, label, splits, {f"{label}/{k}": v for k, v in _records_sha(splits).items()})
 
     if mirror is None:

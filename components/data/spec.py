@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from components.data import splitinfo_v2
 from components.data.item import ANSWER_TYPES  # noqa: F401  (re-exported: one list of answer types)
 from components.errors import UserError
 
@@ -66,6 +67,9 @@ class BenchmarkSpec:
     """split -> records that repeat an earlier record's question, choices and answer *in the
     upstream data itself* (counted on the offline mirror; MMLU repeats questions across and within
     subjects, MultiArith lists 20 problems twice). Validation allows at most this many (0 when absent)."""
+    design: dict[str, dict[str, tuple[object, ...]]] = field(default_factory=dict)
+    """Generated benchmarks with held-out families: split -> axis -> the phrasing families (or team
+    sizes) its items draw from; the held-out split shares none with train (``splitinfo2``)."""
 
 
 SPECS: dict[str, BenchmarkSpec] = {
@@ -145,6 +149,15 @@ SPECS: dict[str, BenchmarkSpec] = {
         {},
         "",
         generated=True,
+    ),
+    "splitinfo2": BenchmarkSpec(
+        "splitinfo2",
+        "numeric",
+        dict(splitinfo_v2.COUNTS),
+        {},
+        "",
+        generated=True,
+        design=splitinfo_v2.DESIGN,
     ),
 }
 

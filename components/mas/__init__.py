@@ -15,8 +15,9 @@ _EXPORTS = {
     "build_adjacency": "topology", "in_neighbours": "topology", "is_dag": "topology", "round_waves": "topology",
     "role_names": "roles", "system_prompt": "roles", "task_family": "roles",
     "format_transcript": "transcript", "episodes_summary": "transcript",
-    "run_baseline": "baselines", "baseline_engine": "baselines", "BASELINES": "baselines",
-    "Decoder": "decode", "Sampling": "decode", "Environment": "environment", "grade_episodes": "environment",
+    "run_baseline": "baselines", "baseline_engine": "baselines", "BASELINES": "baselines", "BaselineRun": "baselines",
+    "EngineOptions": "calls", "DecodeOptions": "decode", "Decoder": "decode", "Sampling": "decode",
+    "Environment": "environment", "grade_episodes": "environment",
     "vote": "voting",
 }
 

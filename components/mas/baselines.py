@@ -11,10 +11,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
 from components.config import MasConfig
 from components.data.item import Item
 from components.errors import UserError
+from components.mas.calls import EngineOptions
 from components.mas.engine import RolloutEngine
 from components.mas.environment import Environment
 from components.mas.records import Episode
@@ -27,10 +30,16 @@ def _with(cfg: MasConfig, **update) -> MasConfig:
     return MasConfig.model_validate({**cfg.model_dump(), **update})
 
 
+def _solo(kw: dict[str, Any], roles: list[str]) -> dict[str, Any]:
+    """``kw`` with its engine options (``options``, else the defaults) made lone solvers named ``roles``."""
+    options = kw.get("options") or EngineOptions()
+    return {**kw, "options": replace(options, roles=tuple(roles), solo=True)}
+
+
 def single_cot_engine(model, tokenizer, cfg: MasConfig, **kw) -> RolloutEngine:
     """1 agent x 1 round."""
     c = _with(cfg, agents=1, rounds=1, topology="complete", adjacency=None, aggregation="majority")
-    return RolloutEngine(model, tokenizer, c, roles=["solver"], solo=True, **kw)
+    return RolloutEngine(model, tokenizer, c, **_solo(kw, ["solver"]))
 
 
 def self_consistency_engine(model, tokenizer, cfg: MasConfig, k: int = 5, **kw) -> RolloutEngine:
@@ -39,7 +48,7 @@ def self_consistency_engine(model, tokenizer, cfg: MasConfig, k: int = 5, **kw) 
         raise UserError(f"self_consistency: k must be in 1..16 (eval.self_consistency_k), got {k}")
     c = _with(cfg, agents=k, rounds=1, topology="custom", adjacency=[[0] * k for _ in range(k)],
               aggregation="majority")
-    return RolloutEngine(model, tokenizer, c, roles=["solver"] * k, solo=True, **kw)
+    return RolloutEngine(model, tokenizer, c, **_solo(kw, ["solver"] * k))
 
 
 def mas_untrained_engine(model, tokenizer, cfg: MasConfig, **kw) -> RolloutEngine:
@@ -62,7 +71,19 @@ def baseline_engine(name: str, model, tokenizer, cfg: MasConfig, *, k: int = 5, 
     return _BUILDERS[name](model, tokenizer, cfg, **kw)
 
 
-def run_baseline(name: str, model, tokenizer, cfg: MasConfig, items: list[Item], *, seed: int,
-                 k: int = 5, greedy: bool = False, **kw) -> list[Episode]:
-    """One graded episode per item with the named baseline (``kw`` goes to RolloutEngine: device, ...)."""
-    return Environment(baseline_engine(name, model, tokenizer, cfg, k=k, **kw)).play(items, 1, seed=seed, greedy=greedy)
+@dataclass(frozen=True)
+class BaselineRun:
+    """How :func:`run_baseline` plays: the sampling seed, self-consistency's k (``eval.self_consistency_k``),
+    greedy decoding, and the engine's device and options."""
+
+    seed: int
+    k: int = 5
+    greedy: bool = False
+    device: str = "cpu"
+    options: EngineOptions | None = None
+
+
+def run_baseline(name: str, model, tokenizer, cfg: MasConfig, items: list[Item], run: BaselineRun) -> list[Episode]:
+    """One graded episode per item with the named baseline."""
+    engine = baseline_engine(name, model, tokenizer, cfg, k=run.k, device=run.device, options=run.options)
+    return Environment(engine).play(items, 1, seed=run.seed, greedy=run.greedy)

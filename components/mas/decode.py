@@ -33,6 +33,7 @@ import torch
 
 from components.mas.prefill import CacheLayout, PrefixPlan, prefill
 from components.mas.sampling import Generation, sample_from, top_p_filter
+from components.mas.static_decode import StaticPool
 from components.progress import leaf
 
 LogitsProcessor = Callable[[torch.Tensor, int], torch.Tensor]
@@ -75,13 +76,25 @@ class StopIds:
     """the silence token may start a reply (and then ends it); False: it is never sampled"""
 
 
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How a :class:`Decoder` decodes: the ``mas`` keys ``static_cache``, ``decode`` and
+    ``stop_check_every`` as the engine resolves them for its device (see :class:`Decoder`)."""
+
+    static_cache: bool = False
+    compile_backend: str | None = None
+    graph: bool = False
+    stop_check_every: int = 1
+
+
 class Decoder:
     """Batched sampling with one model: ``generate`` runs one call (see the module docstring).
 
-    ``static_cache`` decodes on a StaticCache (fixed shapes: what a compiled step needs; the prefill
-    and its savings are unchanged, see :func:`components.mas.prefill.to_static`). ``compile_backend``
-    compiles the one-token step with ``torch.compile(backend=...)`` (``"inductor"`` on CUDA; tests
-    use ``"eager"``); None runs the model as it is. ``logits_processor`` (tests, benchmarks) is
+    ``options`` (:class:`DecodeOptions`): ``static_cache`` decodes on a StaticCache (fixed shapes:
+    what a compiled step needs; the prefill and its savings are unchanged, see
+    :func:`components.mas.prefill.to_static`). ``compile_backend`` compiles the one-token step with
+    ``torch.compile(backend=...)`` (``"inductor"`` on CUDA; tests use ``"eager"``); None runs the
+    model as it is. ``logits_processor`` (tests, benchmarks) is
     applied to every step's logits before sampling and is part of the distribution.
 
     The step's padding mask: with SDPA attention on CPU, and on the static cache, it is passed as a
@@ -101,9 +114,11 @@ class Decoder:
     read, captured as a CUDA graph on CUDA, the stop check once per ``stop_check_every`` tokens.
     """
 
-    def __init__(self, model, stops: StopIds, *, device: str | torch.device = "cpu", static_cache: bool = False,
-                 compile_backend: str | None = None, logits_processor: LogitsProcessor | None = None,
-                 first_banned: torch.Tensor | None = None, graph: bool = False, stop_check_every: int = 1) -> None:
+    def __init__(self, model, stops: StopIds, *, device: str | torch.device = "cpu",
+                 options: DecodeOptions | None = None, logits_processor: LogitsProcessor | None = None,
+                 first_banned: torch.Tensor | None = None) -> None:
+        options = options or DecodeOptions()
+        static_cache, compile_backend = options.static_cache, options.compile_backend
         self.model, self.stops, self.device = model, stops, torch.device(device)
         self.cache_kw = cache_kwarg(model)
         self.first_banned = None if first_banned is None else first_banned.to(self.device)
@@ -117,9 +132,8 @@ class Decoder:
         """pass the step's padding mask as a ready [B, 1, 1, L] boolean mask (see the class docstring)"""
         self.pool = None
         """``mas.decode: static_graph``: the static KV-cache pool and captured step (static_decode.py)"""
-        if graph:
-            from components.mas.static_decode import StaticPool
-            self.pool = StaticPool(self, stop_check_every=stop_check_every)
+        if options.graph:
+            self.pool = StaticPool(self, stop_check_every=options.stop_check_every)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: Sampling, generator: torch.Generator | None = None,

@@ -27,11 +27,18 @@ Turn order (``mas.turn_order``, cyclic topologies): ``simultaneous`` = one batch
 agents see the others' messages of earlier rounds only. ``in_turn`` = one call per agent, each
 seeing what the earlier agents of the same round said (N calls per round; on split information it
 cost 1.3-2.1x the tokens and 1.6x the time with no accuracy gain: README, "Multi-agent system").
-DAG topologies always speak in waves (see topology.py).
+``round0_in_turn`` = in turn in round 0 only, simultaneous after: in a simultaneous round 0 an agent
+falls silent before any answer exists, so its silence cannot depend on what was said (issue 52);
+in turn, agent k's first prompt holds agents 0..k-1's round-0 messages (their ids). DAG topologies
+always speak in waves (see topology.py); ``round0_in_turn`` splits round 0's waves into single agents.
 
 Split-information items (``Item.private_fact``): one agent per episode holds the fact, agent
 ``(h(item id) + group index) mod N`` with h a sha256 of the id, so the G episodes of a question
 spread the holder over the agents and evaluation (G = 1) gives every system the same holder.
+Items that fix their own team (``meta["agents"]``, ``meta["informed"]``, ``meta["notes"]``:
+:mod:`components.data.splitinfo_v2`) play with that many agents (at most ``mas.agents``; the
+others are padding, never prompted and not counted as skipped turns) and exactly that informed set
+(0, 1 or more agents), each agent reading its own note line.
 
 Accounting (token ids end to end):
 * ``Message.prompt_ids`` is the exact prompt the agent saw; ``completion_ids`` the sampled ids up to
@@ -44,7 +51,6 @@ Accounting (token ids end to end):
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -54,37 +60,16 @@ import torch
 
 from components.config import MasConfig
 from components.data.item import Item, as_items
-from components.errors import UserError
+from components.mas.calls import CallContext, EngineOptions, RolloutStats, length_buckets  # noqa: F401  (re-exported)
 from components.mas.context import PromptBuilder, model_window
-from components.mas.decode import Decoder, Generation, LogitsProcessor, Sampling, StopIds
+from components.mas.decode import DecodeOptions, Decoder, Generation, Sampling, StopIds
 from components.mas.prefill import PrefixPlan, PrefixStore
 from components.mas.records import Episode, Message
 from components.mas.roles import DECIDER, item_family, role_names, system_prompt, task_family, user_prompt
+from components.mas.teams import RolloutInputError, Seating, episode_team, fact_holder  # noqa: F401  (re-exported)
 from components.mas.topology import build_adjacency, round_waves
 from components.models.silence import silence_token_id
 from components.progress import report
-
-
-class RolloutInputError(UserError):
-    """Items or arguments given to the rollout engine that it cannot use."""
-
-
-@dataclass
-class RolloutStats:
-    """Throughput of the last :meth:`RolloutEngine.rollout` (for ``perf/rollout_tokens_per_s``)."""
-
-    episodes: int = 0
-    calls: int = 0
-    decode_steps: int = 0
-    generated_tokens: int = 0
-    generate_s: float = 0.0
-    total_s: float = 0.0
-    prefix_tokens_reused: int = 0
-    """prompt tokens not prefilled: served from the prefix store or from heads shared across rows"""
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.generated_tokens / self.generate_s if self.generate_s > 0 else 0.0
 
 
 @dataclass
@@ -100,8 +85,9 @@ class _Turn:
 class _EpisodeState:
     item: Item
     group_index: int
-    holder: int | None = None
-    """the agent given the item's private fact (split-information items), else None"""
+    seats: Seating
+    """who plays: the team size (``mas.agents``, or the item's own), the agents given the item's
+    private fact (split-information items), whose note line each agent reads"""
     turns: list[_Turn] = field(default_factory=list)
     retired: set[int] = field(default_factory=set)
     """agents that were silent (adaptive protocol: never prompted again)"""
@@ -109,6 +95,14 @@ class _EpisodeState:
     """agent -> the call in which it last spoke"""
     last_prompt: dict[int, list[int]] = field(default_factory=dict)
     """agent -> the prompt ids it last answered (adaptive: the same prompt again is not a new turn)"""
+
+    @property
+    def team(self) -> int:
+        return self.seats.team
+
+    @property
+    def informed(self) -> frozenset[int]:
+        return self.seats.informed
 
 
 @dataclass
@@ -123,59 +117,32 @@ class _Row:
     """length of the prompt's frame prefix (system prompt + task), reusable across rounds"""
 
 
-def fact_holder(item: Item, group_index: int, n_agents: int) -> int | None:
-    """The agent given ``item``'s private fact in episode ``group_index`` (None: no private fact)."""
-    if item.private_fact is None:
-        return None
-    h = int.from_bytes(hashlib.sha256(item.id.encode()).digest()[:4], "big")
-    return (h + group_index) % n_agents
-
-
-def length_buckets(lengths: list[int], *, max_ratio: float = 2.0, min_rows: int = 8) -> list[list[int]]:
-    """Group row indices by prompt length so a batched call pads little.
-
-    Rows are sorted by length; a bucket closes when the next prompt is more than ``max_ratio``
-    times its shortest one and it already has ``min_rows`` rows. Left-padding every row to the
-    longest prompt of a call made prompt-heavy batches (MMLU: 1,237 vs 560 tokens on average)
-    slower than one row at a time; a handful of buckets keeps the batching win. Each bucket runs
-    its own decode loop, so buckets split only at a 2x length ratio (GSM8K prompts of 174–383
-    tokens stay one call). Deterministic. ``max_ratio=math.inf``: one bucket (what the engine
-    uses on CUDA, see :attr:`RolloutEngine.bucket_ratio`).
-    """
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    buckets: list[list[int]] = []
-    for i in order:
-        if buckets and (lengths[i] <= max_ratio * max(1, lengths[buckets[-1][0]]) or len(buckets[-1]) < min_rows):
-            buckets[-1].append(i)
-        else:
-            buckets.append([i])
-    return buckets
-
-
 class RolloutEngine:
     """Generates multi-agent episodes with one shared policy (see module docstring).
 
-    ``roles`` overrides the rotated role names; ``solo`` prompts every agent as a lone solver (no
-    team, no silence; used by self-consistency); ``logits_processor`` and ``min_new_tokens`` go to
-    the decoder (tests force silence with the first; benchmarks fix lengths with the second).
-    A team's tokenizer must have the silence marker as one token
+    ``options`` (:class:`components.mas.calls.EngineOptions`): role names, solo prompting, and what
+    goes to the decoder besides ``cfg``. A team's tokenizer must have the silence marker as one token
     (:func:`components.models.silence.ensure_silence_token`; ``load_policy`` adds it).
     """
 
     def __init__(self, model, tokenizer, cfg: MasConfig, *, device: str | torch.device = "cpu",
-                 roles: list[str] | None = None, solo: bool = False,
-                 logits_processor: LogitsProcessor | None = None, min_new_tokens: int = 0):
+                 options: EngineOptions | None = None):
+        options = options or EngineOptions()
+        roles, solo = options.roles, options.solo
         self.model, self.tok, self.cfg = model, tokenizer, cfg
         self.device = torch.device(device)
         self.adj = build_adjacency(cfg.topology, cfg.agents, cfg.adjacency)
         self.waves = round_waves(self.adj)
         if cfg.turn_order == "in_turn" and len(self.waves) == 1:
             self.waves = [[a] for a in self.waves[0]]
+        self.first_waves = ([[a] for wave in self.waves for a in wave] if cfg.turn_order == "round0_in_turn"
+                            else self.waves)
+        """round 0's waves: one agent each under ``round0_in_turn``, else :attr:`waves`"""
         self.roles = list(roles) if roles is not None else role_names(cfg.agents)
         if len(self.roles) != cfg.agents:
             raise RolloutInputError(f"roles: {len(self.roles)} names given for mas.agents={cfg.agents}")
         self.solo = solo
-        self.min_new_tokens = min_new_tokens
+        self.min_new_tokens = options.min_new_tokens
         if tokenizer.eos_token_id is None:
             raise RolloutInputError("tokenizer has no eos_token_id; set one (ChatML: <|im_end|>)")
         self.eos = int(tokenizer.eos_token_id)
@@ -196,10 +163,10 @@ class RolloutEngine:
         backend = "inductor" if cfg.static_cache and self.device.type == "cuda" else None
         self.first_banned = self._must_speak_banned() if cfg.must_answer and self.silence_first else None
         """[V] bool: ids the ``mas.must_answer`` speaker may not start with (see :meth:`must_speak`)"""
-        self.decoder = Decoder(model, stops, device=self.device, static_cache=bool(cfg.static_cache),
-                               compile_backend=backend, logits_processor=logits_processor,
-                               first_banned=self.first_banned, graph=cfg.decode == "static_graph",
-                               stop_check_every=cfg.stop_check_every)
+        decode = DecodeOptions(static_cache=bool(cfg.static_cache), compile_backend=backend,
+                               graph=cfg.decode == "static_graph", stop_check_every=cfg.stop_check_every)
+        self.decoder = Decoder(model, stops, device=self.device, options=decode,
+                               logits_processor=options.logits_processor, first_banned=self.first_banned)
         self.bucket_ratio = math.inf if self.device.type == "cuda" else 2.0
         """prompt-length ratio that splits a call into buckets (:func:`length_buckets`). On CPU padding
         costs arithmetic, so buckets pay. On CUDA a decode step is host-bound (24-33 ms for 32 rows of
@@ -232,13 +199,16 @@ class RolloutEngine:
     # -- one batched call ------------------------------------------------------------------------
     def _row(self, st: _EpisodeState, agent: int, role: str, call: int, senders: Callable[[_Turn], bool]) -> _Row:
         """The agent's prompt ids (frame + delivered messages) for this call."""
-        n_team = self.cfg.agents
+        n_team = st.team
         family = item_family(st.item)
         solo = self.solo or n_team == 1
         system = system_prompt(family, role, agent, 1 if solo else n_team, allow_silence=not solo)
         visible = [t for t in st.turns if t.call < call and not t.msg.silent and senders(t)]
         blocks = [self.builder.header(t.msg.agent_id, t.msg.role, t.msg.round) + t.body for t in visible]
-        frame = self.builder.frame(system, user_prompt(st.item, holds_fact=agent == st.holder), f"item {st.item.id}")
+        note_of = st.seats.note_of  # the decider (agent N) reads no note
+        reads = note_of[agent] if agent < len(note_of) else agent
+        user = user_prompt(st.item, holds_fact=agent in st.informed, agent=reads)
+        frame = self.builder.frame(system, user, f"item {st.item.id}")
         ids, kept = self.builder.build(frame, blocks)
         for k in kept:
             visible[k].delivered.add(agent)
@@ -261,17 +231,16 @@ class RolloutEngine:
         banned[[self.eos, self.silence_id]] = True
         return banned
 
-    def _generate(self, rows: list[_Row], sampling: Sampling, generator: torch.Generator,
-                  store: PrefixStore | None, no_silence: list[bool] | None = None) -> Generation:
+    def _generate(self, rows: list[_Row], ctx: CallContext, no_silence: list[bool] | None = None) -> Generation:
         """One batched decode per prompt-length bucket (see :func:`length_buckets`), results in row order."""
         ids: list[list[int]] = [[] for _ in rows]
         lps: list[list[float]] = [[] for _ in rows]
         silence = [0.0] * len(rows)
         steps = reused = 0
         for bucket in length_buckets([len(r.prompt) for r in rows], max_ratio=self.bucket_ratio):
-            plan = PrefixPlan([rows[i].prefix_len for i in bucket], store)
+            plan = PrefixPlan([rows[i].prefix_len for i in bucket], ctx.store)
             extra = {} if no_silence is None else {"no_silence": [no_silence[i] for i in bucket]}
-            gen = self.decoder.generate([rows[i].prompt for i in bucket], sampling, generator, plan, **extra)
+            gen = self.decoder.generate([rows[i].prompt for i in bucket], ctx.sampling, ctx.generator, plan, **extra)
             for k, (i, row_ids, row_lps) in enumerate(zip(bucket, gen.ids, gen.logprobs, strict=True)):
                 ids[i], lps[i] = row_ids, row_lps
                 silence[i] = gen.silence_prob[k] if gen.silence_prob else 0.0
@@ -279,11 +248,11 @@ class RolloutEngine:
             reused += gen.reused_tokens
         return Generation(ids, lps, steps, reused, silence)
 
-    def _run_call(self, rows: list[_Row], call: int, round_idx: int, sampling: Sampling,
-                  generator: torch.Generator, store: PrefixStore | None, stats: RolloutStats) -> None:
+    def _run_call(self, rows: list[_Row], call: int, round_idx: int, ctx: CallContext) -> None:
         t0 = time.perf_counter()
         speak = [self.must_speak(row.agent, round_idx) for row in rows]
-        gen = self._generate(rows, sampling, generator, store, speak if any(speak) else None)
+        gen = self._generate(rows, ctx, speak if any(speak) else None)
+        stats = ctx.stats
         stats.generate_s += time.perf_counter() - t0
         stats.calls += 1
         stats.decode_steps += gen.steps
@@ -295,8 +264,8 @@ class RolloutEngine:
             msg = Message(question_id=st.item.id, group_index=st.group_index, agent_id=row.agent, role=row.role,
                           round=round_idx, prompt_ids=row.prompt, completion_ids=list(ids), logprobs=list(lps),
                           silent=silent, text="" if silent else self.tok.decode(body, skip_special_tokens=False),
-                          private=row.agent == st.holder, silence_prob=float(p_silent), silence_allowed=not must,
-                          truncated=not silent and len(body) == len(ids) >= sampling.max_new_tokens)
+                          private=row.agent in st.informed, silence_prob=float(p_silent), silence_allowed=not must,
+                          truncated=not silent and len(body) == len(ids) >= ctx.sampling.max_new_tokens)
             st.turns.append(_Turn(msg, call, body))
             st.last_call[row.agent] = call
             st.last_prompt[row.agent] = row.prompt
@@ -306,6 +275,8 @@ class RolloutEngine:
 
     def _prompted(self, st: _EpisodeState, agent: int, round_idx: int) -> bool:
         """Whether the protocol gives ``agent`` a turn now (see the module docstring)."""
+        if agent >= st.team:  # padding: not in this item's team
+            return False
         if self.cfg.protocol == "broadcast" or self.solo:
             return True
         if agent in st.retired:
@@ -331,9 +302,15 @@ class RolloutEngine:
         """The distinct first-round prompts of ``items`` for every agent, with every fact holder."""
         seen: dict[tuple[int, ...], None] = {}
         for item in as_items(list(items), "items"):
-            for holder in range(self.cfg.agents) if item.private_fact is not None else [None]:
-                st = _EpisodeState(item, 0, holder)
-                for a in range(self.cfg.agents):
+            if "agents" in item.meta:  # the item fixes its team and informed set
+                seatings = [episode_team(item, 0, self.cfg.agents, solo=self.solo)]
+            else:  # every holder, in agent order
+                n = self.cfg.agents
+                seatings = [Seating(n, frozenset() if holder is None else frozenset({holder}), tuple(range(n)))
+                            for holder in (range(n) if item.private_fact is not None else [None])]
+            for seats in seatings:
+                st = _EpisodeState(item, 0, seats)
+                for a in range(seats.team):
                     seen.setdefault(tuple(self._row(st, a, self.roles[a], 0, lambda t: False).prompt), None)
         return [list(p) for p in seen]
 
@@ -351,7 +328,7 @@ class RolloutEngine:
             task_family(item.answer_type)  # raises on an answer type the roles cannot prompt for
         t_start = time.perf_counter()
         stats = RolloutStats(episodes=len(items) * group_size)
-        states = [_EpisodeState(item, g, fact_holder(item, g, self.cfg.agents))
+        states = [_EpisodeState(item, g, episode_team(item, g, self.cfg.agents, solo=self.solo))
                   for item in items for g in range(group_size)]
         generator = torch.Generator(device=self.device).manual_seed(int(seed))
         sampling = Sampling(self.cfg.max_message_tokens, self.cfg.temperature, self.cfg.top_p, greedy,
@@ -360,27 +337,28 @@ class RolloutEngine:
         was_training = self.model.training
         self.model.eval()
         # frame prefixes' KV, reused by later rounds of THIS rollout only (the weights are fixed here)
-        store = PrefixStore() if self.cfg.rounds > 1 else None
-        calls = self.cfg.rounds * len(self.waves) + (self.cfg.aggregation == "decision_agent")
+        ctx = CallContext(sampling, generator, PrefixStore() if self.cfg.rounds > 1 else None, stats)
+        calls = (len(self.first_waves) + (self.cfg.rounds - 1) * len(self.waves)
+                 + (self.cfg.aggregation == "decision_agent"))
         try:
             with report("rollout", calls, "calls") as progress:
                 progress.detail = f"{len(states)} episodes"
                 for r in range(self.cfg.rounds):
-                    for wave in self.waves:
+                    for wave in self.first_waves if r == 0 else self.waves:
                         heard = [self._row(st, a, self.roles[a], call, lambda t, a=a: adj[t.msg.agent_id][a] == 1)
                                  for st in states for a in wave if self._prompted(st, a, r)]
                         rows = [row for row in heard if not self._repeats(row)]
                         if rows:
-                            self._run_call(rows, call, r, sampling, generator, store, stats)
+                            self._run_call(rows, call, r, ctx)
                         call += 1
                         progress.advance()
                 if self.cfg.aggregation == "decision_agent":
                     rows = [self._row(st, n, DECIDER, call, lambda t: t.msg.agent_id < n) for st in states]
-                    self._run_call(rows, call, self.cfg.rounds, sampling, generator, store, stats)
+                    self._run_call(rows, call, self.cfg.rounds, ctx)
                     progress.advance()
         finally:
             self.model.train(was_training)
-        episodes = [self._finish(st, self.cfg.rounds * n) for st in states]
+        episodes = [self._finish(st, self.cfg.rounds * st.team) for st in states]
         stats.total_s = time.perf_counter() - t_start
         self.last_stats = stats
         return episodes

@@ -80,10 +80,19 @@ def system_prompt(family: str, role: str, agent_id: int, n_agents: int, *, allow
     return " ".join(parts)
 
 
-def user_prompt(item: Item, holds_fact: bool = False) -> str:
+def user_prompt(item: Item, holds_fact: bool = False, agent: int = 0) -> str:
     """The task text: the question, lettered options for multiple choice, the signature for code.
-    Split-information items add the agent's private note: the fact when it ``holds_fact``, else none."""
+    Split-information items add the agent's private note: the fact when it ``holds_fact``, else none.
+    Items that carry one note line per agent (``meta["notes"]``, :mod:`components.data.splitinfo_v2`)
+    give ``agent`` its own line (none when it is None), before the question when ``meta["note_first"]``."""
     family = task_family(item.answer_type)
+    notes = item.meta.get("notes")
+    if notes is not None:
+        question = f"Question: {item.question.rstrip()}"
+        line = notes[agent] if agent < len(notes) else None
+        if line is None:
+            return question
+        return f"{line}\n{question}" if item.meta.get("note_first") else f"{question}\n{line}"
     if item.private_fact is not None:
         note = (f"Private note (only you can see it): {item.private_fact}" if holds_fact
                 else "Private note: none (another agent may have been given one).")

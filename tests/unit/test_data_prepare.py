@@ -213,10 +213,11 @@ def test_full_prepare_and_validate_all_benchmarks(tmp_path):
     val = validate(tmp_path / "data", tmp_path / "report.md", list(BENCHMARK_NAMES))
     t2 = time.perf_counter()
     print(f"\nprepare {len(BENCHMARK_NAMES)} benchmarks: {t1 - t0:.2f} s, validate: {t2 - t1:.2f} s")
-    assert val.success and rep.manifest["totals"]["rows"] == 27422 + 2300  # the seven + generated splitinfo
+    # the seven + generated splitinfo (v1) and splitinfo2 (v2)
+    assert val.success and rep.manifest["totals"]["rows"] == 27422 + 2300 + 2400
     assert {r.name: r.splits for r in rep.results}["mmlu"] == {"test": 14042, "val": 1531, "dev": 285}
-    assert all(r.source == ("generated:splitinfo-v1" if r.name == "splitinfo" else f"mirror:{MIRROR}")
-               for r in rep.results)
+    generated = {"splitinfo": "generated:splitinfo-v1", "splitinfo2": "generated:splitinfo-v2"}
+    assert all(r.source == generated.get(r.name, f"mirror:{MIRROR}") for r in rep.results)
 
 
 def test_the_same_inputs_typed_two_ways_give_one_manifest(tmp_path, monkeypatch):

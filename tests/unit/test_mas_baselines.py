@@ -6,7 +6,7 @@ import torch
 from components.config import MasConfig
 from components.data.item import Item
 from components.errors import UserError
-from components.mas.baselines import baseline_engine, run_baseline
+from components.mas.baselines import BaselineRun, baseline_engine, run_baseline
 from components.mas.records import Episode, Message
 from components.mas.transcript import episodes_summary, format_transcript
 from components.models.tiny import build_tiny_model
@@ -28,7 +28,7 @@ KW: dict = {}
 
 def test_single_cot_is_one_turn(tiny):
     cfg = MasConfig(agents=4, rounds=3, max_message_tokens=8)
-    eps = run_baseline("single_cot", *tiny, cfg, ITEMS, seed=0, **KW)
+    eps = run_baseline("single_cot", *tiny, cfg, ITEMS, BaselineRun(seed=0))
     assert len(eps) == 1 and len(eps[0].messages) == 1
     m = eps[0].messages[0]
     assert m.recipients == [] and eps[0].communicated_tokens == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from host_reads import count_host_reads
 
-from components.mas.decode import Decoder, Sampling, StopIds, sample_from
+from components.mas.decode import DecodeOptions, Decoder, Sampling, StopIds, sample_from
 from components.mas.prefill import PrefixPlan
 from components.models.tiny import build_tiny_model
 
@@ -149,8 +149,8 @@ def test_shared_heads_are_prefilled_once_and_decode_like_a_plain_prefill():
 
 def _static(model, tok, prompts, new: int, *, backend=None, silence=None, seed=None, **plan):
     """Like :func:`generate` on a StaticCache (optionally a compiled step); sampled when ``seed`` is set."""
-    decoder = Decoder(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id), silence), static_cache=True,
-                      compile_backend=backend)
+    decoder = Decoder(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id), silence),
+                      options=DecodeOptions(static_cache=True, compile_backend=backend))
     sampling = Sampling(new, greedy=seed is None, min_new_tokens=new)
     gen = None if seed is None else torch.Generator().manual_seed(seed)
     return decoder.generate(prompts, sampling, gen, PrefixPlan(**plan))
@@ -224,7 +224,8 @@ def test_decode_makes_one_host_sync_per_token(monkeypatch):
     prompts = [list(range(5, 40)), list(range(50, 62)), list(range(5, 40)), list(range(70, 90))]
     counts = count_host_reads(monkeypatch)
     for static in (False, True):
-        decoder = Decoder(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id), 3), static_cache=static)
+        decoder = Decoder(model, StopIds(int(tok.eos_token_id), int(tok.pad_token_id), 3),
+                          options=DecodeOptions(static_cache=static))
         counts["n"] = 0
         gen = decoder.generate(prompts, Sampling(24, min_new_tokens=24), torch.Generator().manual_seed(0),
                                PrefixPlan())
@@ -258,4 +259,5 @@ def test_the_two_padding_masks_decode_alike_and_each_device_gets_its_faster_one(
         _same(runs[0], runs[1])
     assert Decoder(model, stops).mask_4d is True  # CPU: the same speed; the committed results' mask
     assert Decoder(model, stops, device="cuda").mask_4d is False  # H200: 24.4 vs 33.5 ms (no CUDA needed to build)
-    assert Decoder(model, stops, device="cuda", static_cache=True).mask_4d is True  # what the compiled step ran
+    static = DecodeOptions(static_cache=True)
+    assert Decoder(model, stops, device="cuda", options=static).mask_4d is True  # what the compiled step ran

@@ -9,7 +9,7 @@ import torch
 from host_reads import count_host_reads
 
 from components.config import MasConfig
-from components.mas.decode import Decoder, Sampling, StopIds
+from components.mas.decode import DecodeOptions, Decoder, Sampling, StopIds
 from components.mas.prefill import PrefixPlan, PrefixStore
 from components.mas.static_decode import len_bucket, row_bucket
 from components.models.tiny import build_tiny_model
@@ -29,7 +29,8 @@ def tiny():
 
 
 def _pair(model, stops, *, every=1, **kw):
-    return Decoder(model, stops, **kw), Decoder(model, stops, graph=True, stop_check_every=every, **kw)
+    graph = DecodeOptions(graph=True, stop_check_every=every)
+    return Decoder(model, stops, **kw), Decoder(model, stops, options=graph, **kw)
 
 
 def _same(a, b, atol=1e-5) -> None:

@@ -6,6 +6,7 @@ import torch
 from components.config import MasConfig
 from components.data.item import Item, ItemError
 from components.errors import UserError
+from components.mas.calls import EngineOptions
 from components.mas.decode import Decoder, Sampling, StopIds
 from components.mas.engine import RolloutEngine, RolloutInputError
 from components.mas.environment import Environment
@@ -29,9 +30,9 @@ def _items(n=2):
 
 
 def _engine(tiny, **cfg_kw):
-    eng_kw = {k: cfg_kw.pop(k) for k in ("logits_processor",) if k in cfg_kw}
+    options = EngineOptions(logits_processor=cfg_kw.pop("logits_processor", None))
     cfg = MasConfig(**{"agents": 3, "rounds": 2, "max_message_tokens": 12, **cfg_kw})
-    return RolloutEngine(tiny[0], tiny[1], cfg, **eng_kw)
+    return RolloutEngine(tiny[0], tiny[1], cfg, options=options)
 
 
 def _contains(seq, sub):
@@ -263,7 +264,7 @@ def test_length_buckets_split_at_twice_the_shortest_and_never_on_cuda(tiny):
             for i in range(4)]
     runs = []
     for ratio in (2.0, math.inf):
-        engine = RolloutEngine(model, tok, cfg, min_new_tokens=6)
+        engine = RolloutEngine(model, tok, cfg, options=EngineOptions(min_new_tokens=6))
         engine.bucket_ratio = ratio
         episodes = engine.rollout(short + long, 2, seed=0, greedy=True)
         runs.append(([(m.completion_ids, m.logprobs) for ep in episodes for m in ep.messages],
@@ -272,3 +273,22 @@ def test_length_buckets_split_at_twice_the_shortest_and_never_on_cuda(tiny):
     for (ids_a, lps_a), (ids_b, lps_b) in zip(runs[0][0], runs[1][0], strict=True):
         assert ids_a == ids_b
         torch.testing.assert_close(torch.tensor(lps_a), torch.tensor(lps_b), atol=1e-5, rtol=0)
+
+
+def test_no_function_of_the_mas_package_takes_more_than_six_parameters():
+    """Long parameter lists went into the config section they shadow or a small frozen context
+    (EngineOptions, DecodeOptions, CallContext, BaselineRun); ``self`` and ``**kw`` not counted."""
+    import ast
+    from pathlib import Path
+
+    import components.mas
+
+    long = []
+    for path in sorted(Path(components.mas.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                a = node.args
+                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+                if len(names) > 6:
+                    long.append(f"{path.name}:{node.name} ({len(names)})")
+    assert long == []

@@ -49,10 +49,12 @@ def test_a_task_over_the_token_room_is_refused_not_truncated(tok) -> None:
 
 
 def test_the_rollout_engine_refuses_a_50_mb_question_naming_the_item() -> None:
+    from components.mas.calls import EngineOptions
     from components.mas.engine import RolloutEngine
 
     model, tok = build_tiny_model()
-    engine = RolloutEngine(model, tok, MasConfig(agents=1, rounds=1, max_message_tokens=8), solo=True)
+    engine = RolloutEngine(model, tok, MasConfig(agents=1, rounds=1, max_message_tokens=8),
+                           options=EngineOptions(solo=True))
     assert engine.builder.max_frame_tokens == model.config.max_position_embeddings - 8
     big = Item(id="gsm8k/test/3", benchmark="gsm8k", question="7 " * 25_000_000, answer="1", answer_type="numeric")
     with pytest.raises(PromptTooLongError, match=r"^item gsm8k/test/3: its prompt has \d+ characters"):

@@ -1,0 +1,164 @@
+"""Per-family held-out numbers of the split-information task, second version (``splitinfo2``, issue 52).
+
+Plays the held-out items that ``agent-gspo evaluate`` would sample (``eval.limit``, ``eval.seed``)
+greedily with a policy, under the profile's ``mas`` settings, and breaks the results down by every
+axis the items record (:mod:`components.data.splitinfo_v2`): fact family (items nobody was
+informed on are their own group), none family, distractor family, question family, team size,
+number informed, note position. Per group: accuracy over answerable items, the share of silent
+turns of uninformed and of informed agents, how often an agent whose note carried a distracting
+number said that number, how often the team's final answer was a distracting number, and total
+tokens per episode. ``--untrained`` adds the base model (silence row untrained: ``mas_untrained``)
+on the same items, and each group's tokens as a multiple of its.
+
+    python bench/proof_families.py --profile proof_v2 --model runs/proof_v2/final --untrained \\
+        --out runs/proof_v2_families.json
+
+Needs ``agent-gspo prepare --benchmarks splitinfo2`` (``--data``). Prints one table per axis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python bench/proof_families.py`: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from components.data.item import Item  # noqa: E402
+from components.mas.records import Episode  # noqa: E402
+
+AXES = ("family", "none", "distractor", "question", "team_size", "informed", "note_first")
+
+
+def _keys(item: Item) -> dict[str, str]:
+    m = item.meta
+    fam = m["families"]
+    return {"family": m["family"] if m["informed"] else "nobody_informed", "none": fam["none"],
+            "distractor": fam["distractor"] or "no_distractor", "question": fam["question"],
+            "team_size": str(m["agents"]), "informed": str(len(m["informed"])),
+            "note_first": "note_first" if m["note_first"] else "question_first"}
+
+
+def _rate(values: list[bool]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def _final_is_distractor(items: Sequence[Item], episodes: Sequence[Episode]) -> list[bool | None]:
+    """Per item: whether the team's final answer grades as one of its distracting numbers (None: none)."""
+    from components.scoring.grader import grade_many  # lazy: math-verify is heavy
+
+    pairs, owner = [], []
+    for k, (item, ep) in enumerate(zip(items, episodes, strict=True)):
+        for value in item.meta.get("distractor_values") or []:
+            pairs.append((dataclasses.replace(item, answer=str(value)), ep.final_answer))
+            owner.append(k)
+    out: list[bool | None] = [None if not it.meta.get("distractor_values") else False for it in items]
+    for k, res in zip(owner, grade_many(pairs), strict=True):
+        out[k] = bool(out[k]) or res.correct
+    return out
+
+
+def breakdown(items: Sequence[Item], episodes: Sequence[Episode]) -> dict[str, dict[str, dict[str, Any]]]:
+    """axis -> group -> numbers (see the module docstring); axis ``all`` holds one group, ``all``."""
+    finals = _final_is_distractor(items, episodes)
+    rows: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for item, ep, final in zip(items, episodes, finals, strict=True):
+        m = item.meta
+        groups = [("all", "all"), *_keys(item).items()]
+        for key in groups:
+            r = rows[key]
+            r["tokens"].append(ep.total_tokens)
+            if m["answerable"]:
+                r["correct"].append(bool(ep.correct))
+            if final is not None:
+                r["final_distractor"].append(final)
+            for msg in ep.messages:
+                (r["silent_informed"] if msg.private else r["silent_uninformed"]).append(msg.silent)
+                if m["note_kinds"][msg.agent_id] == "distractor":
+                    spoke = not msg.silent and any(v in msg.text for v in m["distractor_values"])
+                    r["distractor_said"].append(spoke)
+    out: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for (axis, group), r in sorted(rows.items()):
+        out[axis][group] = {"items": len(r["tokens"]), "answerable": len(r["correct"]),
+                            "accuracy": _rate(r["correct"]), "silence_uninformed": _rate(r["silent_uninformed"]),
+                            "silence_informed": _rate(r["silent_informed"]),
+                            "distractor_said": _rate(r["distractor_said"]),
+                            "final_distractor": _rate(r["final_distractor"]),
+                            "tokens_total": round(sum(r["tokens"]) / len(r["tokens"]), 1)}
+    return dict(out)
+
+
+def with_ratio(trained: dict, untrained: dict) -> dict:
+    """``trained`` with ``tokens_vs_untrained`` per group (its tokens / the untrained team's)."""
+    for axis, groups in trained.items():
+        for group, nums in groups.items():
+            base = untrained.get(axis, {}).get(group, {}).get("tokens_total")
+            nums["tokens_vs_untrained"] = round(nums["tokens_total"] / base, 3) if base else None
+    return trained
+
+
+def table(result: dict[str, dict[str, dict[str, Any]]]) -> str:
+    cols = ("items", "answerable", "accuracy", "silence_uninformed", "silence_informed", "distractor_said",
+            "final_distractor", "tokens_total", "tokens_vs_untrained")
+    lines = []
+    for axis in ("all", *AXES):
+        lines += [f"\n{axis}", "| group | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        for group, nums in result.get(axis, {}).items():
+            cells = ("-" if nums.get(c) is None else str(nums[c]) for c in cols)
+            lines.append(f"| {group} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def play(cfg: Any, model_name: str, items: list[Item], device: str) -> list[Episode]:
+    from components.mas.engine import RolloutEngine
+    from components.mas.environment import Environment
+    from components.models import load_policy
+
+    model, tok = load_policy(model_name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device)
+    engine = RolloutEngine(model, tok, cfg.mas, device=device)
+    episodes: list[Episode] = []
+    for start in range(0, len(items), cfg.eval.batch_size):
+        episodes += Environment(engine).play(items[start:start + cfg.eval.batch_size], 1, seed=cfg.eval.seed,
+                                             greedy=True)
+        print(f"  {model_name}: {len(episodes)}/{len(items)} items", flush=True)
+    return episodes
+
+
+def main(argv: list[str] | None = None) -> int:
+    from components.config import load_config
+    from components.data.prepare import load_split
+    from components.data.sampling import sample_items
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="proof_v2")
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--model", required=True, help="the trained policy (a folder, alias or hub id)")
+    ap.add_argument("--untrained", action="store_true", help="also play the base model (model.name) for the ratio")
+    ap.add_argument("--data", default="data")
+    ap.add_argument("--limit", type=int, default=None, help="held-out items (default eval.limit)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", default=None, help="write the numbers as JSON here")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.params, profile=args.profile)
+    limit = args.limit if args.limit is not None else cfg.eval.limit
+    items = sample_items(load_split(args.data, "splitinfo2", "test", cfg.data), limit, cfg.eval.seed,
+                         where=f"{args.data}/splitinfo2/test")
+    result = breakdown(items, play(cfg, args.model, items, args.device))
+    if args.untrained:
+        base = breakdown(items, play(cfg, cfg.model.name, items, args.device))
+        result = with_ratio(result, base)
+        result = {**result, "untrained": base}  # type: ignore[dict-item]
+    print(table(result))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -258,7 +258,8 @@ def check_writable_dir(path: str | os.PathLike[str], what: str) -> None:
 _CHECKOUT = Path(__file__).resolve().parents[1]
 PIPELINE_FILE_NAMES = ("manifest.json", "dvc.yaml", "dvc.lock")
 """files that are inputs of the pipeline wherever they are (prepared data's and the mirror's manifests)"""
-PIPELINE_CODE = (_CHECKOUT / "components", _CHECKOUT / "flows", _CHECKOUT / "params.yaml")
+PIPELINE_CODE = (_CHECKOUT / "components", _CHECKOUT / "flows", _CHECKOUT / "experiments", _CHECKOUT / "params.yaml")
+"""the checkout's code (the product's, and the study's ``experiments/``: named as a path, never imported)"""
 _INPUTS: set[Path] = set()
 
 
@@ -288,7 +289,8 @@ def _pipeline_input(path: Path) -> str | None:
 def check_not_pipeline_input(path: str | os.PathLike[str], option: str) -> None:
     """Raise :class:`UserError` naming ``option`` when an output path is an input of the pipeline: the
     params file, any ``manifest.json``/``dvc.yaml``/``dvc.lock``, anything under ``data.out_dir``,
-    ``data.mirror``, ``components/`` or ``flows/`` (the symlink's target, not the link, is judged).
+    ``data.mirror``, ``components/``, ``flows/`` or ``experiments/`` (the symlink's target, not the link, is
+    judged).
     One check for every output option, run before anything is written."""
     why = _pipeline_input(Path(path))
     if why:

@@ -26,6 +26,7 @@ from typing import Any
 from components.config import Config
 from components.data.outputs import manifest_sha256
 from components.evaluation import build_systems, evaluate
+from components.evaluation.runner import EvalReport
 from components.evaluation.setting import item_ids_sha256
 from components.gspo.checkpoint import latest_checkpoint, step_of
 from components.gspo.job import train
@@ -44,7 +45,7 @@ from experiments.definitions import (
     select,
     settings_of,
 )
-from experiments.proof import RunContext, proof_config, run_proof
+from experiments.proof import ProofResults, RunContext, proof_config, run_proof
 from experiments.results import ResultsFile, load_results, write_results
 from experiments.schema import study_section
 from experiments.stats import ItemColumns
@@ -79,12 +80,12 @@ class ExperimentOutcome:
 
     name: str
     path: Path
-    results: Any
+    results: ResultsFile | ProofResults
     """a ResultsFile, or a ProofResults for the proof kind"""
 
 
 @contextlib.contextmanager
-def _tracker(cfg: Config, enabled: bool, run_name: str, tags: dict[str, Any]) -> Iterator[Any]:
+def _tracker(cfg: Config, enabled: bool, run_name: str, tags: dict[str, Any]) -> Iterator[Tracker | None]:
     if not enabled:
         yield None
         return
@@ -92,7 +93,7 @@ def _tracker(cfg: Config, enabled: bool, run_name: str, tags: dict[str, Any]) ->
         yield tracker
 
 
-def _evaluate_baselines(cfg: Config, data_dir: Path, tracker: Any) -> Any:
+def _evaluate_baselines(cfg: Config, data_dir: Path, tracker: Tracker | None) -> EvalReport:
     """Evaluate ``eval.baselines`` of the base model (injected systems: no ``agent_gspo``)."""
     device = default_device()
     policy = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
@@ -248,7 +249,7 @@ def run_experiments(base: Config, request: RunRequest) -> list[ExperimentOutcome
         if exp.kind == "proof":  # its own profile and task: see experiments/proof.py
             if req.resume:
                 log(f"[{exp.name}] --resume applies to gspo experiments only: a proof experiment trains from scratch")
-            res: Any = run_proof(cfg, exp, list(exp.overrides) + [_recordable(t) for t in user],
+            res: ResultsFile | ProofResults = run_proof(cfg, exp, list(exp.overrides) + [_recordable(t) for t in user],
                                  RunContext(data_dir=Path(req.data_dir or cfg.data.out_dir), track=req.track,
                                             log=log, commit=commit))
         else:

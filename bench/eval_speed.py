@@ -33,9 +33,9 @@ if __package__ in (None, ""):  # `python bench/eval_speed.py`: make the repo roo
 from bench.common import add_eval_flags, ratio_line, timed_evaluation  # noqa: E402
 from components.config import Config, load_config  # noqa: E402
 from components.evaluation.runner import EvalReport  # noqa: E402
-from components.experiments.stats import paired  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
 from components.models import load_policy  # noqa: E402
+from experiments.stats import paired  # noqa: E402
 
 TARGET = 2.0
 

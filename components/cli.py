@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from components.cli_parser import build_parser
 from components.config import Config, load_config
@@ -162,36 +164,23 @@ def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def forward_to_study(argv: Sequence[str]) -> NoReturn:
+    """``agent-gspo experiments ARGS`` becomes ``python -m experiments ARGS`` (the study, ``experiments/``)
+    in this process's place: the product never imports the study (an import-linter contract), yet the
+    command users and old scripts type keeps working, with the same exit codes and signals (exec, not a
+    child: a DVC stage or a Ctrl-C stops the study itself). The checkout root goes first on
+    ``PYTHONPATH`` so the study is found beside ``components/`` wherever the command runs from."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "experiments", *argv], env)
+
+
 def _cmd_experiments(cfg: Config, args: argparse.Namespace) -> int:
-    """`experiments run` / `experiments report`: without --profile (and $AGENT_GSPO_PROFILE) the
-    runs use ``experiments.profile`` (the results profile), not the 200-step default."""
-    import os
-
-    from components.jobs import ExperimentsJob, ReportJob
-
-    if args.experiments_command == "report":
-        rep = ReportJob(cfg=cfg, results=args.results, out=args.out, metrics_file=args.metrics).run()
-        for c in rep.claims:
-            print(f"claim ({c.key}) {c.status}: {c.title}")
-        print("outputs: " + ", ".join(str(p) for p in rep.paths.values()))
-        return 0
-    if args.profile is None and not os.environ.get("AGENT_GSPO_PROFILE"):
-        cfg = load_config(args.params, cfg.experiments.profile, args.overrides)
-    outcomes = ExperimentsJob(cfg=cfg, only=args.only, limit=args.limit, results_dir=args.results,
-                              user_overrides=list(args.overrides), track=not args.no_track, params=args.params,
-                              resume=args.resume).run()
-    for o in outcomes:
-        if o.results.kind == "proof":
-            c = {s: next(iter(cells.values())) for s, cells in o.results.eval.items()}
-            print(f"{o.name}: {o.path}; " + ", ".join(f"{s} accuracy {x.accuracy:.3f} / {x.tokens_total_mean:.0f} "
-                                                     "tokens per episode" for s, x in c.items())
-                  + f"; {o.results.wall_seconds:.0f} s")
-            continue
-        s = o.results.summary
-        main = next((m for m in ("agent_gspo", "mas_untrained") if m in s), next(iter(s)))
-        print(f"{o.name}: {o.path}; {main} accuracy {s[main]['accuracy']:.3f}, "
-              f"tokens {s[main]['tokens_total']}, {o.results.wall_seconds:.0f} s")
-    return 0
+    """Reached only when :func:`main` was not given its argv by name (it forwards ``experiments``
+    before parsing)."""
+    forward_to_study(args.study_args)
 
 
 def _cmd_config(cfg: Config, args: argparse.Namespace) -> int:
@@ -219,6 +208,9 @@ def _log_progress(command: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["experiments"]:  # the study's own command line parses, validates and runs it
+        forward_to_study(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     empty = [name for name, value in vars(args).items()  # every string option is a path or a name: "" would

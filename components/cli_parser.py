@@ -31,7 +31,8 @@ HELPS: dict[str, str] = {
     "promote": "gate a registered version against @champion (paired per-item evidence: accuracy and tokens)",
     "run": "the whole pipeline as one Prefect flow",
     "score": "score a JSON-lines predictions file against a benchmark, or re-grade an evaluation's items",
-    "experiments": "reproduce the paper's token-economy claims (run) and regenerate docs/results.md (report)",
+    "experiments": "the study (experiments/, `python -m experiments`): run the paper's experiments, regenerate "
+                   "docs/results.md (report)",
     "config": "list every --set key (keys) or print a profile's resolved config as YAML (show)",
 }
 
@@ -217,22 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None, help="prepared data folder (default data.out_dir)")
     p.add_argument("--out", default=None, help="per-item results (JSON lines; not the predictions file)")
 
-    p = command("experiments", parents=[])
-    exp_sub = p.add_subparsers(dest="experiments_command", required=True, metavar="ACTION", help="one of:")
-    q = command("run", on=exp_sub, help_="train / evaluate the experiments of experiments.definitions")
-    q.add_argument("--only", type=_names, default=None, help="comma list of experiment names (default: all)")
-    q.add_argument("--limit", type=_positive, default=None, help="items per benchmark (overrides eval.limit)")
-    q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
-    q.add_argument("--no-track", action="store_true", help=NO_TRACK_HELP)
-    q.add_argument("--resume", action="store_true",
-                   help="a gspo experiment whose run folder holds checkpoints continues from the newest one "
-                        "(same config only) instead of starting over; a baselines experiment keeps the systems "
-                        "its results file holds (same config but eval.baselines, data and machine only) and "
-                        "evaluates the missing ones")
-    q = command("report", on=exp_sub, help_="regenerate the report from the results folder")
-    q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
-    q.add_argument("--out", default=None, help="markdown report (default experiments.report; PNGs beside it)")
-    q.add_argument("--metrics", default=None, help=METRICS_HELP)
+    p = command("experiments", parents=[])  # forwarded before parsing (components.cli.forward_to_study)
+    p.add_argument("study_args", nargs=argparse.REMAINDER, metavar="ACTION ...",
+                   help="run | report | keys and their options: `python -m experiments --help` (the study, "
+                        "experiments/, which this command execs)")
 
     p = command("config", parents=[])
     cfg_sub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION", help="one of:")

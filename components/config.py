@@ -5,8 +5,15 @@ section with its defaults; ``profiles.<name>`` holds partial overrides deep-merg
 Every model forbids unknown keys, so a typo is an error that names the key path, never a
 silently ignored setting. Load with :func:`load_config`; errors raise :class:`ConfigError`
 (the CLI turns it into exit code 2). The sections (``data`` ... ``tracking``) are in
-:mod:`components.config_sections`; this module adds the experiments, assembles :class:`Config`
-and reads the file with its profile and ``--set`` overrides.
+:mod:`components.config_sections`; this module assembles :class:`Config` and reads the file with
+its profile and ``--set`` overrides.
+
+The ``experiments`` section belongs to the study (the top-level ``experiments`` package, which the
+product never imports): here it is an opaque mapping, and ``experiments.schema`` validates it with
+its own typed, typo-rejecting schema whenever the study runs. Typing it here would put the study's
+schema back inside the product (and its definitions' override checks need :class:`Config` itself);
+leaving it out of ``params.yaml`` would split one params file in two. Every other section is still
+checked here, key by key. Neither :meth:`Config.hash` nor :meth:`Config.flat` reads it.
 """
 
 from __future__ import annotations
@@ -15,9 +22,8 @@ import copy
 import hashlib
 import json
 import os
-import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -51,7 +57,7 @@ from components.yaml_strict import FileTooLarge, read_capped_text, strict_load
 __all__ = [  # the schema's sections live in components/config_sections.py; import them from here
     "ALL_BENCHMARKS", "BASELINE_NAMES", "BENCHMARKS", "DEFAULT_PARAMS", "TRAIN_SOURCE_RE", "BaselineName",
     "BenchmarkName", "BudgetConfig", "Config", "ConfigError", "DataConfig", "DeepSpeedConfig", "EvalConfig",
-    "ExperimentDef", "ExperimentsConfig", "GspoConfig", "MasConfig", "ModelConfig", "Name", "RegistryConfig",
+    "GspoConfig", "MasConfig", "ModelConfig", "Name", "RegistryConfig",
     "RewardConfig", "SearchConfig", "Seed", "TrackingConfig", "deep_merge", "format_errors", "load_config",
     "parse_override", "rank_split_problem", "read_params_file", "set_override",
 ]
@@ -61,111 +67,6 @@ DEFAULT_PARAMS = Path("params.yaml")
 
 class ConfigError(UserError):
     """A params file or override that does not match the schema."""
-
-
-EXPERIMENT_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-EXPERIMENT_FROZEN_SECTIONS = ("eval", "experiments", "profile")
-"""sections an experiment may not override: every experiment is evaluated on the SAME seeded
-sample (``eval.*``), and an experiment cannot redefine the experiments themselves"""
-
-
-class ExperimentDef(_Section):
-    """One reproduction experiment: ``section.key=value`` overrides on top of the selected profile."""
-
-    kind: Literal["baselines", "gspo", "proof"] = Field(
-        "gspo", description="baselines: evaluate eval.baselines only; gspo: train, then evaluate the policy alone; "
-                            "proof: untrained, prior-only, budgeted and λ=0 systems under its own profile")
-    profile: str | None = Field(None, description="proof kind: the profile it runs under (its own task and settings)")
-    label: str = Field("", description="row name in the report (default: the experiment name)")
-    description: str = Field("", description="one sentence: what the experiment shows")
-    extends: str | None = Field(None, description="inherit another experiment's overrides and budget_fraction")
-    overrides: list[str] = Field(default_factory=list, description="section.key=value, applied on the profile")
-    budget_fraction: float | None = Field(
-        None, gt=0.0, le=10.0, description="budget.fraction: B = this x the untrained policy's tokens per sampled "
-                                           "training episode, measured before step 1")
-
-    @model_validator(mode="after")
-    def _check(self) -> ExperimentDef:
-        for text in self.overrides:
-            try:
-                keys, _ = parse_override(text)
-            except ConfigError as exc:  # a ValueError, so pydantic reports it under its key path
-                raise ValueError(str(exc)) from None
-            if keys[0] in EXPERIMENT_FROZEN_SECTIONS:
-                raise ValueError(f"override {text!r}: {keys[0]}.* may not vary per experiment (every experiment "
-                                 "is evaluated on the same seeded sample; use the profile or --set instead)")
-            if len(keys) != 2 or keys[0] not in Config.model_fields:
-                allowed = ", ".join(k for k in Config.model_fields if k not in EXPERIMENT_FROZEN_SECTIONS)
-                raise ValueError(f"override {text!r}: expected section.key=value with section one of {allowed}")
-            section = Config.model_fields[keys[0]].annotation
-            if keys[1] not in section.model_fields:  # type: ignore[union-attr]
-                raise ValueError(f"override {text!r}: unknown key {keys[1]!r} in section {keys[0]} "
-                                 f"(allowed: {', '.join(section.model_fields)})")  # type: ignore[union-attr]
-        budget_keys = (["budget", "target"], ["budget", "fraction"])
-        if self.budget_fraction is not None and any(parse_override(t)[0] in budget_keys for t in self.overrides):
-            raise ValueError("budget_fraction sets B (budget.fraction); do not also override budget.target or "
-                             "budget.fraction")
-        if (self.kind == "proof") != (self.profile is not None):
-            raise ValueError("kind 'proof' needs a profile (its own task and settings), and only it takes one")
-        if self.kind == "baselines" and (self.budget_fraction is not None or self.overrides or self.extends):
-            raise ValueError("kind 'baselines' takes no overrides, extends or budget_fraction (it evaluates the "
-                             "configured base model; overriding it would change what 'untrained' means)")
-        return self
-
-
-class RecordConfig(_Section):
-    """Which experiment plays each role in the report's claims (a)-(f): the runs of record. The
-    defaults are the paper's set; a results folder re-run under another recipe names its own runs
-    here (``--set experiments.record.b25=NAME``), so the same rules judge it, and the report says so."""
-
-    b25: str = Field("gspo_b25", description="the budgeted Agent-GSPO run of record (B = 25 %)")
-    b50: str = Field("gspo_b50", description="the second budgeted run (B = 50 %)")
-    lambda0: str = Field("lambda0", description="task reward only, under the same recipe as b25")
-    no_adv_norm: str = Field("no_adv_norm", description="b25 with advantage normalisation off")
-    grpo_token: str = Field("grpo_token", description="b25 with token-level importance ratios")
-
-    @property
-    def trained(self) -> tuple[str, str]:
-        """the Agent-GSPO runs, the budgeted run of record first"""
-        return (self.b25, self.b50)
-
-    def roles(self) -> dict[str, str]:
-        """role label (as the report names it) -> experiment"""
-        return {"B25": self.b25, "B50": self.b50, "λ=0": self.lambda0, "no-adv-norm": self.no_adv_norm,
-                "GRPO-token": self.grpo_token}
-
-
-class ExperimentsConfig(_Section):
-    profile: str = Field("results", description="profile `experiments run` uses when --profile is not given")
-    results_dir: Name = Field("results", description="one <name>.json per experiment (committed)")
-    runs_dir: Name = Field("runs/experiments", description="per-experiment training and evaluation folders")
-    report: Name = Field("docs/results.md", description="generated report; PNGs go to <report dir>/<stem>/")
-    last_k: int = Field(5, ge=1, le=1_000_000,
-                        description="last training steps averaged when checking tokens against B")
-    definitions: dict[str, ExperimentDef] = Field(default_factory=dict, description="name -> experiment")
-    record: RecordConfig = Field(default_factory=RecordConfig, description="the runs of record the claims judge")
-
-    @model_validator(mode="after")
-    def _check(self) -> ExperimentsConfig:
-        defs = self.definitions
-        for name, d in defs.items():
-            if not EXPERIMENT_NAME_RE.match(name):
-                raise ValueError(f"definitions.{name}: names must match {EXPERIMENT_NAME_RE.pattern} "
-                                 "(they become file names)")
-            seen = [name]
-            while d.extends is not None:
-                if d.extends not in defs:
-                    raise ValueError(f"definitions.{seen[-1]}.extends: unknown experiment {d.extends!r} "
-                                     f"(defined: {', '.join(defs)})")
-                if d.extends in seen:
-                    raise ValueError(f"definitions.{name}.extends: cycle {' -> '.join([*seen, d.extends])}")
-                seen.append(d.extends)
-                d = defs[d.extends]
-        for role, spec in RecordConfig.model_fields.items():  # a default that names nothing is NOT RUN
-            name = getattr(self.record, role)
-            if name != spec.default and name not in defs:
-                raise ValueError(f"record.{role}: unknown experiment {name!r} (defined: {', '.join(defs) or 'none'})")
-        return self
 
 
 class Config(_Section):
@@ -180,7 +81,9 @@ class Config(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-    experiments: ExperimentsConfig = Field(default_factory=ExperimentsConfig)
+    experiments: dict[str, Any] = Field(
+        default_factory=dict, description="the study's section (experiments/, `python -m experiments keys`): "
+                                          "validated by the study's own schema, opaque to the product")
     profile: str = Field("default", description="name of the applied profile")
 
     @model_validator(mode="after")

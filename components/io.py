@@ -259,7 +259,8 @@ _CHECKOUT = Path(__file__).resolve().parents[1]
 PIPELINE_FILE_NAMES = ("manifest.json", "dvc.yaml", "dvc.lock")
 """files that are inputs of the pipeline wherever they are, in any letter case (prepared data's
 ``manifest.json``, the mirror's ``MANIFEST.json``)"""
-PIPELINE_CODE = (_CHECKOUT / "components", _CHECKOUT / "flows", _CHECKOUT / "params.yaml")
+PIPELINE_CODE = (_CHECKOUT / "components", _CHECKOUT / "flows", _CHECKOUT / "experiments", _CHECKOUT / "params.yaml")
+"""the checkout's code (the product's, and the study's ``experiments/``: named as a path, never imported)"""
 _INPUTS: set[Path] = set()
 
 
@@ -291,8 +292,8 @@ def _pipeline_input(path: Path, data_folder_ok: bool = False) -> str | None:
 def check_not_pipeline_input(path: str | os.PathLike[str], option: str, *, data_folder_ok: bool = False) -> None:
     """Raise :class:`UserError` naming ``option`` when an output path is an input of the pipeline: the
     params file, any ``manifest.json``/``dvc.yaml``/``dvc.lock``, anything under ``data.out_dir``,
-    ``data.mirror``, ``components/`` or ``flows/`` (the symlink's target, not the link, is judged).
-    One check for every output option, run before anything is written. ``data_folder_ok``: the
+    ``data.mirror``, ``components/``, ``flows/`` or ``experiments/`` (the symlink's target, not the link, is
+    judged). One check for every output option, run before anything is written. ``data_folder_ok``: the
     path may *be* ``data.out_dir`` or ``data.mirror`` (not be inside one): ``prepare --out``, which
     refuses the mirror itself with its own message (``components.data.outputs.check_out_vs_mirror``)."""
     why = _pipeline_input(Path(path), data_folder_ok)

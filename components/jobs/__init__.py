@@ -13,8 +13,8 @@ from typing import Any
 
 _WHERE = {
     "ConfigSource": "base", "Job": "base", "PrepareJob": "data", "PrepareResult": "data", "ValidateJob": "data",
-    "EvaluateJob": "evaluate", "EvaluateResult": "evaluate", "ExperimentsJob": "experiments",
-    "ReportJob": "experiments", "PromoteJob": "promote", "RolloutJob": "rollout", "RolloutResult": "rollout",
+    "EvaluateJob": "evaluate", "EvaluateResult": "evaluate", "PromoteJob": "promote",
+    "RolloutJob": "rollout", "RolloutResult": "rollout",
     "SearchJob": "search", "SearchTrial": "search",
     "TrainJob": "train", "TrainingFailed": "train",
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from components.experiments.results import SCHEMA_VERSION, BudgetInfo, ResultsFile
+from experiments.results import SCHEMA_VERSION, BudgetInfo, ResultsFile
 
 SETTINGS = {"model.name": "tiny-random", "mas.agents": 3, "mas.rounds": 2, "mas.topology": "complete",
             "mas.max_message_tokens": 32, "mas.context_tokens": 256, "mas.silence_marker": "<silent>",

@@ -27,9 +27,9 @@ def test_every_leaf_of_the_resolved_config_is_listed_with_type_default_and_descr
     listed = {line.split()[0]: line for line in listing[1:]}
     leaves = set(_leaves(shown))
     assert len(leaves) > 100
-    missing = sorted(k for k in leaves if k not in listed and not k.startswith("experiments.definitions"))
+    missing = sorted(k for k in leaves if k not in listed and not k.startswith("experiments."))
     assert not missing, f"keys of the resolved config missing from `config keys`: {missing}"
-    assert "experiments.definitions.<name>.kind" in listed
+    assert "experiments" in listed  # one opaque key: the study lists its own (`python -m experiments keys`)
     for key in ("gspo.eps_low", "budget.target", "mas.agents"):
         assert " default " in listed[key] and len(listed[key].split("default", 1)[1].split()) >= 2
 

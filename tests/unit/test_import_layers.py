@@ -62,9 +62,9 @@ def test_the_project_keeps_every_contract() -> None:
     assert lint_imports(config_filename=str(PYPROJECT), cache_dir=None, no_logo=True) is True
 
 
-def test_no_exception_is_listed_and_the_three_contracts_are_there() -> None:
+def test_no_exception_is_listed_and_the_five_contracts_are_there() -> None:
     contracts = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
-    assert {c["id"] for c in contracts} == {"layers", "library", "acyclic"}
+    assert {c["id"] for c in contracts} == {"layers", "library", "study", "study_layers", "acyclic"}
     for c in contracts:
         assert not c.get("ignore_imports"), f"contract {c['id']} lists exceptions: {c['ignore_imports']}"
     layers = next(c for c in contracts if c["id"] == "layers")["layers"]
@@ -95,9 +95,19 @@ def test_the_library_importing_prefect_or_flows_breaks_it(config, graph, importe
 
 
 def test_a_circle_inside_one_package_breaks_it(config, graph) -> None:
-    """results -> proof -> definitions -> results was such a circle (the layers do not see it)."""
-    assert broken(config, with_import(graph, "components.experiments.results", "components.experiments.proof")) \
-        == ["acyclic"]
+    """flows.pipeline imports flows.logs; the reverse closes a circle that only ``acyclic`` sees (the
+    study's results -> proof -> definitions -> results was one such circle)."""
+    assert broken(config, with_import(graph, "flows.logs", "flows.pipeline")) == ["acyclic"]
+
+
+@pytest.mark.parametrize("importer", ["components.jobs.train", "components.config", "flows.pipeline"])
+def test_the_product_importing_the_study_breaks_it(config, graph, importer) -> None:
+    assert "study" in broken(config, with_import(graph, importer, "experiments.report"))
+
+
+def test_an_import_that_runs_up_inside_the_study_breaks_its_layers(config, graph) -> None:
+    assert broken(config, with_import(graph, "experiments.results", "experiments.proof")) == ["study_layers",
+                                                                                              "acyclic"]
 
 
 def test_docs_architecture_lists_the_layers_the_contract_states() -> None:

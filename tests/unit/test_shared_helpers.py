@@ -14,7 +14,6 @@ from test_reward import episode, msg
 from components.config import load_config
 from components.config_sections import EPS_HIGH, EPS_LOW, GspoConfig
 from components.errors import UserError
-from components.experiments.definitions import Experiment, budget_overrides, experiment_config
 from components.gspo.loss import gspo_loss
 from components.gspo.run_folder import exclusive
 from components.io import file_lock
@@ -24,6 +23,7 @@ from components.numbers import is_finite_number
 from components.reward.reward import RewardError, message_tokens
 from components.tracking.errors import PromotionError
 from components.tracking.registry import _promotion_running
+from experiments.definitions import Experiment, budget_overrides, experiment_config
 
 
 def held(path: Path) -> filelock.FileLock:

@@ -2,7 +2,7 @@
 differences (paired where per-item outcomes exist), whether a run moved from its base policy, and
 the gates every claim passes its verdict through (moved, like with like).
 
-Split from :mod:`components.experiments.claims` so that the rules stay readable there; the report's
+Split from :mod:`experiments.claims` so that the rules stay readable there; the report's
 tables and the seeds section use the same helpers, so every number in the report has one source.
 """
 
@@ -13,14 +13,13 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from components.experiments.definitions import settings_diff
-from components.experiments.results import EvalCell, ResultsFile, pooled_tokens_mean
-from components.experiments.stats import Movement, Paired, movement, paired_macro
+from experiments.definitions import settings_diff
+from experiments.results import EvalCell, ResultsFile, pooled_tokens_mean
+from experiments.rules import VerdictRules
+from experiments.stats import Movement, Paired, movement, paired_macro
 
 BASELINES, UNTRAINED = "baselines", "mas_untrained"
 MAIN = "agent_gspo"
-COLLAPSE_SHARE = 0.95
-"""a run whose last-k silence rate or message-cap hit rate reaches this share has collapsed"""
 
 
 @dataclass
@@ -73,9 +72,9 @@ def accuracy_difference(results: Mapping[str, ResultsFile], a: tuple[str, str], 
             "unpaired standard error (a results file holds no per-item outcomes)")
 
 
-def moved(results: Mapping[str, ResultsFile], name: str) -> Movement:
+def moved(results: Mapping[str, ResultsFile], name: str, rules: VerdictRules) -> Movement:
     """Whether trained run ``name`` moved away from its base policy (stats.movement)."""
-    return movement(results[name].history, items_of(results, name), items_of(results, BASELINES, UNTRAINED))
+    return movement(results[name].history, items_of(results, name), items_of(results, BASELINES, UNTRAINED), rules)
 
 
 def gate(status: str, runs: Sequence[tuple[str, Movement]], lines: list[str]) -> str:
@@ -116,19 +115,19 @@ def spread(xs: Sequence[float]) -> float | None:
     return statistics.pstdev(xs) if len(xs) >= 2 else None
 
 
-def collapse(res: ResultsFile) -> str | None:
+def collapse(res: ResultsFile, rules: VerdictRules) -> str | None:
     """Why a training run looks collapsed, or None: non-finite metrics, (near-)total silence over the
     last k steps, (nearly) every message at the message cap over the last k steps (the length
     collapse that raw negative rewards drive: every message grows until the cap stops it), or
     accuracy falling to 0 over the last k steps after being positive early on."""
-    h, k = res.history, res.last_k
+    h, k, share = res.history, res.last_k, rules.collapse_share
     if any(not math.isfinite(v) for row in h for v in row.values()):
         return "non-finite metrics"
     silence = last_k_mean(h, "train/silence_rate", k)
-    if silence is not None and silence >= COLLAPSE_SHARE:
+    if silence is not None and silence >= share:
         return f"silence {silence:.2f} over the last {k} steps"
     capped = last_k_mean(h, "train/cap_hit_rate", k)
-    if capped is not None and capped >= COLLAPSE_SHARE:
+    if capped is not None and capped >= share:
         return f"messages at the cap {capped:.2f} over the last {k} steps"
     acc = series(h, "train/accuracy")
     if len(acc) >= 2 * k and sum(acc[:k]) > 0 and sum(acc[-k:]) == 0:

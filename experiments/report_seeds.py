@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from components.experiments.evidence import BASELINES, MAIN, UNTRAINED, cells_of, versus_untrained
-from components.experiments.results import ResultsFile
+from experiments.evidence import BASELINES, MAIN, UNTRAINED, cells_of, versus_untrained
+from experiments.results import ResultsFile
 
 SEED_KEY = "gspo.seed="
 

@@ -13,17 +13,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.config import BENCHMARKS
-from components.experiments import claims as cl
-from components.experiments import evidence as ev
-from components.experiments import plots
-from components.experiments.definitions import settings_diff
-from components.experiments.proof import load_proofs
-from components.experiments.proof_report import proof_section
-from components.experiments.report_seeds import seeds_section
-from components.experiments.report_silence import held_out_silence, silence_by_benchmark, training_silence
-from components.experiments.results import EvalCell, ResultsFile, SilenceCounts, load_results_dir
 from components.io import write_text_atomic
 from components.machine import describe
+from experiments import claims as cl
+from experiments import evidence as ev
+from experiments import plots
+from experiments.definitions import settings_diff
+from experiments.proof import load_proofs
+from experiments.proof_report import proof_section
+from experiments.report_seeds import seeds_section
+from experiments.report_silence import held_out_silence, silence_by_benchmark, training_silence
+from experiments.results import EvalCell, ResultsFile, SilenceCounts, load_results_dir
+from experiments.rules import VerdictRules, rules_block, rules_of
 
 SYSTEM_LABELS = {"single_cot": "CoT", "self_consistency": "SC", "mas_untrained": "untrained MAS (free-for-all)",
                  "mas_prior": "prior only (no RL)"}
@@ -152,7 +153,7 @@ def _token_breakdown(rows: list[Row]) -> list[str]:
     return [*out, ""]
 
 
-def _training(results: Mapping[str, ResultsFile]) -> list[str]:
+def _training(results: Mapping[str, ResultsFile], rules: VerdictRules) -> list[str]:
     trained = {n: r for n, r in results.items() if r.history}
     if not trained:
         return ["## Training", "", "No trained experiment has results yet.", ""]
@@ -175,7 +176,7 @@ def _training(results: Mapping[str, ResultsFile]) -> list[str]:
                    f"{ev.fmt(tokens, '.1f')} | {f'{err[1]:+.1%}' if err else '-'} | "
                    f"{ev.fmt(lam[-1] if lam else None, '.4f')} | {ev.fmt(sum(rew) / len(rew) if rew else None)} "
                    f"({ev.fmt(ev.spread(rew))}) | {ev.fmt(acc)} | {ev.fmt(sil, '.2f')} | {_zero_adv(h)} | "
-                   f"{ev.collapse(res) or '-'} |")
+                   f"{ev.collapse(res, rules) or '-'} |")
         if _never_updated(h):
             notes.append(f"- **{name}: every group had zero advantage at every step, so no update moved the policy** "
                          "(all episodes of a group got the same reward, e.g. none solved its question); its "
@@ -273,8 +274,9 @@ def _groups(groups: dict[str, list[str]]) -> str:
 
 
 def _claims_md(claims: list[cl.Claim], record: cl.Record) -> list[str]:
-    out = ["## Claims", "", "Computed from the numbers above (see components/experiments/claims.py for each rule).", ""]
-    if record != cl.DEFAULT_RECORD:
+    out = ["## Claims", "", "Computed from the numbers above (see components/experiments/claims.py for each rule).", "",
+           *rules_block(record.rules)]
+    if record.roles() != cl.DEFAULT_RECORD.roles():
         roles = ", ".join(f"{role} = `{name}`" for role, name in record.roles().items())
         out += [f"Runs of record (`experiments.record`, not the paper's default names): {roles}.", ""]
     for c in claims:
@@ -293,6 +295,7 @@ def build_report(results_dir: str | Path, out: str | Path, *, command: str | Non
     file that does not parse or fit the schema raises :class:`ResultsFileError` naming it.
     """
     results_dir, out = Path(results_dir), Path(out)
+    rules = rules_of(record.rules)  # a results set that names no judge is refused before anything is written
     found = load_results_dir(results_dir)
     order = list(dict.fromkeys(e for e, _, _ in paper_rows(record)))
     results = dict(sorted(found.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
@@ -344,12 +347,12 @@ def build_report(results_dir: str | Path, out: str | Path, *, command: str | Non
     md += held_out_silence(rows) + silence_by_benchmark(rows, benches)
     md += _claims_md(claims, record)
     md += seeds_section(results)
-    md += _training(results)
+    md += _training(results, rules)
     md += [f"![λ_tok]({rel}/lambda_tok.png)", "", f"![tokens vs budget]({rel}/tokens_vs_budget.png)", "",
            f"![reward]({rel}/reward.png)", "", f"![silence per agent and round]({rel}/silence.png)", ""]
     md += training_silence(results)
     for proof in load_proofs(results_dir).values():
-        lines, proof_claims, proof_paths = proof_section(proof, fig_dir, rel)
+        lines, proof_claims, proof_paths = proof_section(proof, fig_dir, rel, rules)
         md += lines
         claims += proof_claims
         paths.update(proof_paths)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers.experiments_fixtures import baselines, history, trained
 
-from components.cli import main
-from components.experiments import write_results
+from experiments.cli import main
+from experiments.results import write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def folder(tmp_path: Path) -> Path:
 
 
 def _report(capsys, results: Path | str, out: Path | str, *extra: str) -> tuple[int, str]:
-    rc = main(["experiments", "report", "--params", str(ROOT / "params.yaml"), "--results", str(results),
+    rc = main(["report", "--params", str(ROOT / "params.yaml"), "--results", str(results),
                "--out", str(out), *extra])
     err = capsys.readouterr().err
     assert "Traceback" not in err, err[-3000:]
@@ -114,12 +114,12 @@ def test_the_same_folder_spelled_two_ways_gives_one_report(folder, tmp_path, cap
 
 
 def test_experiments_run_checks_its_results_folder_before_any_work(tmp_path, capsys, monkeypatch):
-    import components.experiments.runner as runner_mod
+    import experiments.runner as runner_mod
 
     monkeypatch.setattr(runner_mod, "run_one", lambda *a, **k: pytest.fail("work started"))
     a_file = tmp_path / "afile"
     a_file.write_text("hi")
-    rc = main(["experiments", "run", "--params", str(ROOT / "params.yaml"), "--only", "gspo_b25", "--results",
+    rc = main(["run", "--params", str(ROOT / "params.yaml"), "--only", "gspo_b25", "--results",
                str(a_file), "--no-track"])
     err = capsys.readouterr().err
     assert rc == 2 and f"results folder (--results / experiments.results_dir) {a_file}: exists and is not a folder" \

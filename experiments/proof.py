@@ -10,7 +10,7 @@ evaluates four systems on the same held-out items (``splitinfo/test``, disjoint 
 * ``lambda0`` — the same recipe with no token, turn or repetition penalty and no budget.
 
 The results file holds every system's cells, per-item correctness and tokens (paired
-comparisons), and both training histories; :mod:`components.experiments.proof_report` turns it
+comparisons), and both training histories; :mod:`experiments.proof_report` turns it
 into the report's section and verdicts.
 """
 
@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from components.config import Config, load_config
+from components.config import Config, load_config, set_override
+from components.evaluation import build_systems, evaluate
 from components.evaluation.setting import item_ids_sha256
-from components.experiments.definitions import Experiment, budget_overrides, read_calibration, settings_of
-from components.experiments.results import (
+from components.gspo.job import train
+from components.models import load_policy
+from experiments.definitions import Experiment, budget_overrides, read_calibration, settings_of
+from experiments.results import (
     EvalCell,
     ResultsFileError,
     StrictRecord,
@@ -35,8 +39,22 @@ from components.experiments.results import (
     json_files,
     read_json,
 )
+from experiments.schema import study_section
 
 Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every experiment of one ``experiments run`` shares: where the prepared data is, whether
+    MLflow tracks it, where progress lines go, and the commit of the code (taken when the run started)."""
+
+    data_dir: Path
+    track: bool = True
+    log: Log = print
+    commit: str | None = None
+
+
 SYSTEMS = ("mas_untrained", "mas_prior", "agent_gspo", "lambda0")
 LAMBDA0 = ("reward.lambda_tok=0", "budget.enabled=false", "budget.fraction=null", "reward.lambda_turn=0",
            "reward.lambda_rep=0")
@@ -102,14 +120,12 @@ RECIPE_KEYS = ("model.silence_prior", "model.lora_rank", "model.dtype", "mas.age
 def proof_config(params: str | None, exp: Experiment, profile: str, user_overrides: Sequence[str]) -> Config:
     """The proof's config: its own profile, its overrides, ``--set`` last; B from ``budget_fraction``."""
     cfg = load_config(params, profile, [*exp.overrides, *budget_overrides(exp), *user_overrides])
-    run_dir = Path(cfg.experiments.runs_dir) / exp.name
+    run_dir = Path(study_section(cfg).runs_dir) / exp.name
     return cfg.model_copy(update={"gspo": cfg.gspo.model_copy(update={"out_dir": str(run_dir)}),
                                   "eval": cfg.eval.model_copy(update={"out_dir": str(run_dir / "eval")})})
 
 
 def _variant(cfg: Config, name: str, overrides: Sequence[str] = ()) -> Config:
-    from components.config import set_override
-
     raw = cfg.model_dump(mode="json")
     for text in overrides:
         set_override(raw, text)
@@ -118,13 +134,9 @@ def _variant(cfg: Config, name: str, overrides: Sequence[str] = ()) -> Config:
     return Config.model_validate(raw)
 
 
-def run_proof(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir: Path, track: bool = True,
-              log: Log = print, commit: str | None = None) -> ProofResults:
+def run_proof(cfg: Config, exp: Experiment, overrides: Sequence[str], ctx: RunContext) -> ProofResults:
     """Train and evaluate the four systems (see the module docstring); returns the unwritten results."""
-    from components.evaluation import build_systems, evaluate
-    from components.gspo.job import train
-    from components.models import load_policy
-
+    data_dir, track, log, commit = ctx.data_dir, ctx.track, ctx.log, ctx.commit
     t0 = time.perf_counter()
     reports: dict[str, Any] = {}
     log(f"[{exp.name}] evaluating mas_untrained and mas_prior of {cfg.model.name} on "

@@ -9,9 +9,10 @@ import math
 import pytest
 from helpers.experiments_fixtures import baselines, cell, columns, history, make_results, trained
 
-from components.experiments import ResultsFileError, load_results, write_results
-from components.experiments.claims import all_claims
-from components.experiments.stats import (
+from experiments.claims import all_claims
+from experiments.results import ResultsFileError, load_results, write_results
+from experiments.rules import V1
+from experiments.stats import (
     ItemColumns,
     controller_settled,
     last_episodes,
@@ -96,10 +97,10 @@ def test_held_out_tokens_beyond_two_paired_errors_count_as_movement():
     less = [40 - (i % 7) for i in range(N)]  # ~3 tokens fewer per item, a few tokens of spread
     m = movement(history([1.0], kl_base=0.0), {"g": ItemColumns(correct=BASE_CORRECT, tokens_total=less,
                                                                   tokens_completion=less)},
-                 {"g": ItemColumns(correct=BASE_CORRECT, tokens_total=[40] * N, tokens_completion=[40] * N)})
+                 {"g": ItemColumns(correct=BASE_CORRECT, tokens_total=[40] * N, tokens_completion=[40] * N)}, V1)
     assert m.moved and "changed by -3.0" in m.why
     same = movement([], {"g": ItemColumns(correct=[True], tokens_total=[40], tokens_completion=[40])},
-                    {"g": ItemColumns(correct=[True], tokens_total=[40], tokens_completion=[40])})
+                    {"g": ItemColumns(correct=[True], tokens_total=[40], tokens_completion=[40])}, V1)
     assert not same.moved and "no KL from the base logged" in same.why
 
 
@@ -112,17 +113,17 @@ def test_budget_rule_needs_64_episodes_and_is_two_sided():
     assert status(history([172, 170, 175], episodes=4)) == "FAIL"  # too few, but every step far above B
     assert status(history([80, 85, 85], episodes=22)) == "FAIL"  # 16.7 % under B fails too (two-sided)
     assert status(history([120, 125, 125], episodes=22)) == "FAIL"
-    mean, n = last_episodes(history([50, 100, 200], episodes=40), "train/budget_tokens")
+    mean, n = last_episodes(history([50, 100, 200], episodes=40), "train/budget_tokens", 64)
     assert (mean, n) == (150.0, 80)  # the last two steps: the first with 64+ episodes
-    assert last_episodes([{"train/budget_tokens": 1.0}], "train/budget_tokens") == (None, 0)
+    assert last_episodes([{"train/budget_tokens": 1.0}], "train/budget_tokens", 64) == (None, 0)
 
 
 def test_window_standard_error_is_the_spread_of_the_judged_steps_means():
     hist = history([500, 10, 20, 30], episodes=32)  # the last two steps hold 64 episodes
-    assert window_standard_error(hist, "train/budget_tokens") == pytest.approx(math.sqrt(50.0) / math.sqrt(2))
-    assert window_standard_error(history([10], episodes=64), "train/budget_tokens") is None  # one step: no spread
+    assert window_standard_error(hist, "train/budget_tokens", 64) == pytest.approx(math.sqrt(50.0) / math.sqrt(2))
+    assert window_standard_error(history([10], episodes=64), "train/budget_tokens", 64) is None  # one step: no spread
     nan = history([10, float("nan")], episodes=32)
-    assert window_standard_error(nan, "train/budget_tokens") is None
+    assert window_standard_error(nan, "train/budget_tokens", 64) is None
 
 
 def test_budget_rule_inside_the_band_needs_a_settled_controller():
@@ -155,20 +156,20 @@ def test_controller_settled_rule():
     def hist(lam, episodes=8.0):
         return [{"train/budget_tokens": 10.0, "train/episodes": episodes, "train/lambda_tok": x} for x in lam]
 
-    ok, why = controller_settled(hist([0.5, 0.0] + [0.1, 0.12] * 4))
+    ok, why = controller_settled(hist([0.5, 0.0] + [0.1, 0.12] * 4), V1)
     assert ok and "settled: +0.100 -> +0.120" in why
-    assert controller_settled(hist([0.5] * 10))[0] is False          # clipped (or the dual off)
-    assert controller_settled(hist([0.0, 0.5] + [0.1] * 8))[0] is False  # a slack cap: λ at λ_min
-    ok, why = controller_settled(hist([0.4, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1, -0.2, -0.3, -0.4]))
+    assert controller_settled(hist([0.5] * 10), V1)[0] is False          # clipped (or the dual off)
+    assert controller_settled(hist([0.0, 0.5] + [0.1] * 8), V1)[0] is False  # a slack cap: λ at λ_min
+    ok, why = controller_settled(hist([0.4, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1, -0.2, -0.3, -0.4]), V1)
     assert ok is False and "+0.300 -> -0.400 over the 8 judged steps, 87% of its range" in why
-    assert controller_settled(hist([0.5, 0.1], episodes=40))[0] is False  # two steps, still moving
-    assert controller_settled([{"train/budget_tokens": 1.0, "train/episodes": 64.0}]) == (
+    assert controller_settled(hist([0.5, 0.1], episodes=40), V1)[0] is False  # two steps, still moving
+    assert controller_settled([{"train/budget_tokens": 1.0, "train/episodes": 64.0}], V1) == (
         None, "λ_tok not logged for the judged steps")
-    ok, why = controller_settled(hist([0.1, 0.3, 0.48, 0.49, 0.498, 0.5, 0.5, 0.5, 0.5, 0.5]))  # seed 1 of the proof
+    ok, why = controller_settled(hist([0.1, 0.3, 0.48, 0.49, 0.498, 0.5, 0.5, 0.5, 0.5, 0.5]), V1)  # proof seed 1
     assert ok is False and "sat at 0.500, the edge of its range over the run (a clip), in 5 of 8" in why
-    assert controller_settled(hist([0.1, 0.3, 0.48, 0.5, 0.49, 0.5, 0.47, 0.46, 0.48, 0.49]))[0] is True  # 2 of 8
-    assert controller_settled(hist([0.5, 0.0] + [0.1, math.nan] * 4))[0] is None  # a crafted or broken log
-    assert controller_settled(hist([math.inf, 0.0] + [0.1, 0.12] * 4))[0] is None
+    assert controller_settled(hist([0.1, 0.3, 0.48, 0.5, 0.49, 0.5, 0.47, 0.46, 0.48, 0.49]), V1)[0] is True  # 2 of 8
+    assert controller_settled(hist([0.5, 0.0] + [0.1, math.nan] * 4), V1)[0] is None  # a crafted or broken log
+    assert controller_settled(hist([math.inf, 0.0] + [0.1, 0.12] * 4), V1)[0] is None
 
 
 def test_a_one_sided_error_is_not_a_settled_controller():
@@ -179,13 +180,13 @@ def test_a_one_sided_error_is_not_a_settled_controller():
         return [{"train/budget_tokens": t, "train/budget": 16.5, "train/episodes": 8.0, "train/lambda_tok": x}
                 for t, x in zip(tokens, lam, strict=True)]
 
-    ok, why = controller_settled(hist([30.0] * 4 + [12.0] * 8))
+    ok, why = controller_settled(hist([30.0] * 4 + [12.0] * 8), V1)
     assert ok is False and "token use was below B in all 8 judged steps" in why and "-0.731 -> -0.980" in why
-    ok, why = controller_settled(hist([5.0] * 4 + [17.0] * 8))
+    ok, why = controller_settled(hist([5.0] * 4 + [17.0] * 8), V1)
     assert ok is False and "above B in all 8" in why
-    assert controller_settled(hist([30.0] * 4 + [12.0, 17.0] * 4))[0] is True  # errors of both signs: held
+    assert controller_settled(hist([30.0] * 4 + [12.0, 17.0] * 4), V1)[0] is True  # errors of both signs: held
     no_b = [{k: v for k, v in h.items() if k != "train/budget"} for h in hist([30.0] * 4 + [12.0] * 8)]
-    assert controller_settled(no_b)[0] is True  # B not logged: this test cannot judge, the others passed
+    assert controller_settled(no_b, V1)[0] is True  # B not logged: this test cannot judge, the others passed
 
 
 def test_fixture_cell_is_consistent():
@@ -236,21 +237,21 @@ def test_the_budget_rule_at_every_stopping_step_counts_inside_held_and_below():
 
     # a controller regulating around B: use on both sides, λ moving a little inside a wide range
     centred = hist([60, 40, 30] + [21, 19] * 4 + [21], [0.1, 0.6, 0.5] + [0.20, 0.22] * 4 + [0.21])
-    e = rule_at_endings(centred, 20.0, 0.10)
+    e = rule_at_endings(centred, 20.0, 0.10, V1)
     assert (e.first_step, e.last_step, e.judged, e.inside, e.held, e.below) == (9, 12, 4, 4, 4, 0)
     assert "at each step from 9 to 12" in e.text() and "inside the band at 4 of 4, held by λ at 4" in e.text()
     # the policy settled 15 % under B while λ wound down: outside the band at every stopping step
     under = hist([60, 40, 30] + [17.0] * 9, [0.6, 0.6, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1])
-    e = rule_at_endings(under, 20.0, 0.10)
+    e = rule_at_endings(under, 20.0, 0.10, V1)
     assert (e.judged, e.inside, e.held, e.below) == (4, 0, 0, 4)
     # inside the band at the end, but below B in every judged step while λ swept: inside, never held
     sweep = hist([60, 40, 30] + [18.5] * 9, [0.6, 0.6, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1])
-    e = rule_at_endings(sweep, 20.0, 0.10)
+    e = rule_at_endings(sweep, 20.0, 0.10, V1)
     assert (e.judged, e.inside, e.held, e.below) == (4, 4, 0, 4)
     # one noisy window: only the endings whose 4-step mean leaves the band count as outside
     noisy = hist([60, 40, 30, 20, 20, 20, 20, 20, 8, 20, 20, 20], [0.6, 0.6, 0.5] + [0.2, 0.21] * 4 + [0.2])
-    e = rule_at_endings(noisy, 20.0, 0.10)
+    e = rule_at_endings(noisy, 20.0, 0.10, V1)
     assert (e.judged, e.inside, e.below) == (4, 0, 4)  # 8 sits in every window ending at steps 9-12 (17.0: -15 %)
-    assert rule_at_endings(noisy[:3], 20.0, 0.10) is None  # 48 episodes: no window to judge
-    assert rule_at_endings(centred, math.nan, 0.10) is None and rule_at_endings(centred, 0.0, 0.10) is None
-    assert rule_at_endings([], 20.0, 0.10) is None
+    assert rule_at_endings(noisy[:3], 20.0, 0.10, V1) is None  # 48 episodes: no window to judge
+    assert rule_at_endings(centred, math.nan, 0.10, V1) is None and rule_at_endings(centred, 0.0, 0.10, V1) is None
+    assert rule_at_endings([], 20.0, 0.10, V1) is None

@@ -12,7 +12,7 @@ file's systems, in some order: JSON files keep no key order), on another version
 data (``data/manifest.json`` sha256), or on another machine (greedy bf16 decodes differ between
 machines, and one file must be comparable row by row). :func:`merge_carried` then joins the fresh
 evaluation and the kept systems, after checking that both saw the same items, and records where
-each kept system came from (:class:`~components.experiments.results.CarriedSystems`).
+each kept system came from (:class:`~experiments.results.CarriedSystems`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from components.config import Config
-from components.experiments.definitions import ExperimentError, settings_diff, settings_of
-from components.experiments.results import CarriedSystems, ResultsFile
 from components.machine import describe
+from experiments.definitions import ExperimentError, settings_diff, settings_of
+from experiments.results import CarriedSystems, ResultsFile
 
 MAX_PERMUTED = 7
 """systems whose orders are tried against a file's config hash (7! = 5040 hashes, well under a second)"""

@@ -9,13 +9,15 @@ import pytest
 from helpers.experiments_fixtures import baselines, history, trained
 
 from components.config import ConfigError, load_config
-from components.experiments import build_report, write_results
-from components.experiments.claims import Record, claim_f
-from components.jobs import ReportJob
+from experiments.claims import Record, claim_f
+from experiments.jobs import ReportJob
+from experiments.report import build_report
+from experiments.results import write_results
+from experiments.schema import study_section
 
 ROOT = Path(__file__).resolve().parents[2]
 MIX = Record(b25="gspo_b25_mix", b50="gspo_b50_mix", lambda0="lambda0_mix", no_adv_norm="no_adv_norm_mix",
-             grpo_token="grpo_token_mix")
+             grpo_token="grpo_token_mix", rules="v1")
 
 
 def _folder(folder: Path, suffix: str = "") -> Path:
@@ -65,7 +67,7 @@ def test_a_record_pair_is_the_claim_not_evidence_beside_it(tmp_path):
     b = next(c for c in build_report(folder, tmp_path / "o.md").claims if c.key == "b")
     assert b.status == "NOT RUN"
     assert any(x.startswith("same recipe, not counted: lambda0_mix_answer") for x in b.evidence)
-    record = Record(b25="gspo_b25_mix_answer", lambda0="lambda0_mix_answer")
+    record = Record(b25="gspo_b25_mix_answer", lambda0="lambda0_mix_answer", rules="v1")
     b = next(c for c in build_report(folder, tmp_path / "o.md", record=record).claims if c.key == "b")
     assert b.status == "PASS", b.evidence  # 50k vs 20k = 2.50x
     assert b.evidence[0].startswith("evaluation total tokens: lambda0_mix_answer 100000 vs gspo_b25_mix_answer 40000")
@@ -85,16 +87,19 @@ def test_the_projects_target_f(tmp_path, acc, tokens, kl, status, verdict):
     assert f.evidence[0].startswith(f"gspo_b25: total tokens {2 * tokens} vs 200000 = {tokens / 100_000:.2f}x "
                                     "(needs <= 0.5x") and f.evidence[0].endswith(f"-> {verdict} the target")
     assert claim_f({"gspo_b25": results["gspo_b25"]}).status == "NOT RUN"
-    assert claim_f(results, Record(b25="other")).status == "NOT RUN"
+    assert claim_f(results, Record(b25="other", rules="v1")).status == "NOT RUN"
 
 
 def test_a_record_role_must_name_a_defined_experiment():
     cfg = load_config(ROOT / "params.yaml", "results", ["experiments.record.b25=gspo_b25_mix_answer"])
-    assert cfg.experiments.record.b25 == "gspo_b25_mix_answer" and cfg.experiments.record.b50 == "gspo_b50"
+    record = study_section(cfg).record
+    assert record.b25 == "gspo_b25_mix_answer" and record.b50 == "gspo_b50" and record.rules == "v1"
     with pytest.raises(ConfigError, match=r"record\.lambda0: unknown experiment 'lambda_0'"):
-        load_config(ROOT / "params.yaml", "results", ["experiments.record.lambda0=lambda_0"])
-    with pytest.raises(ConfigError, match="record"):
-        load_config(ROOT / "params.yaml", "results", ["experiments.record.b75=gspo_b25"])
+        study_section(load_config(ROOT / "params.yaml", "results", ["experiments.record.lambda0=lambda_0"]))
+    with pytest.raises(ConfigError, match=r"experiments\.record\.b75: unknown key"):
+        study_section(load_config(ROOT / "params.yaml", "results", ["experiments.record.b75=gspo_b25"]))
+    with pytest.raises(ConfigError, match=r"experiments\.record\.rules: Input should be 'v1'"):
+        study_section(load_config(ROOT / "params.yaml", "results", ["experiments.record.rules=v0"]))
 
 
 def test_the_report_command_reads_the_record_from_the_config(tmp_path):
@@ -103,7 +108,7 @@ def test_the_report_command_reads_the_record_from_the_config(tmp_path):
                  (("b25", "gspo_b25"), ("b50", "gspo_b50"), ("lambda0", "lambda0"), ("no_adv_norm", "no_adv_norm"),
                   ("grpo_token", "grpo_token"))]
     params = tmp_path / "params.yaml"
-    params.write_text("experiments:\n  definitions:\n" + "".join(
+    params.write_text("experiments:\n  record: {rules: v1}\n  definitions:\n" + "".join(
         f"    {n}_mix: {{budget_fraction: 0.25}}\n" for n in ("gspo_b25", "gspo_b50", "no_adv_norm", "grpo_token"))
         + "    lambda0_mix: {}\n")
     cfg = load_config(params, None, overrides)

@@ -1,10 +1,10 @@
 """The report's "Claims" section: the paper's token-economy claims (a)-(e) and the project's target
 (f) checked against the results files, with the runs of record in their roles (``experiments.record``,
-:class:`components.config.RecordConfig`); the evidence helpers live in :mod:`components.experiments.evidence`.
+:class:`components.config.RecordConfig`); the evidence helpers live in :mod:`experiments.evidence`.
 
 Every claim is computed from the numbers (never typed), names the experiments it compares, and
 is PASS / FAIL, INCONCLUSIVE when the runs exist but cannot decide it, or NOT RUN when an
-experiment it needs has no results file. The rules (:mod:`components.experiments.stats`):
+experiment it needs has no results file. The rules (:mod:`experiments.stats`):
 
 * accuracy differences are paired over the items both sides answered (macro over the shared
   benchmarks); files written before per-item outcomes were recorded fall back to the unpaired
@@ -27,9 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from components.config import RecordConfig as Record
-from components.experiments.definitions import settings_diff
-from components.experiments.evidence import (
+from experiments.definitions import settings_diff
+from experiments.evidence import (
     BASELINES,
     MAIN,
     UNTRAINED,
@@ -48,24 +47,16 @@ from components.experiments.evidence import (
     spread,
     versus_untrained,
 )
-from components.experiments.results import ResultsFile
-from components.experiments.stats import WINDOW, controller_settled, last_episodes, rule_at_endings
+from experiments.results import ResultsFile
+from experiments.rules import rules_of
+from experiments.schema import RecordConfig as Record
+from experiments.stats import controller_settled, last_episodes, rule_at_endings
 
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN", "REPORTED"]
 """REPORTED: numbers shown with no verdict (the claim has no target)"""
 LAMBDA0_LIKE_FOR_LIKE = {"lambda0_answer": "gspo_b25_answer", "lambda0_mix_answer": "gspo_b25_mix_answer"}
 """λ = 0 runs made under a budgeted variant's own recipe (training sources, prior, guards): claim (b) shows
 each pair as evidence, not counted (the claim is about the run of record, B25)"""
-TOKEN_SHARE = 0.25
-"""claim (a): trained tokens at most this share of the free-for-all MAS's"""
-TARGET_SHARE = 0.5
-"""claim (f), the project's target: B25's total tokens at most this share of the free-for-all MAS's"""
-LAMBDA0_RATIO = 2.0
-"""claim (b): λ = 0 uses at least this many times the budgeted run's tokens"""
-BUDGET_TOLERANCE = 0.10
-"""claim (c): last-k mean of the budget measure within ±10 % of B"""
-SPREAD_MARGIN = 0.25
-"""claim (d): reward spreads closer than this share of the larger one do not separate the runs"""
 BOTH_COLLAPSED = "both runs collapsed: neither is a stable run to compare the other with -> INCONCLUSIVE"
 
 
@@ -77,15 +68,17 @@ class Claim:
     evidence: list[str] = field(default_factory=list)
 
 
-DEFAULT_RECORD = Record()
-"""the paper's names in every role (``experiments.record`` left at its defaults)"""
+DEFAULT_RECORD = Record(rules="v1")
+"""the paper's names in every role (``experiments.record`` left at its defaults), judged by the rules
+``v1`` (the version every committed report was judged by; a caller with a config passes its record)"""
 
 
 def claim_a(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:
     """PASS when at least one Agent-GSPO run (B25, B50) is within one SE of the untrained MAS's accuracy
     (or above) at <= 25 % of its total tokens; each run's numbers are listed either way."""
+    rules = rules_of(record.rules)
     title = (f"Trained MAS accuracy within one standard error of (or above) the free-for-all MAS at no more "
-             f"than {TOKEN_SHARE:g} of its tokens")
+             f"than {rules.token_share:g} of its tokens")
     base = cells_of(results, BASELINES, UNTRAINED)
     trained = record.trained
     runs = [(n, c) for n in trained if (c := cells_of(results, n)) is not None]
@@ -99,12 +92,13 @@ def claim_a(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
             lines.append(f"{name}: no benchmark in common with {BASELINES}")
             continue
         t, u, d, how, ratio, comp = v.trained, v.untrained, v.diff, v.how, v.ratio, v.completion_ratio
-        ok = d.within_one_se_or_above() and ratio <= TOKEN_SHARE
+        ok = d.not_below(rules.se_margin) and ratio <= rules.token_share
         lines.append(f"{name}: accuracy {t.accuracy:.3f} vs {u.accuracy:.3f} "
                      f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how}); total tokens {t.tokens_total} vs "
-                     f"{u.tokens_total} = {ratio:.2f}x (needs <= {TOKEN_SHARE:g}x; completion tokens {comp:.2f}x) "
+                     f"{u.tokens_total} = {ratio:.2f}x (needs <= {rules.token_share:g}x; completion tokens "
+                     f"{comp:.2f}x) "
                      f"-> {'meets' if ok else 'misses'} the claim")
-        verdicts.append(like_with_like(gate("PASS" if ok else "FAIL", [(name, moved(results, name))], lines),
+        verdicts.append(like_with_like(gate("PASS" if ok else "FAIL", [(name, moved(results, name, rules))], lines),
                                        results, name, BASELINES, lines))
     lines += _budgeted_variants(results, record)
     if not verdicts:
@@ -119,6 +113,7 @@ def _budgeted_variants(results: Mapping[str, ResultsFile], record: Record) -> li
     difference and token ratios as the runs of record, with no verdict. Claim (a) stays about B25 and
     B50, whose recipe was fixed before any of them ran; a variant picked after seeing results would
     not be a test of the claim."""
+    rules = rules_of(record.rules)
     lines: list[str] = []
     for name in sorted(results):
         res = results[name]
@@ -130,14 +125,15 @@ def _budgeted_variants(results: Mapping[str, ResultsFile], record: Record) -> li
         lines.append(f"variant, not counted: {name}: accuracy {v.trained.accuracy:.3f} vs {v.untrained.accuracy:.3f} "
                      f"(difference {v.diff.diff:+.3f}, SE {v.diff.se:.3f}, {v.how}); total tokens "
                      f"{v.trained.tokens_total} vs {v.untrained.tokens_total} = {v.ratio:.2f}x (completion tokens "
-                     f"{v.completion_ratio:.2f}x); {moved(results, name).why}")
+                     f"{v.completion_ratio:.2f}x); {moved(results, name, rules).why}")
     return lines
 
 
 def claim_b(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:
     """Evaluation total tokens of λ = 0 against the budgeted run of record (B25, else B50); the
     training-side ratio (budget measure, last k steps) is shown as supporting evidence."""
-    title = f"λ = 0 uses at least {LAMBDA0_RATIO:g}x the tokens of the budgeted run"
+    rules = rules_of(record.rules)
+    title = f"λ = 0 uses at least {rules.lambda0_ratio:g}x the tokens of the budgeted run"
     lam = record.lambda0
     free = cells_of(results, lam)
     budgeted = next(((n, c) for n in record.trained if (c := cells_of(results, n)) is not None), None)
@@ -158,8 +154,8 @@ def claim_b(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
         lines.append(f"training, last {k} steps, tokens/episode (budget measure): {m0:.1f} vs {mb:.1f} "
                      f"= {m0 / mb:.2f}x")
     lines.append(f"accuracy: {f.accuracy:.3f} vs {b.accuracy:.3f}")
-    status = gate("PASS" if ratio >= LAMBDA0_RATIO else "FAIL",
-                  [(lam, moved(results, lam)), (budgeted[0], moved(results, budgeted[0]))], lines)
+    status = gate("PASS" if ratio >= rules.lambda0_ratio else "FAIL",
+                  [(lam, moved(results, lam, rules)), (budgeted[0], moved(results, budgeted[0], rules))], lines)
     status = like_with_like(status, results, lam, budgeted[0], lines)
     return Claim("b", title, status, lines + _like_for_like_lambda0(results, record))
 
@@ -167,6 +163,7 @@ def claim_b(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
 def _like_for_like_lambda0(results: Mapping[str, ResultsFile], record: Record) -> list[str]:
     """Evidence lines for each :data:`LAMBDA0_LIKE_FOR_LIKE` pair with both results files (not counted;
     a pair that is the record's own λ=0 and B25 is the claim itself, not evidence beside it)."""
+    rules = rules_of(record.rules)
     lines: list[str] = []
     for free_name, budgeted_name in LAMBDA0_LIKE_FOR_LIKE.items():
         if (free_name, budgeted_name) == (record.lambda0, record.b25):
@@ -180,8 +177,8 @@ def _like_for_like_lambda0(results: Mapping[str, ResultsFile], record: Record) -
         diff = settings_diff(results[free_name].settings, results[budgeted_name].settings)
         same = "same settings" if not diff else f"different settings ({', '.join(diff)})"
         lines.append(f"same recipe, not counted: {free_name} {f.tokens_total} vs {budgeted_name} {b.tokens_total} "
-                     f"= {ratio} (needs >= {LAMBDA0_RATIO:g}x; {same}); accuracy {f.accuracy:.3f} vs "
-                     f"{b.accuracy:.3f}; {free_name} {moved(results, free_name).why}")
+                     f"= {ratio} (needs >= {rules.lambda0_ratio:g}x; {same}); accuracy {f.accuracy:.3f} vs "
+                     f"{b.accuracy:.3f}; {free_name} {moved(results, free_name, rules).why}")
     return lines
 
 
@@ -198,24 +195,25 @@ def _held_out_line(name: str, res: ResultsFile) -> list[str]:
 def claim_c(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:
     """Every Agent-GSPO run (B25, B50) within ±10 % of its B; the ablations that also carry a budget are
     listed but not counted (tracking is the method's claim, not the ablations')."""
-    title = (f"Mean tokens tracked the budget B within ±{BUDGET_TOLERANCE:.0%} (two-sided) over the last "
-             f">= {WINDOW} training episodes, held by the controller")
+    rules = rules_of(record.rules)
+    title = (f"Mean tokens tracked the budget B within ±{rules.budget_tolerance:.0%} (two-sided) over the last "
+             f">= {rules.window} training episodes, held by the controller")
     lines: list[str] = []
     verdicts: list[bool | None] = []
     for name, res in results.items():
         if res.budget is None or not res.history:
             continue
         counted = name in record.trained
-        mean, n = last_episodes(res.history, "train/budget_tokens")
-        if mean is None or n < WINDOW:
+        mean, n = last_episodes(res.history, "train/budget_tokens", rules.window)
+        if mean is None or n < rules.window:
             # too few episodes to PASS; a miss that every one of the last k steps shows on the same
             # side of the band is still a FAIL (no noise explains it)
             k = min(res.last_k, len(res.history))
             steps = series(res.history, "train/budget_tokens")[-k:]
             rel_steps = [x / res.budget.target - 1.0 for x in steps]
-            missed = bool(rel_steps) and (all(r > BUDGET_TOLERANCE for r in rel_steps)
-                                          or all(r < -BUDGET_TOLERANCE for r in rel_steps))
-            lines.append(f"{name}: {n} training episodes with counts, fewer than {WINDOW}; last {k} steps "
+            missed = bool(rel_steps) and (all(r > rules.budget_tolerance for r in rel_steps)
+                                          or all(r < -rules.budget_tolerance for r in rel_steps))
+            lines.append(f"{name}: {n} training episodes with counts, fewer than {rules.window}; last {k} steps "
                          f"{', '.join(f'{x:.1f}' for x in steps)} vs B {res.budget.target:.1f} -> "
                          + ("every step outside the band on the same side: a miss" if missed else "cannot judge")
                          + ("" if counted else " (not counted)"))
@@ -224,15 +222,15 @@ def claim_c(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
             lines.extend(_held_out_line(name, res))
             continue
         rel = mean / res.budget.target - 1.0
-        ok = abs(rel) <= BUDGET_TOLERANCE
-        settled, settle_why = controller_settled(res.history) if ok else (True, "")
+        ok = abs(rel) <= rules.budget_tolerance
+        settled, settle_why = controller_settled(res.history, rules) if ok else (True, "")
         if counted:
             verdicts.append(ok if settled else None)
         lines.append(f"{name}: last {n} episodes mean {mean:.1f} vs B {res.budget.target:.1f} ({res.budget.measure} "
                      f"tokens) = {rel:+.1%} -> {'within' if ok else 'outside'}" + ("" if counted else " (not counted)"))
         if not settled:
             lines.append(f"{name}: {settle_why}: inside the band, but not held by λ")
-        if counted and (endings := rule_at_endings(res.history, res.budget.target, BUDGET_TOLERANCE)):
+        if counted and (endings := rule_at_endings(res.history, res.budget.target, rules.budget_tolerance, rules)):
             lines.append(f"{name}: {endings.text()}")
         lines.extend(_held_out_line(name, res))
     if not verdicts:
@@ -245,9 +243,10 @@ def claim_c(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
 def claim_d(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:
     """no_adv_norm against gspo_b25 (its parent: only advantage normalisation differs). The paper gives
     no threshold, so the verdict is a majority over the indicators that separate the runs: reward
-    spread over steps (when the two differ by more than SPREAD_MARGIN of the larger), evaluation
+    spread over steps (when the two differ by more than ``spread_margin`` of the larger), evaluation
     accuracy (when the difference exceeds its standard error), and collapse (when only one run
     collapsed). No separating indicator -> INCONCLUSIVE: a tiny run must not read as evidence."""
+    rules = rules_of(record.rules)
     title = "Advantage normalisation matters for stability"
     b25, off_name = record.b25, record.no_adv_norm
     ref, off = results.get(b25), results.get(off_name)
@@ -261,16 +260,16 @@ def claim_d(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
     lines.append(f"std of train/reward over steps: normalised {fmt(rs[0])} vs off {fmt(rs[1])}; "
                  f"std of train/accuracy: {fmt(accs[0])} vs {fmt(accs[1])}; mean grad norm {fmt(grads[0])} vs "
                  f"{fmt(grads[1])}")
-    if None not in rs and abs(rs[0] - rs[1]) > SPREAD_MARGIN * max(rs):  # type: ignore[operator,type-var]
+    if None not in rs and abs(rs[0] - rs[1]) > rules.spread_margin * max(rs):  # type: ignore[operator,type-var]
         votes.append(rs[0] <= rs[1])  # type: ignore[operator]
     pair = compare(ref.eval.get(MAIN, {}), off.eval.get(MAIN, {}))
     if pair is not None:
         d, how = accuracy_difference(results, (b25, MAIN), (off_name, MAIN), *pair)
-        if abs(d.diff) > d.se:
+        if abs(d.diff) > rules.se_margin * d.se:
             votes.append(d.diff >= 0)
         lines.append(f"evaluation accuracy: normalised {pair[0].accuracy:.3f} vs off {pair[1].accuracy:.3f} "
                      f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how})")
-    cs = [collapse(ref), collapse(off)]
+    cs = [collapse(ref, rules), collapse(off, rules)]
     lines.append(f"collapse: normalised {cs[0] or 'none'}; off {cs[1] or 'none'}")
     if cs[0] is not None and cs[1] is not None:
         lines.append(BOTH_COLLAPSED)
@@ -278,13 +277,13 @@ def claim_d(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
     if (cs[0] is None) != (cs[1] is None):
         votes.append(cs[0] is None)
     if not votes:
-        lines.append(f"no indicator separates the runs (reward spreads within {SPREAD_MARGIN:.0%}, accuracy "
+        lines.append(f"no indicator separates the runs (reward spreads within {rules.spread_margin:.0%}, accuracy "
                      "within one standard error, no collapse): the runs are too small to tell")
         return Claim("d", title, "INCONCLUSIVE", lines)
     lines.append(f"no hard threshold: PASS when the normalised run is better on most of the {len(votes)} "
                  f"separating indicator(s) ({sum(votes)} of {len(votes)})")
     status = gate("PASS" if sum(votes) * 2 > len(votes) else "FAIL",
-                  [(b25, moved(results, b25)), (off_name, moved(results, off_name))], lines)
+                  [(b25, moved(results, b25, rules)), (off_name, moved(results, off_name, rules))], lines)
     return Claim("d", title, like_with_like(status, results, b25, off_name, lines), lines)
 
 
@@ -292,6 +291,7 @@ def claim_e(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
     """grpo_token against gspo_b25 (same settings, token-level ratios): accuracy decides, budget tracking
     and reward spread are shown alongside. Two collapsed runs (e.g. both silent) are INCONCLUSIVE: their
     accuracies tie whatever the ratio level, a non-inferiority check that cannot fail."""
+    rules = rules_of(record.rules)
     title = "Sequence-level GSPO vs token-level (GRPO-style) ratios at the same settings"
     b25, tok_name = record.b25, record.grpo_token
     seq, tok = results.get(b25), results.get(tok_name)
@@ -310,31 +310,33 @@ def claim_e(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
     rs = [spread(series(r.history, "train/reward")) for r in (seq, tok)]
     lines.append(f"std of train/reward over steps: GSPO {fmt(rs[0])} vs token-level {fmt(rs[1])}")
     lines.append("PASS when GSPO's accuracy is within one standard error of (or above) token-level's")
-    cs = [collapse(seq), collapse(tok)]
+    cs = [collapse(seq, rules), collapse(tok, rules)]
     if cs[0] is not None and cs[1] is not None:  # two degenerate policies tie on accuracy whatever the ratio
         lines += [f"collapse: GSPO {cs[0]}; token-level {cs[1]}", BOTH_COLLAPSED]
         return Claim("e", title, "INCONCLUSIVE", lines)
-    status = gate("PASS" if d.within_one_se_or_above() else "FAIL",
-                  [(b25, moved(results, b25)), (tok_name, moved(results, tok_name))], lines)
+    status = gate("PASS" if d.not_below(rules.se_margin) else "FAIL",
+                  [(b25, moved(results, b25, rules)), (tok_name, moved(results, tok_name, rules))], lines)
     return Claim("e", title, like_with_like(status, results, b25, tok_name, lines), lines)
 
 
 def claim_f(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD) -> Claim:
     """The project's target (looser than the paper's (a)): the budgeted run of record B25 at no more
-    than :data:`TARGET_SHARE` of the untrained MAS's total tokens, its macro accuracy not lower by
+    than ``target_share`` (:mod:`.rules`) of the untrained MAS's total tokens, its macro accuracy not lower by
     more than one paired standard error. One run against a fixed target: it must have moved."""
-    title = (f"Agent-GSPO B25 at no more than {TARGET_SHARE:g}x the free-for-all MAS's total tokens, accuracy "
+    rules = rules_of(record.rules)
+    title = (f"Agent-GSPO B25 at no more than {rules.target_share:g}x the free-for-all MAS's total tokens, accuracy "
              "not lower by more than one standard error (the project's target)")
     name = record.b25
     v = versus_untrained(results, name)
     if v is None:
         return Claim("f", title, "NOT RUN", [f"needs {BASELINES} and {name}, sharing a benchmark"])
-    ok = v.diff.within_one_se_or_above() and v.ratio <= TARGET_SHARE
+    ok = v.diff.not_below(rules.se_margin) and v.ratio <= rules.target_share
     lines = [f"{name}: total tokens {v.trained.tokens_total} vs {v.untrained.tokens_total} = {v.ratio:.2f}x (needs "
-             f"<= {TARGET_SHARE:g}x; completion tokens {v.completion_ratio:.2f}x); accuracy {v.trained.accuracy:.3f} "
+             f"<= {rules.target_share:g}x; completion tokens {v.completion_ratio:.2f}x); accuracy "
+             f"{v.trained.accuracy:.3f} "
              f"vs {v.untrained.accuracy:.3f} (difference {v.diff.diff:+.3f}, SE {v.diff.se:.3f}, {v.how}) -> "
              f"{'meets' if ok else 'misses'} the target"]
-    status = gate("PASS" if ok else "FAIL", [(name, moved(results, name))], lines)
+    status = gate("PASS" if ok else "FAIL", [(name, moved(results, name, rules))], lines)
     return Claim("f", title, like_with_like(status, results, name, BASELINES, lines), lines)
 
 

@@ -24,8 +24,19 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config
+from components.data.outputs import manifest_sha256
+from components.evaluation import build_systems, evaluate
+from components.evaluation.runner import EvalReport
 from components.evaluation.setting import item_ids_sha256
-from components.experiments.definitions import (
+from components.gspo.checkpoint import latest_checkpoint, step_of
+from components.gspo.job import train
+from components.io import check_not_pipeline_input, check_output_file, check_writable_dir
+from components.machine import machine_fingerprint
+from components.models import default_device, load_policy
+from components.redact import redact
+from components.tracking import Tracker, git_commit
+from experiments.carry import merge_carried, plan_carry, with_systems
+from experiments.definitions import (
     Experiment,
     budget_from_calibration,
     budget_overrides,
@@ -34,11 +45,33 @@ from components.experiments.definitions import (
     select,
     settings_of,
 )
-from components.experiments.results import ResultsFile, load_results, write_results
-from components.experiments.stats import ItemColumns
-from components.redact import redact
+from experiments.proof import ProofResults, RunContext, proof_config, run_proof
+from experiments.results import ResultsFile, load_results, write_results
+from experiments.schema import study_section
+from experiments.stats import ItemColumns
 
 Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What one ``experiments run`` asks for (the CLI's options; :class:`experiments.jobs.ExperimentsJob`)."""
+
+    only: Sequence[str] | None = None
+    """experiment names (default: all)"""
+    limit: int | None = None
+    """items per benchmark, overriding eval.limit for every experiment"""
+    results_dir: str | Path | None = None
+    """default experiments.results_dir"""
+    user_overrides: Sequence[str] = ()
+    """--set overrides, re-applied after each experiment's own"""
+    data_dir: str | Path | None = None
+    """default data.out_dir"""
+    track: bool = True
+    log: Log = print
+    params: str | None = None
+    """the params file the config came from (a proof loads its own profile from it)"""
+    resume: bool = False
 
 
 @dataclass
@@ -47,26 +80,21 @@ class ExperimentOutcome:
 
     name: str
     path: Path
-    results: Any
+    results: ResultsFile | ProofResults
     """a ResultsFile, or a ProofResults for the proof kind"""
 
 
 @contextlib.contextmanager
-def _tracker(cfg: Config, enabled: bool, run_name: str, tags: dict[str, Any]) -> Iterator[Any]:
+def _tracker(cfg: Config, enabled: bool, run_name: str, tags: dict[str, Any]) -> Iterator[Tracker | None]:
     if not enabled:
         yield None
         return
-    from components.tracking import Tracker
-
     with Tracker.from_config(cfg, run_name, tags) as tracker:
         yield tracker
 
 
-def _evaluate_baselines(cfg: Config, data_dir: Path, tracker: Any) -> Any:
+def _evaluate_baselines(cfg: Config, data_dir: Path, tracker: Tracker | None) -> EvalReport:
     """Evaluate ``eval.baselines`` of the base model (injected systems: no ``agent_gspo``)."""
-    from components.evaluation import build_systems, evaluate
-    from components.models import default_device, load_policy
-
     device = default_device()
     policy = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
                          seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
@@ -83,20 +111,18 @@ def _set_run_tag(cfg: Config, run_id: str | None, name: str) -> None:
     MlflowClient(tracking_uri=cfg.tracking.uri).set_tag(run_id, "experiment.name", name)
 
 
-def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir: Path,
-            track: bool = True, log: Log = print, commit: str | None = None, resume: bool = False) -> ResultsFile:
+def run_one(cfg: Config, exp: Experiment, overrides: Sequence[str], ctx: RunContext,
+            resume: bool = False) -> ResultsFile:
     """Run one experiment under its resolved ``cfg``; returns the (unwritten) results.
 
-    ``commit``: the git commit of the code that runs, taken when the run STARTED (HEAD may move
+    ``ctx.commit``: the git commit of the code that runs, taken when the run STARTED (HEAD may move
     while a long run is going); default: HEAD now. ``resume``: a ``gspo`` experiment whose run
     folder holds a complete checkpoint continues from the newest one (the trainer refuses one of
     another config: its hash is checked) instead of training from scratch; the evaluation always
     runs in full. ``train_seconds`` / ``wall_seconds`` then count this process only, and
     ``resumed_from_step`` says from where."""
-    from components.evaluation import evaluate
-    from components.tracking import git_commit
-
-    commit = commit or git_commit()
+    data_dir, track, log = ctx.data_dir, ctx.track, ctx.log
+    commit = ctx.commit or git_commit()
 
     t0 = time.perf_counter()
     history: list[dict[str, float]] = []
@@ -113,8 +139,6 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir:
             report = _evaluate_baselines(cfg, data_dir, tracker)
             ids["eval_run_id"] = getattr(tracker, "run_id", None)
     else:
-        from components.gspo.job import train
-
         log(f"[{exp.name}] training {cfg.gspo.steps} step(s) into {cfg.gspo.out_dir}"
             + (f" with B = {cfg.budget.fraction:g} x the untrained policy's {cfg.reward.token_measure} tokens per "
                "sampled training episode" if cfg.budget.fraction is not None and cfg.budget.enabled else ""))
@@ -155,7 +179,7 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir:
         "model": cfg.model.name, "trained_model": trained, "seed": cfg.gspo.seed, "eval_seed": cfg.eval.seed,
         "limit": meta.get("limit"), "benchmarks": list(cfg.eval.benchmarks),
         "item_ids_sha256": item_ids_sha256(meta["item_ids"]), "settings": settings_of(cfg), "budget": budget,
-        "last_k": cfg.experiments.last_k, "git_commit": commit, "wall_seconds": round(wall, 1),
+        "last_k": study_section(cfg).last_k, "git_commit": commit, "wall_seconds": round(wall, 1),
         "train_seconds": None if train_s is None else round(train_s, 1),
         "eval_seconds": round(wall - (train_s or 0), 1), "resumed_from_step": resumed_from,
         "mlflow": ids, "eval": cells, "summary": report.summary, "history": history, "items": items,
@@ -166,14 +190,10 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir:
 
 def _keepable(cfg: Config, path: Path, data_dir: Path, log: Log) -> tuple[ResultsFile, list[str]] | None:
     """The existing baselines file whose systems ``--resume`` keeps and the systems it lacks (checked
-    before anything runs: :func:`components.experiments.carry.plan_carry`), or None when there is none yet."""
+    before anything runs: :func:`experiments.carry.plan_carry`), or None when there is none yet."""
     if not path.exists():
         log(f"[{path.stem}] no {path} to keep systems from (--resume): evaluating every system")
         return None
-    from components.data.outputs import manifest_sha256
-    from components.experiments.carry import plan_carry
-    from components.machine import machine_fingerprint
-
     existing = load_results(path)
     return existing, plan_carry(cfg, existing, path, manifest_sha256=manifest_sha256(data_dir),
                                 machine=machine_fingerprint())
@@ -181,8 +201,6 @@ def _keepable(cfg: Config, path: Path, data_dir: Path, log: Log) -> tuple[Result
 
 def _resume_point(out: Path) -> int | None:
     """The step of the newest complete checkpoint in a run folder, or None (nothing to resume)."""
-    from components.gspo.checkpoint import latest_checkpoint, step_of
-
     newest = latest_checkpoint(out)
     return None if newest is None else step_of(newest)
 
@@ -194,57 +212,50 @@ def _recordable(override: str) -> str:
     return f"{key}=<not recorded>" if key == "tracking.uri" else redact(override)
 
 
-def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: int | None = None,
-                    results_dir: str | Path | None = None, user_overrides: Sequence[str] = (),
-                    data_dir: str | Path | None = None, track: bool = True,
-                    log: Log = print, params: str | None = None, resume: bool = False) -> list[ExperimentOutcome]:
+def run_experiments(base: Config, request: RunRequest) -> list[ExperimentOutcome]:
     """Run the selected experiments (all by default) and write ``<results_dir>/<name>.json`` each.
 
-    ``base`` is the config with the profile and ``user_overrides`` applied; the overrides are
-    applied again after each experiment's own, so ``--set`` wins over a definition. ``limit``
-    overrides ``eval.limit`` for every experiment (the baselines file must then match it). ``resume``: an interrupted
-    ``gspo`` experiment continues from its newest checkpoint (:func:`run_one`); a baselines experiment keeps
-    the systems its results file holds and evaluates only the missing ones (:mod:`.carry`: same config
-    but for ``eval.baselines``, same data and machine, or it is refused before anything runs); proof
-    experiments run in full.
+    ``base`` is the config with the profile and ``request.user_overrides`` applied; the overrides are
+    applied again after each experiment's own, so ``--set`` wins over a definition. ``request.limit``
+    overrides ``eval.limit`` for every experiment (the baselines file must then match it). ``request.resume``:
+    an interrupted ``gspo`` experiment continues from its newest checkpoint (:func:`run_one`); a baselines
+    experiment keeps the systems its results file holds and evaluates only the missing ones (:mod:`.carry`:
+    same config but for ``eval.baselines``, same data and machine, or it is refused before anything runs);
+    proof experiments run in full.
     """
-    user = list(user_overrides) + ([f"eval.limit={limit}"] if limit is not None else [])
-    if limit is not None:
-        base = base.model_copy(update={"eval": base.eval.model_copy(update={"limit": limit})})
-    results = Path(results_dir or base.experiments.results_dir)
-    data = Path(data_dir or base.data.out_dir)
+    req, log = request, request.log
+    user = list(req.user_overrides) + ([f"eval.limit={req.limit}"] if req.limit is not None else [])
+    if req.limit is not None:
+        base = base.model_copy(update={"eval": base.eval.model_copy(update={"limit": req.limit})})
+    results = Path(req.results_dir or study_section(base).results_dir)
+    data = Path(req.data_dir or base.data.out_dir)
     outcomes: list[ExperimentOutcome] = []
-    from components.tracking import git_commit
-
     commit = git_commit()  # the code that runs: HEAD may move during a run of hours
-    from components.experiments.proof import proof_config, run_proof
-
-    selected = select(base, only)
+    selected = select(base, req.only)
     # the results folder, and every selected definition, are checked before the first one runs: a
     # bad override in the last experiment, or a --results that cannot be written, must not surface
     # after hours of compute
-    from components.io import check_output_file, check_writable_dir
-
+    check_not_pipeline_input(results, "results folder (--results / experiments.results_dir)")
     check_writable_dir(results, "results folder (--results / experiments.results_dir)")
     for exp in selected:
         check_output_file(results / f"{exp.name}.json", "results file")
-    configs = {exp.name: proof_config(params, exp, str(exp.profile), user) if exp.kind == "proof"
+    configs = {exp.name: proof_config(req.params, exp, str(exp.profile), user) if exp.kind == "proof"
                else experiment_config(base, exp, user_overrides=user) for exp in selected}
     kept = {exp.name: _keepable(configs[exp.name], results / f"{exp.name}.json", data, log)
-            for exp in selected if resume and exp.kind == "baselines"}
+            for exp in selected if req.resume and exp.kind == "baselines"}
+    ctx = RunContext(data_dir=data, track=req.track, log=log, commit=commit)
     for exp in selected:
         cfg = configs[exp.name]
-        if exp.kind == "proof":  # its own profile and task: see components/experiments/proof.py
-            if resume:
+        if exp.kind == "proof":  # its own profile and task: see experiments/proof.py
+            if req.resume:
                 log(f"[{exp.name}] --resume applies to gspo experiments only: a proof experiment trains from scratch")
-            res: Any = run_proof(cfg, exp, overrides=list(exp.overrides) + [_recordable(t) for t in user],
-                                 data_dir=Path(data_dir or cfg.data.out_dir), track=track, log=log, commit=commit)
+            res: ResultsFile | ProofResults = run_proof(cfg, exp, list(exp.overrides) + [_recordable(t) for t in user],
+                                 RunContext(data_dir=Path(req.data_dir or cfg.data.out_dir), track=req.track,
+                                            log=log, commit=commit))
         else:
             overrides = list(exp.overrides) + [_recordable(t) for t in user] + budget_overrides(exp)
             carry = kept.get(exp.name)
             if carry is not None:  # --resume of a baselines file: evaluate only what it lacks
-                from components.experiments.carry import merge_carried, with_systems
-
                 old, missing = carry
                 if not missing:
                     log(f"[{exp.name}] {results / f'{exp.name}.json'} already holds {', '.join(cfg.eval.baselines)}: "
@@ -253,12 +264,10 @@ def run_experiments(base: Config, *, only: Sequence[str] | None = None, limit: i
                     continue
                 log(f"[{exp.name}] keeping {', '.join(s for s in cfg.eval.baselines if s in old.eval)} of "
                     f"{results / f'{exp.name}.json'} (--resume); evaluating {', '.join(missing)}")
-                fresh = run_one(with_systems(cfg, missing), exp, overrides=overrides, data_dir=data, track=track,
-                                log=log, commit=commit)
+                fresh = run_one(with_systems(cfg, missing), exp, overrides, ctx)
                 res = merge_carried(cfg, fresh, old)
             else:
-                res = run_one(cfg, exp, overrides=overrides, data_dir=data, track=track, log=log, commit=commit,
-                              resume=resume)
+                res = run_one(cfg, exp, overrides, ctx, resume=req.resume)
         path = write_results(results / f"{exp.name}.json", res)
         log(f"[{exp.name}] wrote {path} ({res.wall_seconds:.0f} s)")
         outcomes.append(ExperimentOutcome(exp.name, path, res))

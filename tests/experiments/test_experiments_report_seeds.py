@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from helpers.experiments_fixtures import SETTINGS, baselines, cell, make_results, trained  # noqa: E402
 
-from components.experiments import build_report, write_results  # noqa: E402
-from components.experiments.report_seeds import recipe_key, replicate_groups, seeds_section  # noqa: E402
+from experiments.report import build_report  # noqa: E402
+from experiments.report_seeds import recipe_key, replicate_groups, seeds_section  # noqa: E402
+from experiments.results import write_results  # noqa: E402
 
 RECIPE = ["data.train_sources=['mmlu/val']", "mas.must_answer=true", "budget.fraction=0.25"]
 

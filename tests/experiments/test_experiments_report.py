@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 from helpers.experiments_fixtures import baselines, cell, history, trained  # noqa: E402
 
-from components.experiments import ResultsFileError, build_report, load_results, write_results  # noqa: E402
-from components.experiments.report import accuracy_cell  # noqa: E402
+from experiments.report import (
+    accuracy_cell,  # noqa: E402
+    build_report,  # noqa: E402
+)
+from experiments.results import ResultsFileError, load_results, write_results  # noqa: E402
 
 
 def _write(folder: Path, *results) -> Path:
@@ -171,7 +174,7 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
     out = tmp_path / "docs" / "results.md"
     out.parent.mkdir()
     out.write_text("previous report\n")
-    from components.experiments import report
+    from experiments import report
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
@@ -185,19 +188,19 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
 
 
 def test_cli_report_exit_2_names_bad_file(tmp_path, capsys):
-    from components.cli import main
+    from experiments.cli import main
 
     folder = _write(tmp_path / "r", baselines())
     (folder / "lambda0.json").write_text("{")
-    assert main(["experiments", "report", "--results", str(folder), "--out", str(tmp_path / "o.md")]) == 2
+    assert main(["report", "--results", str(folder), "--out", str(tmp_path / "o.md")]) == 2
     assert "lambda0.json" in capsys.readouterr().err
     (folder / "lambda0.json").unlink()
-    assert main(["experiments", "report", "--results", str(folder), "--out", str(tmp_path / "o.md")]) == 0
+    assert main(["report", "--results", str(folder), "--out", str(tmp_path / "o.md")]) == 0
     assert "claim (a) NOT RUN" in capsys.readouterr().out
 
 
 def test_accuracy_cell_format():
-    from components.experiments import EvalCell
+    from experiments.results import EvalCell
 
     assert accuracy_cell(EvalCell.model_validate(cell(0.5, 1234, n=4))) == "0.500 ± 0.250 / 1234"
 
@@ -243,7 +246,7 @@ def test_token_breakdown_splits_prompt_and_completion_per_item(tmp_path):
 
 def test_held_out_silence_per_agent_and_round(tmp_path):
     """The table shows each recorded (agent, round) cell as silent / sent; a file without the grid reads '-'."""
-    from components.experiments.results import SilenceCounts
+    from experiments.results import SilenceCounts
 
     folder = _passing(tmp_path / "results")
     res = load_results(folder / "gspo_b25.json")
@@ -347,18 +350,20 @@ def test_committed_report_is_regenerated_byte_for_byte_from_the_committed_result
     import yaml
 
     from components.config import load_config
+    from experiments.schema import study_section
 
     root = Path(__file__).resolve().parents[2]
     argv = shlex.split(yaml.safe_load((root / "experiments/dvc.yaml").read_text())["stages"][stage]["cmd"])
-    assert argv[:3] == ["agent-gspo", "experiments", "report"], argv
-    pairs = list(zip(argv[3::2], argv[4::2], strict=True))  # every option of the stage takes a value
+    assert argv[:4] == ["python", "-m", "experiments", "report"], argv
+    pairs = list(zip(argv[4::2], argv[5::2], strict=True))  # every option of the stage takes a value
     opts, sets = dict(pairs), [v for k, v in pairs if k == "--set"]
     cfg = load_config(root / "params.yaml", opts["--profile"], sets)
-    results = opts.get("--results", cfg.experiments.results_dir)
-    report = opts.get("--out", cfg.experiments.report)
+    study = study_section(cfg)
+    results = opts.get("--results", study.results_dir)
+    report = opts.get("--out", study.report)
     shutil.copytree(root / "results", tmp_path / "results")
     monkeypatch.chdir(tmp_path)  # the header names the paths as given: the committed ones are relative
-    build_report(Path(results), Path(report), record=cfg.experiments.record)
+    build_report(Path(results), Path(report), record=study.record)
     assert (tmp_path / report).read_bytes() == (root / report).read_bytes()
 
 

@@ -11,11 +11,11 @@ from helpers.experiments_fixtures import SETTINGS, cell, columns, make_results
 from pydantic import ValidationError
 
 from components.config import Config, load_config
-from components.experiments import ExperimentError, experiment_config, load_results, select
-from components.experiments import runner as runner_mod
-from components.experiments.carry import merge_carried, plan_carry, with_systems
-from components.experiments.definitions import settings_of
-from components.experiments.results import ResultsFile, write_results
+from experiments import runner as runner_mod
+from experiments.carry import merge_carried, plan_carry, with_systems
+from experiments.definitions import ExperimentError, experiment_config, select, settings_of
+from experiments.results import ResultsFile, load_results, write_results
+from experiments.runner import RunRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE = {"cpu": "AMD EPYC", "cores": 2, "torch": "2.13.0+cpu", "torch_threads": 2}
@@ -125,14 +125,14 @@ class FakeEval:
     def __init__(self) -> None:
         self.systems: list[list[str]] = []
 
-    def __call__(self, cfg, exp, *, overrides, data_dir, track=True, log=print, commit=None, resume=False):
+    def __call__(self, cfg, exp, overrides, ctx, resume=False):
         self.systems.append(list(cfg.eval.baselines))
         return _file(cfg, list(cfg.eval.baselines), commit="b" * 40, run_id="r-new", overrides=list(overrides))
 
 
 def _runner_env(tmp_path: Path, monkeypatch) -> tuple[Path, FakeEval]:
-    monkeypatch.setattr("components.data.outputs.manifest_sha256", lambda data_dir: MANIFEST)
-    monkeypatch.setattr("components.machine.machine_fingerprint", lambda: dict(MACHINE))
+    monkeypatch.setattr(runner_mod, "manifest_sha256", lambda data_dir: MANIFEST)
+    monkeypatch.setattr(runner_mod, "machine_fingerprint", lambda: dict(MACHINE))
     fake = FakeEval()
     monkeypatch.setattr(runner_mod, "run_one", fake)
     return tmp_path / "res", fake
@@ -145,8 +145,8 @@ def test_resume_evaluates_only_the_missing_systems_and_writes_the_merged_file(tm
                                                          "eval.benchmarks=[gsm8k, svamp]"])
     write_results(results / "baselines.json", _file(cfg, ["mas_untrained"]))
     logs: list[str] = []
-    runner_mod.run_experiments(base, only=["baselines"], results_dir=results, track=False, log=logs.append,
-                               resume=True)
+    runner_mod.run_experiments(base, RunRequest(only=["baselines"], results_dir=results, track=False, log=logs.append,
+                               resume=True))
     assert fake.systems == [["single_cot", "self_consistency", "mas_prior"]]
     merged = load_results(results / "baselines.json")
     assert sorted(merged.eval) == sorted(ALL) and merged.carried[0].systems == ["mas_untrained"]  # JSON: sorted keys
@@ -155,12 +155,12 @@ def test_resume_evaluates_only_the_missing_systems_and_writes_the_merged_file(tm
                for line in logs)
 
     before = (results / "baselines.json").read_bytes()
-    runner_mod.run_experiments(base, only=["baselines"], results_dir=results, track=False, log=logs.append,
-                               resume=True)
+    runner_mod.run_experiments(base, RunRequest(only=["baselines"], results_dir=results, track=False, log=logs.append,
+                               resume=True))
     assert len(fake.systems) == 1 and (results / "baselines.json").read_bytes() == before
     assert "nothing to evaluate (--resume)" in logs[-1]
 
-    runner_mod.run_experiments(base, only=["baselines"], results_dir=results, track=False, log=logs.append)
+    runner_mod.run_experiments(base, RunRequest(only=["baselines"], results_dir=results, track=False, log=logs.append))
     assert fake.systems[-1] == ALL and load_results(results / "baselines.json").carried is None  # no --resume
 
 
@@ -171,13 +171,13 @@ def test_resume_refuses_an_unkeepable_file_before_anything_runs(tmp_path, monkey
     base = load_config(ROOT / "params.yaml", "results", [f"model.name={SETTINGS['model.name']}",
                                                          "eval.benchmarks=[gsm8k, svamp]"])
     with pytest.raises(ExperimentError, match="mas.rounds: 3 vs 2"):
-        runner_mod.run_experiments(base, only=["lambda0", "baselines"], results_dir=results, track=False,
-                                   log=lambda s: None, resume=True)
+        runner_mod.run_experiments(base, RunRequest(only=["lambda0", "baselines"], results_dir=results, track=False,
+                                   log=lambda s: None, resume=True))
     assert fake.systems == [] and (results / "baselines.json").read_bytes() == before
 
 
 def test_the_report_names_the_kept_systems_and_where_they_came_from(tmp_path):
-    from components.experiments import build_report
+    from experiments.report import build_report
 
     cfg = _cfg()
     merged = merge_carried(_cfg("eval.baselines=[single_cot, mas_untrained]"),

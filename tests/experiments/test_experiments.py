@@ -10,16 +10,20 @@ import yaml
 from helpers.experiments_fixtures import SETTINGS, baselines, cell, make_results  # noqa: E402
 
 from components.config import Config, ConfigError, load_config  # noqa: E402
-from components.experiments import (  # noqa: E402
+from experiments import runner as runner_mod  # noqa: E402
+from experiments.definitions import (  # noqa: E402  # noqa: E402
     ExperimentError,
     budget_from_calibration,
     experiment_config,
-    load_results,
+    read_calibration,
     resolve,
     select,
+    settings_diff,
+    settings_of,
 )
-from components.experiments import runner as runner_mod  # noqa: E402
-from components.experiments.definitions import read_calibration, settings_diff, settings_of  # noqa: E402
+from experiments.results import load_results  # noqa: E402
+from experiments.runner import RunRequest  # noqa: E402
+from experiments.schema import study_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = ROOT / "params.yaml"
@@ -43,7 +47,7 @@ def test_committed_definitions_validate_and_resolve_under_every_profile():
         for exp in exps.values():
             cfg = experiment_config(base, exp)
             assert cfg.budget.fraction == exp.budget_fraction
-            assert cfg.gspo.out_dir == str(Path(base.experiments.runs_dir) / exp.name)
+            assert cfg.gspo.out_dir == str(Path(study_section(base).runs_dir) / exp.name)
             assert cfg.eval == base.eval.model_copy(update={"out_dir": str(Path(cfg.gspo.out_dir) / "eval")})
     base = load_config(PARAMS, "results")
     exps = resolve(base)
@@ -76,7 +80,7 @@ def test_user_overrides_win_over_the_definition():
 
 def test_experiments_do_not_change_the_config_hash():
     base = load_config(PARAMS, "smoke")
-    other = base.model_copy(update={"experiments": base.experiments.model_copy(update={"definitions": {}})})
+    other = base.model_copy(update={"experiments": {**base.experiments, "definitions": {}}})
     assert base.hash() == other.hash() and "experiments.definitions" not in base.flat()
 
 
@@ -95,7 +99,7 @@ def test_experiments_do_not_change_the_config_hash():
 ])
 def test_bad_definitions_name_the_key(tmp_path, definitions, message):
     with pytest.raises(ConfigError) as err:
-        load_config(_params(tmp_path, definitions))
+        study_section(load_config(_params(tmp_path, definitions)))
     assert message in str(err.value) and "experiments" in str(err.value)
 
 
@@ -160,7 +164,7 @@ class FakeRunOne:
         self.calls: list[tuple[str, Config]] = []
         self.resumes: list[bool] = []
 
-    def __call__(self, cfg, exp, *, overrides, data_dir, track=True, log=print, commit=None, resume=False):
+    def __call__(self, cfg, exp, overrides, ctx, resume=False):
         self.calls.append((exp.name, cfg))
         self.resumes.append(resume)
         if exp.kind == "baselines":
@@ -178,8 +182,8 @@ def test_budgeted_runs_calibrate_b_themselves_without_the_baselines(tmp_path, mo
     fake = FakeRunOne()
     monkeypatch.setattr(runner_mod, "run_one", fake)
     lines: list[str] = []
-    out = runner_mod.run_experiments(_tiny_cfg(), only=["gspo_b25", "grpo_token", "lambda0"],
-                                     results_dir=tmp_path / "res", track=False, log=lines.append)
+    out = runner_mod.run_experiments(_tiny_cfg(), RunRequest(only=["gspo_b25", "grpo_token", "lambda0"],
+                                     results_dir=tmp_path / "res", track=False, log=lines.append))
     assert [c[0] for c in fake.calls] == ["gspo_b25", "lambda0", "grpo_token"]  # declaration order, no baselines
     assert [o.name for o in out] == ["gspo_b25", "lambda0", "grpo_token"]
     cfgs = dict(fake.calls)
@@ -194,8 +198,9 @@ def test_budgeted_runs_calibrate_b_themselves_without_the_baselines(tmp_path, mo
 def test_limit_reaches_every_experiment(tmp_path, monkeypatch):
     fake = FakeRunOne()
     monkeypatch.setattr(runner_mod, "run_one", fake)
-    runner_mod.run_experiments(_tiny_cfg(), only=["baselines", "gspo_b50"], limit=7, results_dir=tmp_path,
-                               track=False, log=lambda s: None)
+    runner_mod.run_experiments(_tiny_cfg(), RunRequest(only=["baselines", "gspo_b50"], limit=7,
+                                                        results_dir=tmp_path,
+                               track=False, log=lambda s: None))
     assert [(n, c.eval.limit, c.budget.fraction) for n, c in fake.calls] == [("baselines", 7, None),
                                                                              ("gspo_b50", 7, 0.5)]
 
@@ -203,8 +208,9 @@ def test_limit_reaches_every_experiment(tmp_path, monkeypatch):
 def test_tracking_uri_is_not_recorded(tmp_path, monkeypatch):
     fake = FakeRunOne()
     monkeypatch.setattr(runner_mod, "run_one", fake)
-    runner_mod.run_experiments(_tiny_cfg(), only=["lambda0"], results_dir=tmp_path, track=False, log=lambda s: None,
-                               user_overrides=["tracking.uri=postgresql+psycopg://u:secret@db/mlflow"])
+    runner_mod.run_experiments(_tiny_cfg(), RunRequest(only=["lambda0"], results_dir=tmp_path, track=False,
+                                                        log=lambda s: None,
+                               user_overrides=["tracking.uri=postgresql+psycopg://u:secret@db/mlflow"]))
     saved = load_results(tmp_path / "lambda0.json")
     assert "tracking.uri=<not recorded>" in saved.overrides and "secret" not in (tmp_path / "lambda0.json").read_text()
 
@@ -219,26 +225,28 @@ def test_resume_reaches_the_gspo_experiments_and_a_proof_experiment_says_it_star
     def proof_starts(*args, **kwargs):
         raise ProofStarted
 
-    monkeypatch.setattr("components.experiments.proof.run_proof", proof_starts)
+    monkeypatch.setattr(runner_mod, "run_proof", proof_starts)
     logs: list[str] = []
     with pytest.raises(ProofStarted):
-        runner_mod.run_experiments(_tiny_cfg(), only=["lambda0", "silence_proof"], results_dir=tmp_path, track=False,
-                                   log=logs.append, resume=True, params=str(PARAMS))
+        runner_mod.run_experiments(_tiny_cfg(), RunRequest(only=["lambda0", "silence_proof"], results_dir=tmp_path,
+                                                            track=False,
+                                   log=logs.append, resume=True, params=str(PARAMS)))
     assert [n for n, _ in fake.calls] == ["lambda0"] and fake.resumes == [True]
     assert "[silence_proof] --resume applies to gspo experiments only: a proof experiment trains from scratch" in logs
-    runner_mod.run_experiments(_tiny_cfg(), only=["lambda0"], results_dir=tmp_path, track=False, log=logs.append)
+    runner_mod.run_experiments(_tiny_cfg(), RunRequest(only=["lambda0"], results_dir=tmp_path, track=False,
+                                                        log=logs.append))
     assert fake.resumes == [True, False]  # off unless asked
 
 
 def test_cli_run_uses_the_experiments_profile_unless_one_is_given(monkeypatch, capsys):
-    import components.experiments as experiments
-    from components.cli import main
+    import experiments.jobs as jobs
+    from experiments.cli import main
 
     seen = []
-    monkeypatch.setattr(experiments, "run_experiments", lambda cfg, **kw: seen.append((cfg.profile, kw)) or [])
+    monkeypatch.setattr(jobs, "run_experiments", lambda cfg, req: seen.append((cfg.profile, req)) or [])
     monkeypatch.delenv("AGENT_GSPO_PROFILE", raising=False)
     monkeypatch.chdir(ROOT)
-    assert main(["experiments", "run", "--only", "lambda0", "--limit", "3", "--no-track"]) == 0
-    assert main(["experiments", "run", "--profile", "smoke"]) == 0
+    assert main(["run", "--only", "lambda0", "--limit", "3", "--no-track"]) == 0
+    assert main(["run", "--profile", "smoke"]) == 0
     assert [p for p, _ in seen] == ["results", "smoke"]
-    assert seen[0][1]["only"] == ["lambda0"] and seen[0][1]["limit"] == 3 and seen[0][1]["track"] is False
+    assert seen[0][1].only == ["lambda0"] and seen[0][1].limit == 3 and seen[0][1].track is False

@@ -18,10 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from components.errors import UserError
 from components.evaluation.metrics import EvalNumbers
-from components.experiments.stats import ItemColumns
 from components.io import write_json_atomic
 from components.numbers import is_finite_number
 from components.yaml_strict import FileTooLarge, read_capped_text
+from experiments.stats import ItemColumns
 
 SCHEMA_VERSION = 1
 
@@ -92,7 +92,7 @@ class SilenceCounts(StrictRecord):
 
 class CarriedSystems(StrictRecord):
     """Systems of a baselines file that an earlier evaluation measured (``experiments run --resume``
-    kept them and evaluated only the systems it lacked; :mod:`components.experiments.carry`). The
+    kept them and evaluated only the systems it lacked; :mod:`experiments.carry`). The
     top-level commit, config hash, MLflow runs and seconds are those of the latest evaluation; these
     are the earlier one's."""
 
@@ -281,6 +281,6 @@ def json_files(folder: str | Path) -> list[Path]:
 
 def load_results_dir(folder: str | Path) -> dict[str, ResultsFile]:
     """Every ``*.json`` in ``folder`` by experiment name (sorted), proof files left out (see
-    :func:`components.experiments.proof.load_proofs`). A missing folder is an empty result: the
+    :func:`experiments.proof.load_proofs`). A missing folder is an empty result: the
     report then says NOT RUN for everything instead of failing."""
     return {p.stem: load_results(p) for p in json_files(folder) if file_kind(p) != "proof"}

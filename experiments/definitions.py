@@ -20,7 +20,8 @@ from pydantic import ValidationError
 
 from components.config import Config, ConfigError, set_override
 from components.errors import UserError
-from components.experiments.results import BudgetInfo
+from experiments.results import BudgetInfo
+from experiments.schema import study_section
 
 SETTINGS_KEYS = ("model.name", "mas.agents", "mas.rounds", "mas.topology", "mas.max_message_tokens",
                  "mas.context_tokens", "mas.silence_marker", "eval.limit", "eval.seed", "eval.benchmarks")
@@ -49,7 +50,7 @@ class Experiment:
 
 def resolve(cfg: Config) -> dict[str, Experiment]:
     """All definitions of ``cfg.experiments`` in declaration order (the schema has checked the chains)."""
-    defs = cfg.experiments.definitions
+    defs = study_section(cfg).definitions
     out: dict[str, Experiment] = {}
     for name, d in defs.items():
         chain = [d]
@@ -96,7 +97,7 @@ def experiment_config(base: Config, exp: Experiment, *, user_overrides: Sequence
         set_override(raw, text)
     for text in budget_overrides(exp):
         set_override(raw, text)
-    run_dir = Path(raw["experiments"]["runs_dir"]) / exp.name
+    run_dir = Path(study_section(base).runs_dir) / exp.name  # experiments.* is frozen per experiment
     raw["gspo"]["out_dir"] = str(run_dir)
     raw["eval"]["out_dir"] = str(run_dir / "eval")
     try:

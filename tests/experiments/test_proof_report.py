@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from components.experiments.proof import ProofResults
-from components.experiments.proof_report import proof_claims
+from experiments.proof import ProofResults
+from experiments.proof_report import proof_claims
+from experiments.rules import V1
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +30,7 @@ def _proof(tokens: list[float], lam: list[float], *, flat: bool, mode: str = "ta
 
 
 def _p4(res: ProofResults):
-    return next(c for c in proof_claims(res) if c.key == "P4")
+    return next(c for c in proof_claims(res, V1) if c.key == "P4")
 
 
 SETTLED = [0.4, 0.4, 0.3, 0.1, 0.02, -0.01, 0.01, 0.03, 0.0, -0.02, 0.01, 0.02]
@@ -99,7 +100,7 @@ def test_p4_fails_on_a_slack_cap_and_says_so():
                                          ("P5", "REPORTED")])
 def test_the_committed_file_gives_the_verdicts_the_readme_reports(key, status):
     res = ProofResults.model_validate(json.loads((ROOT / "results" / "silence_proof.json").read_text()))
-    claim = next(c for c in proof_claims(res) if c.key == key)
+    claim = next(c for c in proof_claims(res, V1) if c.key == key)
     assert claim.status == status and claim.evidence, claim
 
 
@@ -107,7 +108,7 @@ def test_the_recipe_records_real_config_keys_including_the_kl_penalty_and_std_fl
     """A proof's results file records its training recipe from the flattened config: a misspelt key
     would be recorded as null, and a run with a KL penalty or a std floor must say so."""
     from components.config import load_config
-    from components.experiments.proof import RECIPE_KEYS
+    from experiments.proof import RECIPE_KEYS
 
     flat = load_config(str(ROOT / "params.yaml"), "proof", ["gspo.kl_beta=0.05"]).flat()
     assert [k for k in RECIPE_KEYS if k not in flat] == []

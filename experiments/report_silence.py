@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from components.evaluation.runner import MAS_SYSTEMS
-from components.experiments.results import EvalCell, ResultsFile, SilenceCounts
+from experiments.results import EvalCell, ResultsFile, SilenceCounts
 
 
 class Row(Protocol):
-    """One row of the report's tables (``components.experiments.report.Row`` fits it)."""
+    """One row of the report's tables (``experiments.report.Row`` fits it)."""
 
     experiment: str
     system: str

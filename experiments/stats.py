@@ -5,10 +5,11 @@
   that both sides got the same easy and hard items). Over several benchmarks the difference is the
   macro mean of the per-benchmark paired differences, with ``sqrt(Σ se_b²) / n_benchmarks``.
 * A trained run **moved** away from its base policy when its logged KL from the base
-  (``gspo/kl_base``) reached :data:`KL_MOVED`, or when its held-out completion tokens per item
-  differ from the untrained MAS's by more than :data:`Z` paired standard errors. A comparison
-  between runs that did not move compares the base policy with itself: INCONCLUSIVE, never PASS.
-* Budget tracking is judged over the last :data:`WINDOW` or more training episodes, two-sided,
+  (``gspo/kl_base``) reached ``kl_moved`` (:mod:`experiments.rules`), or when its held-out
+  completion tokens per item differ from the untrained MAS's by more than ``z_moved`` paired
+  standard errors. A comparison between runs that did not move compares the base policy with
+  itself: INCONCLUSIVE, never PASS.
+* Budget tracking is judged over the last ``window`` or more training episodes, two-sided,
   and a met band counts as *held by the controller* only if λ_tok had settled over those steps
   (:func:`controller_settled`): a band met while λ sat clipped at a bound, while λ was still
   sweeping, or with token use on one side of B in every step, is where the policy happened to sit,
@@ -29,15 +30,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, model_validator
 
-KL_MOVED = 1e-3
-"""KL(π_θ ‖ π_base) per token at which a run counts as moved (the unmoved runs of record: ~1e-4)"""
-Z = 2.0
-"""paired standard errors a held-out token difference must exceed to count as movement"""
-WINDOW = 64
-"""training episodes (at least) over which budget tracking is judged"""
-DRIFT = 0.25
-"""largest net change of λ_tok across the judged window, as a share of the range λ covered over the run,
-for the controller to count as settled"""
+from experiments.rules import VerdictRules
 
 
 class ItemColumns(BaseModel):
@@ -69,8 +62,9 @@ class Paired:
     n: int
     benchmarks: tuple[str, ...]
 
-    def within_one_se_or_above(self) -> bool:
-        return self.diff >= -self.se
+    def not_below(self, se_margin: float) -> bool:
+        """Within ``se_margin`` standard errors of zero, or above (``VerdictRules.se_margin``)."""
+        return self.diff >= -se_margin * self.se
 
 
 def paired(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
@@ -102,32 +96,34 @@ class Movement:
 
 
 def movement(history: Sequence[Mapping[str, float]], trained: Mapping[str, ItemColumns] | None,
-             untrained: Mapping[str, ItemColumns] | None, tokens: str = "tokens_completion") -> Movement:
+             untrained: Mapping[str, ItemColumns] | None, rules: VerdictRules,
+             tokens: str = "tokens_completion") -> Movement:
     """Did a trained run move away from its base policy? (See the module docstring for the rule;
     ``tokens`` names the per-item token column compared.)"""
+    kl_moved, z = rules.kl_moved, rules.z_moved
     reasons = []
     kl = [float(h["gspo/kl_base"]) for h in history if "gspo/kl_base" in h]
     if kl:
         peak = max(kl)
-        if peak >= KL_MOVED:
-            return Movement(True, f"KL from the base reached {peak:.2g} (>= {KL_MOVED:g})")
-        reasons.append(f"KL from the base at most {peak:.2g} (< {KL_MOVED:g})")
+        if peak >= kl_moved:
+            return Movement(True, f"KL from the base reached {peak:.2g} (>= {kl_moved:g})")
+        reasons.append(f"KL from the base at most {peak:.2g} (< {kl_moved:g})")
     else:
         reasons.append("no KL from the base logged")
     pair = paired_macro(trained, untrained, tokens) if trained and untrained else None
     what = tokens.removeprefix("tokens_")
     if pair is not None:
-        if abs(pair.diff) > Z * pair.se:
+        if abs(pair.diff) > z * pair.se:
             return Movement(True, f"held-out {what} tokens per item changed by {pair.diff:+.1f} "
-                                  f"(> {Z:g} paired SE of {pair.se:.1f})")
-        reasons.append(f"held-out {what} tokens per item changed by {pair.diff:+.1f}, within {Z:g} "
+                                  f"(> {z:g} paired SE of {pair.se:.1f})")
+        reasons.append(f"held-out {what} tokens per item changed by {pair.diff:+.1f}, within {z:g} "
                        f"paired SE ({pair.se:.1f})")
     else:
         reasons.append("no per-item held-out tokens to compare with the untrained MAS")
     return Movement(False, "; ".join(reasons))
 
 
-def last_episodes(history: Sequence[Mapping[str, float]], key: str, window: int = WINDOW) -> tuple[float | None, int]:
+def last_episodes(history: Sequence[Mapping[str, float]], key: str, window: int) -> tuple[float | None, int]:
     """Episode-weighted mean of ``key`` over the last steps that hold >= ``window`` episodes, and
     how many episodes that was (the whole history when it holds fewer; None without episode counts)."""
     steps = _window_steps(history, key, window)
@@ -136,7 +132,7 @@ def last_episodes(history: Sequence[Mapping[str, float]], key: str, window: int 
     return (total / weight if weight else None), int(weight)
 
 
-def window_standard_error(history: Sequence[Mapping[str, float]], key: str, window: int = WINDOW) -> float | None:
+def window_standard_error(history: Sequence[Mapping[str, float]], key: str, window: int) -> float | None:
     """Standard error of :func:`last_episodes`' mean, from the spread of the judged steps' means:
     sample sd / sqrt(steps) (None with fewer than two steps). Steps are the sampling unit because the
     history keeps one mean per step, not per episode; it says how far a window of this size moves by
@@ -168,8 +164,8 @@ class Endings:
                 f"λ at {self.held}, below B at {self.below}")
 
 
-def rule_at_endings(history: Sequence[Mapping[str, float]], target: float, band: float, share: float = 1 / 3,
-                    window: int = WINDOW) -> Endings | None:
+def rule_at_endings(history: Sequence[Mapping[str, float]], target: float, band: float, rules: VerdictRules,
+                    share: float = 1 / 3) -> Endings | None:
     """The budget rule (window mean within ``band`` of ``target``, :func:`controller_settled`) applied to
     ``history[:n]`` for every ``n`` in the last ``share`` of the steps: how much the verdict depends on
     where the run stopped. A 4-step window of a noisy per-step mean can miss a band its controller is
@@ -178,6 +174,7 @@ def rule_at_endings(history: Sequence[Mapping[str, float]], target: float, band:
     without a finite, positive target, or when no stopping step's window holds ``window`` episodes."""
     if not (math.isfinite(target) and target > 0) or not history:
         return None
+    window = rules.window
     n = len(history)
     first = max(1, n - max(1, math.ceil(share * n)) + 1)
     judged = inside = held = below = 0
@@ -190,7 +187,7 @@ def rule_at_endings(history: Sequence[Mapping[str, float]], target: float, band:
         below += err < 0
         if abs(err) <= band:
             inside += 1
-            held += controller_settled(history[:end], window)[0] is True
+            held += controller_settled(history[:end], rules)[0] is True
     return Endings(first, n, judged, inside, held, below) if judged else None
 
 
@@ -219,7 +216,7 @@ def _one_sided(steps: Sequence[Mapping[str, float]]) -> str:
     return "above" if all(e > 0 for e in errors) else "below" if all(e < 0 for e in errors) else ""
 
 
-def controller_settled(history: Sequence[Mapping[str, float]], window: int = WINDOW) -> tuple[bool | None, str]:
+def controller_settled(history: Sequence[Mapping[str, float]], rules: VerdictRules) -> tuple[bool | None, str]:
     """Had the dual controller settled over the steps :func:`last_episodes` judges?
 
     None when it cannot be told: λ logged in fewer than two judged steps, or not finite somewhere in
@@ -230,14 +227,15 @@ def controller_settled(history: Sequence[Mapping[str, float]], window: int = WIN
       constant λ was clipped at a bound (or the dual was off): a fixed price, not regulation;
     - λ sits exactly at the edge of its range over the run in at least half (and >= 2) of the judged
       steps (a value dual ascent repeats only when it is clipped); or
-    - λ's net change across the window exceeds :data:`DRIFT` of the range it covered over the run:
+    - λ's net change across the window exceeds ``drift`` of the range it covered over the run:
       the controller was still integrating an error the policy did not answer; or
     - token use lay on one side of B (``train/budget``) in every judged step: a controller holding B
       sees errors of both signs, while a one-signed error only winds λ one way (a slow sweep over a
       wide range passes the drift test; one run of the proof fell from -0.73 to -1.00 at 27 % under B).
     Either way tokens inside the band sit where the policy settled, not where λ held them.
     """
-    steps = _window_steps(history, "train/budget_tokens", window)
+    steps = _window_steps(history, "train/budget_tokens", rules.window)
+    drift = rules.drift
     lam = [float(h["train/lambda_tok"]) for h in steps if "train/lambda_tok" in h]
     run = [float(h["train/lambda_tok"]) for h in history if "train/lambda_tok" in h]
     if len(lam) < 2:
@@ -254,13 +252,13 @@ def controller_settled(history: Sequence[Mapping[str, float]], window: int = WIN
             return False, (f"λ_tok sat at {edge:.3f}, the edge of its range over the run (a clip), in {k} of "
                            f"{len(lam)} judged steps: a fixed price, not a controller regulating token use")
     span = max(run) - min(run)
-    if abs(last - first) > DRIFT * span:
+    if abs(last - first) > drift * span:
         return False, (f"λ_tok still moving: {first:+.3f} -> {last:+.3f} over the {len(lam)} judged steps, "
                        f"{abs(last - first) / span:.0%} of its range over the run [{min(run):+.3f}, {max(run):+.3f}] "
-                       f"(settled: <= {DRIFT:.0%})")
+                       f"(settled: <= {drift:.0%})")
     side = _one_sided(steps)
     if side:
         return False, (f"token use was {side} B in all {len(steps)} judged steps: λ_tok ({first:+.3f} -> {last:+.3f}) "
                        "only wound one way, it did not regulate around B")
     return True, (f"λ_tok settled: {first:+.3f} -> {last:+.3f} over the {len(lam)} judged steps "
-                  f"(<= {DRIFT:.0%} of its range over the run [{min(run):+.3f}, {max(run):+.3f}])")
+                  f"(<= {drift:.0%} of its range over the run [{min(run):+.3f}, {max(run):+.3f}])")

@@ -1,4 +1,7 @@
-"""The experiments jobs: run the paper's experiments, and regenerate their report from the results files."""
+"""The study's jobs: run the paper's experiments, and regenerate their report from the results files.
+
+Jobs like the product's (:class:`components.jobs.base.Job`: one validated config in, one typed
+result out), but the study's: the product's job registry (``components.jobs``) does not list them."""
 
 from __future__ import annotations
 
@@ -8,7 +11,13 @@ from typing import Any
 from pydantic import Field
 
 from components.errors import UserError
+from components.io import check_output_file
 from components.jobs.base import Job
+from components.jobs.metrics import write_metrics
+from experiments.report import ReportOutput, build_report
+from experiments.results import ResultsFile, load_results_dir
+from experiments.runner import ExperimentOutcome, RunRequest, run_experiments
+from experiments.schema import study_section
 
 
 class ExperimentsJob(Job):
@@ -24,13 +33,11 @@ class ExperimentsJob(Job):
     resume: bool = Field(False, description="continue an interrupted gspo experiment from its newest checkpoint; "
                          "a baselines experiment keeps the systems its results file holds")
 
-    def run(self) -> list[Any]:
-        """One :class:`components.experiments.runner.ExperimentOutcome` per experiment run."""
-        from components.experiments import run_experiments
-
-        return run_experiments(self.cfg, only=self.only, limit=self.limit, results_dir=self.results_dir,
-                               user_overrides=self.user_overrides, track=self.track, params=self.params,
-                               resume=self.resume)
+    def run(self) -> list[ExperimentOutcome]:
+        """One outcome per experiment run."""
+        return run_experiments(self.cfg, RunRequest(only=self.only, limit=self.limit, results_dir=self.results_dir,
+                                                    user_overrides=self.user_overrides, track=self.track,
+                                                    params=self.params, resume=self.resume))
 
 
 class ReportJob(Job):
@@ -41,16 +48,12 @@ class ReportJob(Job):
     out: str | None = Field(None, description="markdown report (default experiments.report)")
     metrics_file: str | None = Field(None, description="write accuracy and tokens per experiment here (DVC metrics)")
 
-    def run(self) -> Any:
-        """:class:`components.experiments.report.ReportOutput` (claims, written paths)."""
-        from components.experiments import build_report
-        from components.experiments.results import load_results_dir
-        from components.io import check_output_file
-        from components.jobs.metrics import write_metrics
-
+    def run(self) -> ReportOutput:
+        """Claims and written paths."""
+        study = study_section(self.cfg)
         # normalised (./results and results are one folder, and give one report, byte for byte)
-        results = str(Path(_given(self.results, "--results") or self.cfg.experiments.results_dir))
-        out = str(Path(_given(self.out, "--out") or self.cfg.experiments.report))
+        results = str(Path(_given(self.results, "--results") or study.results_dir))
+        out = str(Path(_given(self.out, "--out") or study.report))
         # a mistyped folder would overwrite the report with NOT RUN everywhere
         if not Path(results).is_dir():
             what = "is not a folder" if Path(results).exists() else "results folder not found"
@@ -65,7 +68,7 @@ class ReportJob(Job):
             if path is not None:
                 check_output_file(Path(path), what)
         metrics = experiments_metrics(load_results_dir(results)) if self.metrics_file else None  # loads = checks
-        report = build_report(Path(results), Path(out), record=self.cfg.experiments.record,
+        report = build_report(Path(results), Path(out), record=study.record,
                               command=f"agent-gspo experiments report --results {results} --out {out}")
         if metrics is not None:
             write_metrics(self.metrics_file, metrics)
@@ -80,7 +83,7 @@ def _given(value: str | None, option: str) -> str | None:
     return value
 
 
-def experiments_metrics(results: dict[str, Any]) -> dict[str, Any]:
+def experiments_metrics(results: dict[str, ResultsFile]) -> dict[str, Any]:
     """Per experiment and evaluated system: macro accuracy, total and completion tokens."""
     keys = ("accuracy", "tokens_total", "tokens_completion")
     return {name: {system: {k: s[k] for k in keys if s.get(k) is not None} for system, s in res.summary.items()}

@@ -25,10 +25,6 @@ from scipy.stats import binomtest, norm
 
 from components.comparison import Interval, macro_interval
 
-CONFIDENCE = 0.95
-POWER = 0.80
-COLLAPSE_SHARE = 0.90
-
 
 @dataclass(frozen=True)
 class NonInferiority:
@@ -36,19 +32,20 @@ class NonInferiority:
 
     difference: Interval
     margin: float
+    confidence: float
+    power: float
     passed: bool
     items_for_power: int
-    """items per benchmark that 80 % power needs at this margin (true difference 0, the observed SD)"""
+    """items per benchmark that ``power`` needs at this margin (true difference 0, the observed SD)"""
 
     def text(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
-        return (f"{verdict}: lower {CONFIDENCE:.0%} bound {self.difference.low:+.4f} vs -margin "
+        return (f"{verdict}: lower {self.confidence:.0%} bound {self.difference.low:+.4f} vs -margin "
                 f"{-self.margin:+.4f} ({self.difference.n} paired items; {self.items_for_power} per benchmark "
-                f"give {POWER:.0%} power)")
+                f"give {self.power:.0%} power)")
 
 
-def items_for_power(sds: Sequence[float], margin: float, confidence: float = CONFIDENCE,
-                    power: float = POWER) -> int:
+def items_for_power(sds: Sequence[float], margin: float, confidence: float, power: float) -> int:
     """Items per benchmark for a one-sided paired test of the macro mean at ``margin``.
 
     With ``B`` benchmarks of ``n`` items each, the macro mean's SE is ``sqrt(sum sd_b^2 / n) / B``;
@@ -62,17 +59,19 @@ def items_for_power(sds: Sequence[float], margin: float, confidence: float = CON
     return max(2, math.ceil(need))
 
 
-def non_inferiority(diffs: Mapping[str, Sequence[float]], margin: float,
-                    confidence: float = CONFIDENCE) -> NonInferiority:
-    """``diffs``: per benchmark, paired per-item differences (system − reference), shape [n_b]."""
+def non_inferiority(diffs: Mapping[str, Sequence[float]], margin: float, confidence: float,
+                    power: float) -> NonInferiority:
+    """``diffs``: per benchmark, paired per-item differences (system − reference), shape [n_b]. The
+    margin, confidence and power come from the verdict rule version that judges the run."""
     if not margin > 0:
         raise ValueError(f"the non-inferiority margin must be stated and positive (got {margin})")
     interval = macro_interval(diffs, confidence)
     sds = [_sd(v) for v in diffs.values() if len(v) > 0]
-    return NonInferiority(interval, margin, interval.low > -margin, items_for_power(sds, margin, confidence))
+    need = items_for_power(sds, margin, confidence, power)
+    return NonInferiority(interval, margin, confidence, power, interval.low > -margin, need)
 
 
-def above_chance(correct: int, n: int, chance: float, alpha: float = 1 - CONFIDENCE) -> tuple[bool, float]:
+def above_chance(correct: int, n: int, chance: float, alpha: float) -> tuple[bool, float]:
     """One-sided exact binomial test that accuracy ``correct / n`` exceeds the guessing rate ``chance``
     (e.g. 0.25 for MMLU's four choices, 0.2 for AQuA's five): (above chance at ``alpha``, p-value)."""
     if n <= 0 or not 0 <= correct <= n or not 0 < chance < 1:
@@ -101,7 +100,8 @@ class SilenceProfile:
     turns: int
     silent_before_any_answer: float | None
     collapsed: bool
-    """silent on >= 90 % of the turns taken before any answer existed: a team of fewer agents, not strategy"""
+    """silent on >= ``collapse_share`` of the turns taken before any answer existed: a team of fewer
+    agents, not strategy"""
     silent_when_needed: float | None
     silent_when_not_needed: float | None
     silent_after_an_answer: float | None
@@ -115,8 +115,8 @@ class SilenceProfile:
                 f"when not needed {pct(self.silent_when_not_needed)} ({self.turns} turns)")
 
 
-def silence_profile(agent: int, turns: Sequence[Turn], collapse_share: float = COLLAPSE_SHARE) -> SilenceProfile:
-    """Silence rates of one agent by condition; ``collapsed`` per :data:`COLLAPSE_SHARE`."""
+def silence_profile(agent: int, turns: Sequence[Turn], collapse_share: float) -> SilenceProfile:
+    """Silence rates of one agent by condition; ``collapsed`` at ``collapse_share`` (e.g. 0.9)."""
     before = _rate([t.silent for t in turns if not t.answer_existed])
     return SilenceProfile(
         agent=agent, turns=len(turns), silent_before_any_answer=before,

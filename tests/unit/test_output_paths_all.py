@@ -2,8 +2,10 @@
 prepared data's ``manifest.json``, the mirror's ``MANIFEST.json`` -- is exit 2 naming the option,
 and every file of the project keeps its bytes. Also the outputs set through the config
 (``search.out_params``, ``search.storage``, ``data.report_dir``) and folder outputs inside an input
-(``prepare --out data/gsm8k``, ``prepare --out components``). ``experiments run --results`` is not
-covered here (components/experiments checks its own results files)."""
+(``prepare --out data/gsm8k``, ``prepare --out components``). The study's options (``experiments
+report --out/--metrics``, ``experiments run --results``) go through its own entry point,
+``experiments.cli.main``: ``agent-gspo experiments`` replaces the process with it (``os.execve``),
+which would replace pytest here."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from test_output_paths import _digests, project  # noqa: F401 - the fixture
 
 from components.cli import main
+from experiments.cli import main as study_main
 
 REPO = Path(__file__).resolve().parents[2]
 TARGETS = ["params.yaml", "data/manifest.json", "mirror/MANIFEST.json"]
@@ -28,6 +31,7 @@ OPTIONS = {
     "score --out": ["score", "--benchmark", "gsm8k", "--predictions", "{p}/preds.jsonl", "--out", "{t}"],
     "experiments report --out": ["experiments", "report", "--results", "{p}/results", "--out", "{t}"],
     "experiments report --metrics": ["experiments", "report", "--results", "{p}/results", "--metrics", "{t}"],
+    "experiments run --results": ["experiments", "run", "--only", "baselines", "--results", "{t}"],
     "search --storage": ["search", "--no-track", "--storage", "sqlite:///{t}"],
     "search.out_params": ["search", "--no-track", "--set", "search.out_params={t}"],
 }
@@ -59,6 +63,8 @@ def _setup(project: Path, monkeypatch) -> None:  # noqa: F811 - the fixture's na
 
 def _run(project: Path, argv: list[str], target: str = "") -> tuple[int, str]:  # noqa: F811
     args = [a.replace("{t}", target).replace("{p}", str(project)) for a in argv]
+    if args[0] == "experiments":
+        return study_main([*args[1:], "--params", str(project / "params.yaml")]), " ".join(args)
     return main([*args, "--params", str(project / "params.yaml")]), " ".join(args)
 
 

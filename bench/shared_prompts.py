@@ -36,10 +36,10 @@ from bench.common import ratio_line  # noqa: E402
 
 def _update_phase(model, batch, parts, temperature: float, share: bool) -> tuple[float, torch.Tensor]:
     """Seconds for π_ref (all), π_old (parts 2..μ) and policy forward+backward (all); its log-probs."""
-    from components.gspo.batching import completion_logprobs
+    from components.gspo.logprobs import Sampling, completion_logprobs
 
     def score(rows: torch.Tensor) -> torch.Tensor:
-        return completion_logprobs(model, batch.select(rows), temperature, share_prompts=share)
+        return completion_logprobs(model, batch.select(rows), Sampling(temperature=temperature), share_prompts=share)
 
     logp = torch.zeros_like(batch.completion_mask)
     t0 = time.perf_counter()

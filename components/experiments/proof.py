@@ -122,8 +122,8 @@ def run_proof(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_di
               log: Log = print, commit: str | None = None) -> ProofResults:
     """Train and evaluate the four systems (see the module docstring); returns the unwritten results."""
     from components.evaluation import build_systems, evaluate
-    from components.gspo.job import train
     from components.models import load_policy
+    from components.runtime.training_run import train
 
     t0 = time.perf_counter()
     reports: dict[str, Any] = {}

@@ -5,7 +5,7 @@ Per experiment (in process, one after the other; the definitions are in :mod:`.d
 * ``baselines`` kind: evaluate the configured base model as single-agent CoT, self-consistency and
   the untrained free-for-all MAS (``eval.baselines``) - no ``agent_gspo`` system, which before
   training is the same weights and topology as ``mas_untrained`` and would only double the cost;
-* ``gspo`` kind: :func:`components.gspo.job.train` (its own MLflow run, checkpoints, plots,
+* ``gspo`` kind: :func:`components.runtime.training_run.train` (its own MLflow run, checkpoints, plots,
   registered model), then evaluate the run's final folder ALONE (no baselines) - an MLflow run too.
 
 Both evaluate the same seeded sample (``eval.limit`` items per benchmark with ``eval.seed``; the
@@ -113,7 +113,7 @@ def run_one(cfg: Config, exp: Experiment, *, overrides: Sequence[str], data_dir:
             report = _evaluate_baselines(cfg, data_dir, tracker)
             ids["eval_run_id"] = getattr(tracker, "run_id", None)
     else:
-        from components.gspo.job import train
+        from components.runtime.training_run import train
 
         log(f"[{exp.name}] training {cfg.gspo.steps} step(s) into {cfg.gspo.out_dir}"
             + (f" with B = {cfg.budget.fraction:g} x the untrained policy's {cfg.reward.token_measure} tokens per "
@@ -181,7 +181,7 @@ def _keepable(cfg: Config, path: Path, data_dir: Path, log: Log) -> tuple[Result
 
 def _resume_point(out: Path) -> int | None:
     """The step of the newest complete checkpoint in a run folder, or None (nothing to resume)."""
-    from components.gspo.checkpoint import latest_checkpoint, step_of
+    from components.runtime.checkpoint import latest_checkpoint, step_of
 
     newest = latest_checkpoint(out)
     return None if newest is None else step_of(newest)

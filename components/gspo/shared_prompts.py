@@ -41,6 +41,9 @@ from typing import Any
 
 import torch
 
+from components.mas.decode import cache_kwarg
+from components.mas.prefill import new_cache, shared_heads
+
 MIN_SAVED_IDS = 64
 """prompt ids the heads must save before sharing pays for its second forward call"""
 
@@ -81,9 +84,6 @@ def shared_head_logits(model: Any, input_ids: torch.Tensor, prompt_lens: torch.T
     ``rows``, ``t`` [N] long. Returns [N, V] logits in the model's dtype, or None when the heads
     would save fewer than :data:`MIN_SAVED_IDS` ids (the caller then runs the plain forward).
     """
-    from components.mas.decode import cache_kwarg
-    from components.mas.prefill import new_cache, shared_heads
-
     lens = [int(n) for n in prompt_lens.tolist()]
     q, heads, donor = shared_heads([input_ids[r, :n].tolist() for r, n in enumerate(lens)])
     if sum(q) - sum(map(len, heads)) < MIN_SAVED_IDS:

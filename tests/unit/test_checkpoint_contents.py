@@ -20,9 +20,9 @@ from test_checkpoint import torch_engine, train
 
 from components.config import load_config
 from components.errors import UserError, run_command
-from components.gspo.checkpoint import CheckpointError, load_checkpoint, read_meta, save_checkpoint
-from components.gspo.resume import check_resume_config, load_train_state, read_train_state, resume_hash
 from components.io import atomic_dir, environment_error
+from components.runtime.checkpoint import CheckpointError, load_checkpoint, read_meta, save_checkpoint
+from components.runtime.resume import check_resume_config, load_train_state, read_train_state, resume_hash
 
 PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
 mlflow_uri = test_tracking_helpers.mlflow_uri  # shared pytest fixture
@@ -159,7 +159,7 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_at_its_default_only(
     """A schema update adds a setting (its default keeps the old behaviour): checkpoints written
     before it store settings without it and a resume hash of the old schema. They resume while the
     new setting is at its default, and are refused, naming it, once it is not."""
-    from components.gspo.resume import resume_settings
+    from components.runtime.resume import resume_settings
 
     base = load_config(PARAMS)
     settings = resume_settings(base)
@@ -212,7 +212,7 @@ class _Engine:
 
 
 def _finalise(tmp_path: Path, tokenizer_error: Exception | None = None) -> None:
-    from components.gspo.job import TrainResult, _finalise
+    from components.runtime.training_run import TrainResult, _finalise
 
     class Tokenizer:
         def save_pretrained(self, folder: Path) -> None:

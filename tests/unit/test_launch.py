@@ -10,7 +10,7 @@ import pytest
 
 from components.config import load_config
 from components.errors import UserError
-from components.gspo.launch import (
+from components.runtime.launch import (
     DS_ENV_FILE_NAME,
     MODULE,
     forwarded_env,
@@ -150,7 +150,7 @@ def test_launcher_removes_buffers_its_killed_ranks_left(tmp_path, monkeypatch, c
 
 
 def test_local_ranks_of_each_launch(monkeypatch) -> None:
-    from components.gspo.launch import local_ranks
+    from components.runtime.launch import local_ranks
 
     def ranks(*sets: str) -> list[int]:
         return list(local_ranks(_cfg(*sets)))
@@ -170,7 +170,7 @@ def test_an_interrupted_launch_stops_its_child_first(tmp_path):
     import subprocess
     import sys
 
-    from components.gspo.launch import run_streaming
+    from components.runtime.launch import run_streaming
 
     marker = tmp_path / "child-ended"
     child = ("import signal, sys, time\n"
@@ -193,7 +193,7 @@ def test_a_line_the_handler_showed_is_not_echoed_again(capsys) -> None:
     """`agent-gspo run`: the train task logs step lines (Prefect prints them); echoing them too doubled them."""
     import sys
 
-    from components.gspo.launch import run_streaming
+    from components.runtime.launch import run_streaming
 
     seen: list[str] = []
 
@@ -264,7 +264,7 @@ def test_torchrun_runs_through_the_quiet_entry_and_ranks_leave_the_interrupt_lin
     import sys
 
     from components.errors import PARENT_REPORTS_INTERRUPT
-    from components.gspo.launch import TORCHRUN_MODULE, launch_env
+    from components.runtime.launch import TORCHRUN_MODULE, launch_env
 
     cmd = launcher_command(_cfg("deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=2"), [])
     assert cmd[:3] == [sys.executable, "-m", TORCHRUN_MODULE]

@@ -64,6 +64,11 @@ class DistInfo:
             return torch.device("cuda", self.local_rank)
         return torch.device("cpu")
 
+    def all_gather(self, obj: T) -> list[T]:
+        """Every rank's ``obj`` (picklable), indexed by rank; ``[obj]`` on one rank, with no collective
+        (:class:`components.gspo.policy_engine.Ranks`)."""
+        return all_gather_objects(obj) if self.world_size > 1 else [obj]
+
 
 def free_port() -> int:
     """An unused TCP port on 127.0.0.1 (for single-process groups and tests)."""
@@ -80,7 +85,8 @@ def ensure_torch_extensions_dir() -> str:
     return path
 
 
-def _env_int(name: str) -> int:
+def env_int(name: str) -> int:
+    """The integer a launcher set in ``name``; a :class:`DistributedError` naming it otherwise."""
     raw = os.environ[name]
     try:
         return int(raw)
@@ -124,7 +130,7 @@ def init_distributed(backend: str | None = None, *, for_deepspeed: bool = False,
     LOCAL_RANK do not fit WORLD_SIZE (a mis-set launcher), naming the variable.
     """
     _set_env_defaults()
-    rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
+    rank, world, local = env_int("RANK"), env_int("WORLD_SIZE"), env_int("LOCAL_RANK")
     if world < 1 or not 0 <= rank < world:
         raise DistributedError(f"RANK={rank} / WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
     if local < 0:

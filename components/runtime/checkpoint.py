@@ -43,7 +43,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from components.gspo.checkpoint_errors import (
+from components.io import apply_umask_modes, environment_error
+from components.runtime.checkpoint_errors import (
     CheckpointError,
     _optimizer_problem,
     _reading,
@@ -51,10 +52,9 @@ from components.gspo.checkpoint_errors import (
     applying,
     incompatible,
 )
-from components.gspo.checkpoint_integrity import hash_files, integrity_problem
-from components.gspo.distributed import barrier
-from components.gspo.engines import TrainEngine
-from components.io import apply_umask_modes, environment_error
+from components.runtime.checkpoint_integrity import hash_files, integrity_problem
+from components.runtime.distributed import barrier
+from components.runtime.engines import TrainEngine
 
 CHECKPOINTS = "checkpoints"
 _STEP_RE = re.compile(r"^step-(\d{6,})$")

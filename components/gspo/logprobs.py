@@ -16,9 +16,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from components.gspo import shared_prompts
 from components.gspo.batching import SequenceBatch
 from components.gspo.loss import GspoInputError
-from components.gspo.shared_prompts import can_share, shared_head_logits
 
 __all__ = ["Sampling", "completion_logprobs", "logprobs_at", "token_logprobs"]
 
@@ -68,8 +68,8 @@ def completion_logprobs(model: nn.Module, batch: SequenceBatch, sampling: Sampli
     b, width = batch.input_ids.shape
     c = batch.completion_ids.shape[1]
     rows, t = (batch.completion_mask > 0).nonzero(as_tuple=True)  # [N] each
-    shared = (shared_head_logits(model, batch.input_ids, batch.prompt_lens, rows, t)
-              if share_prompts and can_share(model) else None)
+    shared = (shared_prompts.shared_head_logits(model, batch.input_ids, batch.prompt_lens, rows, t)
+              if share_prompts and shared_prompts.can_share(model) else None)
     if shared is None:
         keep = width - int(batch.prompt_lens.min()) + 1
         logits = model(input_ids=batch.input_ids, logits_to_keep=keep, use_cache=False).logits  # [B, K, V]

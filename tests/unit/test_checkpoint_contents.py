@@ -212,7 +212,7 @@ class _Engine:
 
 
 def _finalise(tmp_path: Path, tokenizer_error: Exception | None = None) -> None:
-    from components.runtime.training_run import TrainResult, _finalise
+    from components.runtime.training_run import TrainResult, _finalise, _Run
 
     class Tokenizer:
         def save_pretrained(self, folder: Path) -> None:
@@ -226,7 +226,7 @@ def _finalise(tmp_path: Path, tokenizer_error: Exception | None = None) -> None:
 
     cfg = load_config(PARAMS)
     trainer = SimpleNamespace(history=[{"step": 1.0, "train/reward": 0.5}], step_idx=1, budget_calibration=None)
-    _finalise(cfg, tmp_path, _Engine(Module()), Tokenizer(), trainer, None, TrainResult(tmp_path, None, 1))
+    _finalise(_Run(cfg, tmp_path, _Engine(Module()), Tokenizer(), trainer), None, TrainResult(tmp_path, None, 1))
 
 
 def test_a_full_disk_while_the_final_policy_is_written_names_final(tmp_path: Path, monkeypatch) -> None:
@@ -236,12 +236,12 @@ def test_a_full_disk_while_the_final_policy_is_written_names_final(tmp_path: Pat
     assert err.value.errno == errno.ENOSPC and err.value.filename == str(tmp_path / "final")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
-    import components.io as io
+    import components.runtime.training_run as training_run
 
     def read_only(target, obj) -> None:
         raise OSError(errno.EROFS, "Read-only file system", f"{target}.abc.tmp")
 
-    monkeypatch.setattr(io, "write_json_atomic", read_only)
+    monkeypatch.setattr(training_run, "write_json_atomic", read_only)
     with pytest.raises(OSError) as err:
         _finalise(tmp_path)
     assert err.value.errno == errno.EROFS and err.value.filename == str(tmp_path / "metrics.json")

@@ -85,7 +85,7 @@ class TrainJob(Job):
     def _train(self) -> TrainResult:
         cfg = self.cfg
         if cfg.deepspeed.launcher == "none" and not self.isolate:
-            from components.runtime.precision import check_training_dtype_setting
+            from components.runtime.training_dtype import check_training_dtype_setting
             from components.runtime.training_run import train
 
             check_training_dtype_setting(cfg.model.dtype)

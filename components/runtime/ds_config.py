@@ -33,7 +33,7 @@ import torch
 
 from components.config import DeepSpeedConfig, GspoConfig
 from components.io import write_json_atomic
-from components.runtime.precision import FP16_REFUSED, PrecisionError
+from components.runtime.training_dtype import FP16_REFUSED, PrecisionError
 
 
 def default_train_dtype(on_gpu: bool) -> torch.dtype:

@@ -40,6 +40,8 @@ from components.env import OFFLINE_DEFAULTS
 from components.errors import PARENT_REPORTS_INTERRUPT, UserError
 from components.redact import redact
 from components.runtime import orphans
+from components.runtime.shm_buffers import remove_deepspeed_shm_buffers
+from components.runtime.training_dtype import check_training_dtype_setting
 
 MODULE = "components.runtime.train_main"
 TORCHRUN_MODULE = "components.runtime.torchrun_entry"
@@ -294,8 +296,6 @@ def check_master_port(cfg: Config) -> None:
 def launch_training(cfg: Config, train_args: Sequence[str], *, on_line: LineHandler | None = None) -> int:
     """Train in a new process (:func:`training_command`) with ``train_args`` (the flags of
     ``components.runtime.train_main``) and stream its output; returns the exit code (0 = success)."""
-    from components.runtime.precision import check_training_dtype_setting
-
     check_training_dtype_setting(cfg.model.dtype)  # before any rank starts
     if cfg.deepspeed.launcher == "deepspeed" and cfg.deepspeed.hostfile and Path(cfg.deepspeed.hostfile).is_file():
         check_hostfile(cfg.deepspeed.hostfile, cfg.deepspeed.num_nodes)
@@ -312,8 +312,6 @@ def launch_training(cfg: Config, train_args: Sequence[str], *, on_line: LineHand
             env["DS_ENV_FILE"] = str(write_deepspeed_env(Path(tmp) / DS_ENV_FILE_NAME, os.environ))
             return run_streaming(cmd, env=env, on_line=on_line)
     finally:
-        from components.runtime.distributed import remove_deepspeed_shm_buffers  # imports torch: not at module load
-
         ranks = local_ranks(cfg)
         if ranks:  # what a rank killed by a signal left in /dev/shm (the others removed their own)
             for path in remove_deepspeed_shm_buffers(cfg.deepspeed.master_port, ranks):

@@ -352,7 +352,7 @@ def test_unlink_deepspeed_shm_buffer_removes_only_this_runs_rank(tmp_path, monke
     """The name is DeepSpeed's (uid, MASTER_ADDR, MASTER_PORT, rank): another run's or rank's buffer stays."""
     import os
 
-    from components.runtime import distributed as d
+    from components.runtime import shm_buffers as d
 
     monkeypatch.setattr(d, "SHM_DIR", str(tmp_path))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")

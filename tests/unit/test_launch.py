@@ -125,8 +125,8 @@ def test_launcher_removes_buffers_its_killed_ranks_left(tmp_path, monkeypatch, c
     run's buffers (this uid, its port, this node's ranks, any address) and nothing else."""
     import os
 
-    from components.runtime import distributed as d
     from components.runtime import launch
+    from components.runtime import shm_buffers as d
 
     monkeypatch.setattr(d, "SHM_DIR", str(tmp_path))
     uid = os.getuid()

@@ -14,7 +14,8 @@ import transformers
 from components.config import DeepSpeedConfig, GspoConfig
 from components.runtime.ds_config import deepspeed_config
 from components.runtime.engines import TorchEngine, build_engine
-from components.runtime.precision import PrecisionError, adamw_kernel_kwargs, check_training_dtype_setting
+from components.runtime.precision import adamw_kernel_kwargs
+from components.runtime.training_dtype import PrecisionError, check_training_dtype_setting
 
 VOCAB = 64
 

@@ -33,7 +33,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 from components.config import Config
 from components.env import OFFLINE_DEFAULTS
@@ -211,7 +211,7 @@ def run_streaming(cmd: Sequence[str], *, env: dict[str, str] | None = None,
             raise
 
 
-def _drain(stream: Any) -> None:
+def _drain(stream: IO[str]) -> None:
     with contextlib.suppress(OSError, ValueError):  # closed under us: nothing left to show
         for line in stream:
             sys.stdout.write(line)

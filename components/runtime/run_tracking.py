@@ -19,18 +19,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from components.config import Config
 from components.data.prepare import manifest_sha256
 from components.tracking import Tracker, TrackingError, git_commit
-from components.tracking.outbox import MetricOutbox, retry_until
+from components.tracking.outbox import MetricOutbox, Row, retry_until
 from components.tracking.served import system_settings
 from components.tracking.versions import REGISTERED_FILE, VersionRef, registration_of, write_registration
 
 
 @contextlib.contextmanager
-def tracking(cfg: Config, run_name: str, run_id: str | None, pending: list[Any]) -> Iterator[RunTracking]:
+def tracking(cfg: Config, run_name: str, run_id: str | None, pending: list[Row]) -> Iterator[RunTracking]:
     """The run's MLflow run (``run_id`` when resuming) with an outbox holding what a crashed run had
     not sent. A resumed run whose MLflow run is not on this server (the URI moved, the run was
     deleted) goes on in a new run: the checkpoint holds the weights, the tracking server only a

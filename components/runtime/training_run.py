@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from components.runtime.run_tracking import RunTracking
+    from components.tracking.outbox import Row
 
 StepCallback = Callable[[int, dict[str, float]], None]
 
@@ -205,7 +206,7 @@ def _start(run: _Run, opts: RunOptions) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _tracking(run: _Run, enabled: bool, run_id: str | None, pending: list[Any]) -> Iterator[RunTracking | None]:
+def _tracking(run: _Run, enabled: bool, run_id: str | None, pending: list[Row]) -> Iterator[RunTracking | None]:
     """The MLflow side (None without tracking: then MLflow is never imported)."""
     if not enabled:
         yield None

@@ -1,6 +1,6 @@
 """The GSPO trainer end to end through DeepSpeed on one rank: a GPU readiness check with timings.
 
-What runs is ``components.gspo.job.train``, as ``agent-gspo train`` runs it: the model is loaded
+What runs is ``components.runtime.training_run.train``, as ``agent-gspo train`` runs it: the model is loaded
 by ``load_policy`` from a folder (``model.dtype: auto``: bf16 on a bf16-capable GPU), wrapped in
 the DeepSpeed engine (ZeRO-2 by default, config from ``deepspeed_config``), trained for
 ``--steps`` GSPO steps on multi-agent rollouts, checkpointed, and saved as the final model.
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, work: Path) -> int:
     from components.config import load_config
-    from components.gspo.job import train
+    from components.runtime.training_run import train
 
     s = BenchSettings(model=args.model, device=args.device)
     model, tok = build_policy(s)  # bf16 on cuda, fp32 on cpu (what model.dtype auto loads)

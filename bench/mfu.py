@@ -94,10 +94,10 @@ def _init_single_process() -> None:
 
 
 def ds_config(seqs: int, micro: int, bf16: bool, zero_stage: int) -> dict:
-    """The trainer's DeepSpeed config (``components.gspo.engines.deepspeed_config``: same precision and
+    """The trainer's DeepSpeed config (``components.runtime.engines.deepspeed_config``: same precision and
     ZeRO settings as training), with this bench's micro-batch and accumulation."""
     from components.config import DeepSpeedConfig, GspoConfig
-    from components.gspo.engines import deepspeed_config
+    from components.runtime.engines import deepspeed_config
 
     config = deepspeed_config(GspoConfig(grad_accum=seqs // micro, grad_clip=1.0),
                               DeepSpeedConfig(zero_stage=zero_stage), world_size=1, on_gpu=bf16,

@@ -5,7 +5,7 @@ One proof-profile step is rolled out once (``--questions`` split-information tra
 prior, sampled at the profile's temperature); both sides then do the update phase's forwards on
 exactly those messages and mini-batches, as the trainer does with ``gspo.kl_beta`` > 0: π_ref on
 every mini-batch, π_old on mini-batches 2..μ (no gradients), then a forward and backward of the
-policy's log-probs on every mini-batch. Ours: :func:`components.gspo.batching.completion_logprobs`
+policy's log-probs on every mini-batch. Ours: :func:`components.gspo.logprobs.completion_logprobs`
 with shared heads (components/gspo/shared_prompts.py); peer: the same call with
 ``share_prompts=False``, every row's whole prompt. Each side runs ``--repeats`` times, alternating,
 and its best time counts; the largest |Δ log-prob| between the sides is printed too (rounding only).
@@ -36,10 +36,10 @@ from bench.common import ratio_line  # noqa: E402
 
 def _update_phase(model, batch, parts, temperature: float, share: bool) -> tuple[float, torch.Tensor]:
     """Seconds for π_ref (all), π_old (parts 2..μ) and policy forward+backward (all); its log-probs."""
-    from components.gspo.batching import completion_logprobs
+    from components.gspo.logprobs import Sampling, completion_logprobs
 
     def score(rows: torch.Tensor) -> torch.Tensor:
-        return completion_logprobs(model, batch.select(rows), temperature, share_prompts=share)
+        return completion_logprobs(model, batch.select(rows), Sampling(temperature=temperature), share_prompts=share)
 
     logp = torch.zeros_like(batch.completion_mask)
     t0 = time.perf_counter()

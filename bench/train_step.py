@@ -117,12 +117,12 @@ def _in_order_sampler() -> type:
 def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
     """Our GSPOTrainer: single_cot engine (1 agent, 1 round), TorchEngine, 4 mini-batches."""
     from components.config import Config
-    from components.gspo.distributed import DistInfo
-    from components.gspo.engines import build_engine
     from components.gspo.trainer import GSPOTrainer, seed_everything
     from components.mas.baselines import single_cot_engine
     from components.mas.calls import EngineOptions
     from components.mas.environment import Environment
+    from components.runtime.distributed import DistInfo
+    from components.runtime.engines import build_engine
     from components.scoring.result import ScoreResult
 
     InOrderSampler = _in_order_sampler()
@@ -149,7 +149,7 @@ def run_ours(s: BenchSettings, items: list[Item]) -> SideResult:
     trainer = GSPOTrainer(cfg, engine, Environment(rollout, judge), items,
                           DistInfo(rank=0, world_size=1, local_rank=0, is_main=True), pad_id=int(tok.pad_token_id))
     trainer.sampler = InOrderSampler(items, s.seed)  # the questions TRL sees (shuffle_dataset=False), in order
-    gc.freeze()  # as components.gspo.job.train does before its first step
+    gc.freeze()  # as components.runtime.training_run.train does before its first step
     trainer.train_step()  # warm-up: allocator, kernels, tokenizer caches, graph capture
     sync(s.device)
     phases = PhaseClock(s.device)

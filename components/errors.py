@@ -47,7 +47,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 PARENT_REPORTS_INTERRUPT = "AGENT_GSPO_PARENT_REPORTS_INTERRUPT"
 """set to 1 in the environment of processes that ``agent-gspo`` launched and streams (training ranks,
-:func:`components.gspo.launch.launch_env`): on Ctrl-C or SIGTERM they exit 130 / 143 without their
+:func:`components.runtime.launch.launch_env`): on Ctrl-C or SIGTERM they exit 130 / 143 without their
 own line, since the whole process group got the signal and the parent prints the one line"""
 
 ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)

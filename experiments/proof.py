@@ -27,8 +27,8 @@ from pydantic import Field, ValidationError
 from components.config import Config, load_config, set_override
 from components.evaluation import build_systems, evaluate
 from components.evaluation.setting import item_ids_sha256
-from components.gspo.job import train
 from components.models import load_policy
+from components.runtime.training_run import train
 from experiments.definitions import Experiment, budget_overrides, read_calibration, settings_of
 from experiments.results import (
     EvalCell,

@@ -5,7 +5,7 @@ Per experiment (in process, one after the other; the definitions are in :mod:`.d
 * ``baselines`` kind: evaluate the configured base model as single-agent CoT, self-consistency and
   the untrained free-for-all MAS (``eval.baselines``) - no ``agent_gspo`` system, which before
   training is the same weights and topology as ``mas_untrained`` and would only double the cost;
-* ``gspo`` kind: :func:`components.gspo.job.train` (its own MLflow run, checkpoints, plots,
+* ``gspo`` kind: :func:`components.runtime.training_run.train` (its own MLflow run, checkpoints, plots,
   registered model), then evaluate the run's final folder ALONE (no baselines) - an MLflow run too.
 
 Both evaluate the same seeded sample (``eval.limit`` items per benchmark with ``eval.seed``; the
@@ -28,12 +28,12 @@ from components.data.outputs import manifest_sha256
 from components.evaluation import build_systems, evaluate
 from components.evaluation.runner import EvalReport
 from components.evaluation.setting import item_ids_sha256
-from components.gspo.checkpoint import latest_checkpoint, step_of
-from components.gspo.job import train
 from components.io import check_not_pipeline_input, check_output_file, check_writable_dir
 from components.machine import machine_fingerprint
 from components.models import default_device, load_policy
 from components.redact import redact
+from components.runtime.checkpoint import latest_checkpoint, step_of
+from components.runtime.training_run import train
 from components.tracking import Tracker, git_commit
 from experiments.carry import merge_carried, plan_carry, with_systems
 from experiments.definitions import (

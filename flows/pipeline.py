@@ -3,7 +3,7 @@
 Orchestration only: the flow validates its config once and every task runs a job of
 :mod:`components.jobs` (the CLI and the DVC stages run the same jobs). Training runs as a
 subprocess through the configured launcher (``deepspeed.launcher``: none → ``python -m
-components.gspo.train_main``; torchrun / deepspeed for many ranks or nodes) and its progress
+components.runtime.train_main``; torchrun / deepspeed for many ranks or nodes) and its progress
 lines are streamed into the task log. A failed training attempt is retried with ``--resume``, so
 it continues from its last checkpoint. Library progress (evaluation batches, search trials)
 reaches the task logs through :func:`flows.logs.forward_logs`.
@@ -139,7 +139,7 @@ def search_task(cfg: Config) -> list[str]:
 def train_task(cfg: Config, source: ConfigSource) -> dict[str, Any]:
     """Train in a subprocess: the first attempt starts over (``--overwrite``: a pipeline run trains
     from scratch), a retry resumes from the newest checkpoint."""
-    from components.gspo.job import history_table
+    from components.runtime.training_run import history_table
 
     attempt = getattr(get_run_context().task_run, "run_count", 1)
     tail: deque[str] = deque(maxlen=TAIL_LINES)

@@ -1,6 +1,6 @@
 """The training questions: the prepared ``data.train_sources`` less the items evaluation samples.
 
-Here, below both training (:mod:`components.gspo.job`) and evaluation (the silence prior is
+Here, below both training (:mod:`components.runtime.training_run`) and evaluation (the silence prior is
 fitted on training questions), so neither imports the other (docs/architecture.md, "Layers").
 """
 

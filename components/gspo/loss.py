@@ -1,4 +1,5 @@
-"""GSPO policy losses, registered by name (verl style), and memory-efficient token log-probs.
+"""GSPO policy losses, registered by name (verl style); the log-probs they take come from
+:mod:`components.gspo.logprobs`.
 
 GSPO (Zheng et al., "Group Sequence Policy Optimization", arXiv 2507.18071) replaces PPO/GRPO's
 per-token importance ratio by a length-normalised *sequence* ratio
@@ -22,12 +23,12 @@ range (every realistic case) the result is exact.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
-from components.config_sections import EPS_HIGH, EPS_LOW
+from components.config_sections import EPS_HIGH, EPS_LOW, GspoConfig
 from components.errors import UserError
 
 __all__ = [
@@ -35,11 +36,10 @@ __all__ = [
     "POLICY_LOSSES",
     "GspoInputError",
     "LossOutput",
+    "LossSettings",
     "get_policy_loss",
     "gspo_loss",
-    "logprobs_at",
     "register_policy_loss",
-    "token_logprobs",
 ]
 
 LEVELS = ("sequence", "sequence_token", "token")
@@ -61,6 +61,24 @@ class LossOutput:
 
     loss: Tensor
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The loss's options: the ratio ``level``, the clip range and the KL weight (``gspo.*``)."""
+
+    level: str = "sequence"
+    """"sequence" (GSPO), "sequence_token" (GSPO-token) or "token" (GRPO ratio); the registered losses set it"""
+    eps_low: float = EPS_LOW
+    """clip range [1 − eps_low, 1 + eps_high] of the ratio (paper: 3e-4, 4e-4)"""
+    eps_high: float = EPS_HIGH
+    kl_beta: float = 0.0
+    """weight of the k3 KL penalty to the reference policy (needs ``ref_logp``)"""
+
+    @classmethod
+    def of(cls, g: GspoConfig) -> LossSettings:
+        """The settings of ``gspo``: clip range and KL weight (the level is the registered loss's)."""
+        return cls(eps_low=g.eps_low, eps_high=g.eps_high, kl_beta=g.kl_beta)
 
 
 def _check_inputs(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
@@ -97,9 +115,8 @@ def _per_sequence_mean(x: Tensor, mask: Tensor, lengths: Tensor) -> Tensor:
     return (x * mask).sum(-1) / lengths.clamp(min=1.0)
 
 
-def gspo_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-              eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, level: str = "sequence",
-              ref_logp: Tensor | None = None, kl_beta: float = 0.0) -> LossOutput:
+def gspo_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
+              settings: LossSettings = LossSettings(), ref_logp: Tensor | None = None) -> LossOutput:
     """Clipped GSPO / GSPO-token / GRPO-token policy loss, always aggregated per sequence.
 
     Args:
@@ -107,10 +124,10 @@ def gspo_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, 
         old_logp: [B, T] log π_old (behaviour policy); treated as a constant.
         advantages: [B] (one per sequence) or [B, T] (per token; not for ``level="sequence"``).
         mask: [B, T] 1 for valid completion tokens, 0 for padding / prompt (bool or float).
-        eps_low, eps_high: clip range [1−eps_low, 1+eps_high] of the ratio (paper: 3e-4, 4e-4).
-        level: "sequence" (GSPO), "sequence_token" (GSPO-token) or "token" (GRPO ratio).
+        settings: :class:`LossSettings`: ``level``; ``eps_low``, ``eps_high``, the clip range
+            [1−eps_low, 1+eps_high] of the ratio; ``kl_beta``, the weight of the k3 KL penalty
+            exp(ref−logp) − (ref−logp) − 1 per token.
         ref_logp: [B, T] log π_ref, needed only when ``kl_beta > 0``.
-        kl_beta: weight of the k3 KL penalty  exp(ref−logp) − (ref−logp) − 1  per token.
 
     Per token t of sequence i, with ratio ρ_i,t (s_i, s_i,t or r_i,t by level):
         ℓ_i,t = −min(ρ_i,t·A_i,t, clip(ρ_i,t, 1−eps_low, 1+eps_high)·A_i,t) + kl_beta·k3_i,t
@@ -125,6 +142,7 @@ def gspo_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, 
     tokens of the k3 estimate of KL(π_old‖π_θ): (r − 1) − log r with r = π_θ/π_old (unbiased
     under samples from π_old, ≥ 0); ``gspo/kl_ref`` = mean k3 to the reference when given.
     """
+    level, eps_low, eps_high, kl_beta = settings.level, settings.eps_low, settings.eps_high, settings.kl_beta
     _check_inputs(logp, old_logp, advantages, mask, ref_logp, level)
     if kl_beta < 0:
         raise GspoInputError(f"gspo_loss: kl_beta must be >= 0, got {kl_beta}")
@@ -225,127 +243,20 @@ def get_policy_loss(name: str) -> PolicyLoss:
 
 @register_policy_loss("sequence")
 def sequence_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
-                  **kw: object) -> LossOutput:
-    """GSPO: sequence ratio s_i, advantages [B]. See :func:`gspo_loss` for shapes and kwargs."""
-    return gspo_loss(logp, old_logp, advantages, mask, level="sequence", **kw)  # type: ignore[arg-type]
+                  settings: LossSettings = LossSettings(), ref_logp: Tensor | None = None) -> LossOutput:
+    """GSPO: sequence ratio s_i, advantages [B]. See :func:`gspo_loss` for shapes and settings."""
+    return gspo_loss(logp, old_logp, advantages, mask, replace(settings, level="sequence"), ref_logp)
 
 
 @register_policy_loss("sequence_token")
 def sequence_token_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
-                        **kw: object) -> LossOutput:
+                        settings: LossSettings = LossSettings(), ref_logp: Tensor | None = None) -> LossOutput:
     """GSPO-token: ratio sg[s_i]·π/sg[π], advantages [B] or [B, T]. See :func:`gspo_loss`."""
-    return gspo_loss(logp, old_logp, advantages, mask, level="sequence_token", **kw)  # type: ignore[arg-type]
+    return gspo_loss(logp, old_logp, advantages, mask, replace(settings, level="sequence_token"), ref_logp)
 
 
 @register_policy_loss("token")
-def token_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, **kw: object) -> LossOutput:
+def token_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
+               settings: LossSettings = LossSettings(), ref_logp: Tensor | None = None) -> LossOutput:
     """GRPO-style per-token ratio (ablation), still aggregated per sequence. See :func:`gspo_loss`."""
-    return gspo_loss(logp, old_logp, advantages, mask, level="token", **kw)  # type: ignore[arg-type]
-
-
-# ----------------------------------------------------------------------------- token log-probs
-
-def _rows_at(logits: Tensor, pos_b: Tensor, pos_t: Tensor, cdt: torch.dtype, temperature: float) -> Tensor:
-    """``logits[pos_b, pos_t] / temperature`` as a fresh [n, V] tensor in ``cdt`` (cast BEFORE dividing)."""
-    x = logits[pos_b, pos_t].to(cdt)  # advanced indexing copies: safe to scale in place
-    if temperature != 1.0:
-        x.div_(temperature)
-    return x
-
-
-class _LogprobsAt(torch.autograd.Function):
-    """log_softmax(logits / T)[label] at N selected positions, K labels each, in float32.
-
-    Hand-written (instead of ``log_softmax(...).gather(...)`` or TRL's ``selective_log_softmax``)
-    so that (a) the forward never materialises a full B·T×V float32 copy: positions are processed
-    ``chunk_rows`` at a time across rows (no per-row Python loop), and only the N positions that
-    have a label (never the window's prompt or padding columns); (b) nothing of size V per position
-    is saved for backward except the caller's own ``logits``; (c) bf16 logits are cast to float32
-    before the temperature divides them, so the log-sum-exp and the division are float32 (TRL's
-    bf16 path does both in bf16); (d) K labels per position (the sampled id and the silence token)
-    share one log-sum-exp.
-    Backward: ∂logp_k/∂logits = (onehot(label_k) − softmax(logits/T)) / T, recomputed per chunk.
-    Shapes: logits [B, T, V]; pos_b, pos_t [N]; labels [N, K]; output [N, K].
-    """
-
-    @staticmethod
-    def forward(ctx, logits: Tensor, pos_b: Tensor, pos_t: Tensor, labels: Tensor,  # type: ignore[override]
-                chunk_rows: int, temperature: float) -> Tensor:
-        cdt = torch.float64 if logits.dtype == torch.float64 else torch.float32  # compute dtype
-        n = labels.shape[0]
-        out = torch.empty(labels.shape, dtype=cdt, device=logits.device)  # [N, K]
-        lse = torch.empty(n, dtype=cdt, device=logits.device)  # [N]
-        for s in range(0, n, chunk_rows):
-            e = min(s + chunk_rows, n)
-            x = _rows_at(logits, pos_b[s:e], pos_t[s:e], cdt, temperature)  # [m, V]
-            lse[s:e] = torch.logsumexp(x, dim=-1)
-            out[s:e] = x.gather(-1, labels[s:e]) - lse[s:e, None]
-        ctx.save_for_backward(logits, pos_b, pos_t, labels, lse)
-        ctx.chunk_rows, ctx.temperature = chunk_rows, temperature
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):  # type: ignore[override]
-        logits, pos_b, pos_t, labels, lse = ctx.saved_tensors
-        t = ctx.temperature
-        g = grad_out.to(lse.dtype)  # [N, K]
-        grad = torch.zeros(logits.shape, dtype=logits.dtype, device=logits.device)  # unselected positions: 0
-        for s in range(0, labels.shape[0], ctx.chunk_rows):
-            e = min(s + ctx.chunk_rows, labels.shape[0])
-            gs = g[s:e]
-            p = _rows_at(logits, pos_b[s:e], pos_t[s:e], lse.dtype, t)
-            p.sub_(lse[s:e, None]).exp_().mul_(-gs.sum(-1, keepdim=True))  # −softmax·Σ_k g_k, [m, V]
-            p.scatter_add_(-1, labels[s:e], gs)
-            if t != 1.0:
-                p.div_(t)
-            grad[pos_b[s:e], pos_t[s:e]] = p.to(logits.dtype)
-        return grad, None, None, None, None, None
-
-
-def logprobs_at(logits: Tensor, pos_b: Tensor, pos_t: Tensor, labels: Tensor, *, temperature: float = 1.0,
-                chunk_rows: int = 1024) -> Tensor:
-    """log softmax(logits[b, t] / temperature)[label] at selected positions (no checks; see
-    :func:`token_logprobs` for a checked [B, T] interface).
-
-    Args:
-        logits: [B, T, V] any float dtype (cast to float32 chunk by chunk, then divided).
-        pos_b, pos_t: [N] long, the positions to score.
-        labels: [N, K] long ids in [0, V): K labels per position share one log-sum-exp.
-    Returns:
-        [N, K] float32 (float64 for float64 logits), differentiable w.r.t. ``logits``.
-    """
-    return _LogprobsAt.apply(logits, pos_b, pos_t, labels, chunk_rows, float(temperature))
-
-
-def token_logprobs(logits: Tensor, labels: Tensor, *, ignore_index: int = -100,
-                   chunk_rows: int = 1024, temperature: float = 1.0) -> Tensor:
-    """log π(label | ·) per position.
-
-    Args:
-        logits: [B, T, V] (any float dtype; computed in float32, chunk by chunk).
-        labels: [B, T] integer token ids; positions equal to ``ignore_index`` give 0 and cost nothing.
-        chunk_rows: positions per chunk; bounds the float32 temporary at chunk_rows × V.
-        temperature: the logits are divided by it (in float32) before the log-softmax.
-
-    Returns:
-        [B, T] float32 log-probabilities (float64 for float64 logits), differentiable w.r.t. ``logits``.
-    """
-    if logits.dim() != 3 or labels.dim() != 2 or tuple(logits.shape[:2]) != tuple(labels.shape):
-        raise GspoInputError(f"token_logprobs: need logits [B, T, V] and labels [B, T], got "
-                             f"{tuple(logits.shape)} and {tuple(labels.shape)}")
-    if labels.dtype not in (torch.int64, torch.int32):
-        raise GspoInputError(f"token_logprobs: labels must be integer token ids, got {labels.dtype}")
-    if chunk_rows < 1:
-        raise GspoInputError(f"token_logprobs: chunk_rows must be >= 1, got {chunk_rows}")
-    if temperature <= 0:
-        raise GspoInputError(f"token_logprobs: temperature must be > 0, got {temperature}")
-    labels = labels.long()
-    keep = labels != ignore_index
-    v = logits.shape[-1]
-    if bool(((labels[keep] < 0) | (labels[keep] >= v)).any()):
-        raise GspoInputError(f"token_logprobs: label ids must lie in [0, {v}) or equal {ignore_index}")
-    pos_b, pos_t = keep.nonzero(as_tuple=True)
-    out = logprobs_at(logits, pos_b, pos_t, labels[pos_b, pos_t, None], temperature=temperature,
-                      chunk_rows=chunk_rows)
-    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    return torch.zeros(labels.shape, dtype=dtype, device=logits.device).index_put((pos_b, pos_t), out[:, 0])
+    return gspo_loss(logp, old_logp, advantages, mask, replace(settings, level="token"), ref_logp)

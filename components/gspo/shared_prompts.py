@@ -37,9 +37,11 @@ falls back to the plain forward there (and wherever sharing saves fewer than
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
+from torch import nn
+
+from components.mas.decode import cache_kwarg
+from components.mas.prefill import new_cache, shared_heads
 
 MIN_SAVED_IDS = 64
 """prompt ids the heads must save before sharing pays for its second forward call"""
@@ -49,7 +51,7 @@ MIN_SAVED_COLUMNS = 32
 milliseconds; a column of SmolLM2-135M costs ~0.3 GFLOP)"""
 
 
-def can_share(model: Any) -> bool:
+def can_share(model: nn.Module) -> bool:
     """False under gradient checkpointing and for logits the model post-processes (see the module
     docstring). transformers 5.24 renamed the checkpointing flag (the old name warns); a GPU host's
     older 5.x has only the old one."""
@@ -73,7 +75,7 @@ def _buckets(rest: list[int], completion_len: int) -> list[list[int]]:
     return [order[:cut], order[cut:]] if cut else [order]
 
 
-def shared_head_logits(model: Any, input_ids: torch.Tensor, prompt_lens: torch.Tensor, rows: torch.Tensor,
+def shared_head_logits(model: nn.Module, input_ids: torch.Tensor, prompt_lens: torch.Tensor, rows: torch.Tensor,
                        t: torch.Tensor) -> torch.Tensor | None:
     """The logits that predict completion id ``t[n]`` of row ``rows[n]``, shared heads computed once.
 
@@ -81,9 +83,6 @@ def shared_head_logits(model: Any, input_ids: torch.Tensor, prompt_lens: torch.T
     ``rows``, ``t`` [N] long. Returns [N, V] logits in the model's dtype, or None when the heads
     would save fewer than :data:`MIN_SAVED_IDS` ids (the caller then runs the plain forward).
     """
-    from components.mas.decode import cache_kwarg
-    from components.mas.prefill import new_cache, shared_heads
-
     lens = [int(n) for n in prompt_lens.tolist()]
     q, heads, donor = shared_heads([input_ids[r, :n].tolist() for r, n in enumerate(lens)])
     if sum(q) - sum(map(len, heads)) < MIN_SAVED_IDS:

@@ -12,7 +12,7 @@ Shapes: M local messages -> ``sequences`` (:class:`SequenceBatch`, B = M rows) a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -21,7 +21,7 @@ import torch
 from components.config import Config
 from components.gspo.advantages import group_advantages, make_group_ids
 from components.gspo.batching import SequenceBatch, pack_messages
-from components.gspo.distributed import DistInfo, all_gather_objects
+from components.gspo.policy_engine import Ranks
 from components.mas.records import Episode, Message
 from components.mas.roles import DECIDER
 from components.reward.reward import message_rewards
@@ -76,7 +76,7 @@ class StepBatch:
     """all-rank mean tokens per episode under ``reward.token_measure`` (what the dual controller tracks)"""
 
     @classmethod
-    def build(cls, episodes: Sequence[Episode], cfg: Config, dist: DistInfo, lambda_tok: float, pad_id: int,
+    def build(cls, episodes: Sequence[Episode], cfg: Config, dist: Ranks, lambda_tok: float, pad_id: int,
               device: torch.device | str) -> StepBatch:
         messages: list[Message] = []
         msg_rows: list[MessageRow] = []
@@ -89,8 +89,7 @@ class StepBatch:
                 msg_rows.append(MessageRow(ep.question_id, m.agent_id, m.round, float(credit), m.silent,
                                            m.truncated, m.private, ep_has_fact(ep), m.role == DECIDER))
         ep_rows = [episode_row(ep, cfg.reward.token_measure) for ep in episodes]
-        payload = (msg_rows, ep_rows)
-        gathered = all_gather_objects(payload) if dist.world_size > 1 else [payload]
+        gathered = dist.all_gather((msg_rows, ep_rows))
         all_msgs = [r for part, _ in gathered for r in part]
         all_eps = [r for _, part in gathered for r in part]
         offset = sum(len(part) for part, _ in gathered[: dist.rank])
@@ -126,7 +125,7 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
 
 
-def silence_by_agent_round(rows: Any) -> dict[str, float]:
+def silence_by_agent_round(rows: Iterable[tuple[int, int, bool]]) -> dict[str, float]:
     """``silence/agent{a}_round{r}`` rates from ``(agent, round, silent)`` rows."""
     counts: dict[tuple[int, int], list[int]] = {}
     for agent, rnd, silent in rows:

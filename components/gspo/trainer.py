@@ -18,12 +18,16 @@ With W ranks, ``questions_per_step`` must be a multiple of W and give every rank
 ``minibatches x grad_accum`` messages, so every rank enters every collective
 (:func:`components.config.rank_split_problem`, checked at config load and here).
 
-The trainer is engine-agnostic (``TrainEngine``: DeepSpeed or torch) and distributed-agnostic
-(world size 1 is the ordinary case). Everything is driven by the typed :class:`Config`.
+The trainer is engine-agnostic and distributed-agnostic (world size 1 is the ordinary case): it
+sees the runtime only through :mod:`components.gspo.policy_engine` (an engine whose ``update``
+makes one optimizer update; the ranks it runs on). Everything is driven by the typed :class:`Config`;
+checkpoints, resume checks and the loop around the steps are the runtime's
+(:mod:`components.runtime.training_run`).
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import time
 from collections.abc import Sequence
@@ -36,13 +40,15 @@ import torch
 from components.config import Config, rank_split_problem
 from components.data.item import Item
 from components.errors import UserError
-from components.gspo.batching import completion_logprobs, minibatch_indices
-from components.gspo.distributed import DistInfo
-from components.gspo.loss import LossOutput, get_policy_loss
+from components.gspo.batching import SequenceBatch, minibatch_indices
+from components.gspo.logprobs import Sampling, completion_logprobs
+from components.gspo.loss import LossOutput, LossSettings, get_policy_loss
 from components.gspo.memory import PhasePeaks
-from components.gspo.resume import check_resume_config, resume_hash, resume_settings
+from components.gspo.policy_engine import PolicyEngine, Ranks
 from components.gspo.step_batch import StepBatch
+from components.mas.environment import Environment
 from components.mas.records import Episode
+from components.models.lora import disabled_adapters, has_adapters
 from components.progress import leaf
 from components.reward.budget import DualBudgetController
 from components.reward.reward import apply_rewards
@@ -119,15 +125,15 @@ class GSPOTrainer:
 
     Args:
         cfg: the validated config.
-        engine: a ``TrainEngine`` (``engine.module`` is the HF policy the environment generates with).
-        env: an :class:`components.mas.environment.Environment` over ``engine.module`` (anything
-            with ``play(items, group_size, seed=) -> graded episodes``).
+        engine: a :class:`PolicyEngine` (``engine.module`` is the HF policy the environment generates with).
+        env: an :class:`Environment` over ``engine.module`` (anything with
+            ``play(items, group_size, seed=) -> graded episodes``).
         items: training questions.
-        dist: this process's rank info.
+        dist: this process's rank and the all-gather (:class:`Ranks`; the runtime's ``DistInfo``).
         pad_id: tokenizer pad id for packing.
     """
 
-    def __init__(self, cfg: Config, engine: Any, env: Any, items: Sequence[Item], dist: DistInfo,
+    def __init__(self, cfg: Config, engine: PolicyEngine, env: Environment, items: Sequence[Item], dist: Ranks,
                  pad_id: int) -> None:
         if not items:
             raise ValueError("no training questions: check data.train_sources and run `agent-gspo prepare`")
@@ -138,6 +144,7 @@ class GSPOTrainer:
         self.sampler = QuestionSampler(items, cfg.gspo.seed, mix=cfg.data.train_mix)
         self.controller = DualBudgetController.from_config(cfg.budget, cfg.reward)
         self.loss_fn = get_policy_loss(cfg.gspo.level)
+        self.loss_settings = LossSettings.of(cfg.gspo)
         self.step_idx = 0
         self.history: list[dict[str, float]] = []
         self.temperature = cfg.mas.temperature if cfg.mas.temperature > 0 else 1.0
@@ -147,6 +154,8 @@ class GSPOTrainer:
         """masked after a reply's first token by the decoder, so the trainer masks it too"""
         self.first_banned = getattr(getattr(env, "engine", None), "first_banned", None)
         """[V] bool: what ``mas.must_answer``'s speaker could not start with (the decoder's mask)"""
+        self.sampling = Sampling(self.temperature, self.silence_id, self.silence_from, self.first_banned)
+        """how the decoder sampled: the log-probs are recomputed under the same masks"""
         self.ref_model = self._reference_model() if self._wants_reference() else None
         self._last_kl_base: dict[str, float] = {}
         self.budget_calibration: dict[str, float | str] | None = None
@@ -155,18 +164,12 @@ class GSPOTrainer:
     def _wants_reference(self) -> bool:
         """The base policy is needed for the KL penalty, or to log the KL from it (never a copy of a
         ZeRO-3-partitioned module: then only LoRA, whose base is the adapters-off view, logs it)."""
-        from components.models.lora import has_adapters
-
         g, zero3 = self.cfg.gspo, self.cfg.gspo.engine == "deepspeed" and self.cfg.deepspeed.zero_stage == 3
         return g.kl_beta > 0 or (g.log_kl_base and (has_adapters(self.engine.module) or not zero3))
 
     def _reference_model(self) -> torch.nn.Module | None:
         """Frozen reference for the KL term: the base model with adapters off under LoRA (None
         here means "use disabled_adapters"), else a frozen copy of the initial policy."""
-        import copy
-
-        from components.models.lora import has_adapters
-
         if has_adapters(self.engine.module):
             return None
         ref = copy.deepcopy(self.engine.module).eval()
@@ -174,39 +177,31 @@ class GSPOTrainer:
             p.requires_grad_(False)
         return ref
 
-    def _ref_logprobs(self, batch: Any, needed: bool | None = None) -> torch.Tensor | None:
+    def _ref_logprobs(self, batch: SequenceBatch, needed: bool | None = None) -> torch.Tensor | None:
         if not (self.cfg.gspo.kl_beta > 0 if needed is None else needed):
             return None
         if self.ref_model is not None:
             return self._logprobs(self.ref_model, batch)
-        from components.models.lora import disabled_adapters
-
         with disabled_adapters(self.engine.module) as base:
             return self._logprobs(base, batch)
 
-    def _logprobs(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+    def _logprobs(self, model: torch.nn.Module, batch: SequenceBatch) -> torch.Tensor:
         """[B, C] completion log-probs of ``batch`` under ``model``, masked as the sampler masked them
         (silence only first; the banned first ids of rows that had to speak)."""
-        return completion_logprobs(model, batch, self.temperature, self.silence_id, silence_from=self.silence_from,
-                                   first_banned=self.first_banned, share_prompts=self.cfg.gspo.share_prompts)
+        return completion_logprobs(model, batch, self.sampling, share_prompts=self.cfg.gspo.share_prompts)
 
     @property
     def device(self) -> torch.device:
         return next(self.engine.module.parameters()).device
 
     def state(self) -> dict[str, Any]:
-        """Everything besides weights/optimizer/RNG that a resumed run needs."""
+        """Everything of the algorithm besides weights/optimizer/RNG that a resumed run needs (the
+        runtime adds the config hashes it checks on resume: :func:`components.runtime.resume.config_fields`)."""
         return {"step": self.step_idx, "cursor": self.sampler.cursor, "controller": self.controller.state_dict(),
-                "history": self.history, "config_hash": self.cfg.hash(), "resume_hash": resume_hash(self.cfg),
-                "config_settings": resume_settings(self.cfg), "budget_calibration": self.budget_calibration}
-
-    def check_config(self, state: dict[str, Any]) -> None:
-        """Refuse a checkpoint written under settings that change the trained weights, naming them
-        (before any state is loaded); the others may change (:mod:`components.gspo.resume`)."""
-        check_resume_config(state, self.cfg)
+                "history": self.history, "budget_calibration": self.budget_calibration}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.check_config(state)
+        """Restore :meth:`state` (the runtime checked the checkpoint's config first)."""
         self.step_idx = int(state["step"])
         self.sampler.cursor = int(state["cursor"])
         self.controller.load_state_dict(state["controller"])
@@ -240,10 +235,7 @@ class GSPOTrainer:
         with torch.no_grad(), self.engine.gathered_parameters():
             episodes = self.env.play(mine, g.group_size, seed=g.seed * 100_003 - 1)
         tokens = [float(e.tokens(cfg.reward.token_measure)) for e in episodes]
-        if self.dist.world_size > 1:
-            from components.gspo.distributed import all_gather_objects
-
-            tokens = [t for part in all_gather_objects(tokens) for t in part]
+        tokens = [t for part in self.dist.all_gather(tokens) for t in part]
         mean = float(np.mean(tokens)) if tokens else 0.0
         self.controller.set_target(fraction * mean)
         self.budget_calibration = {"untrained_mean": mean, "fraction": fraction, "target": self.controller.target,
@@ -295,8 +287,7 @@ class GSPOTrainer:
                 logp = self._logprobs(self.engine.module, sub)
                 out: LossOutput = self.loss_fn(
                     logp, logp.detach() if first else old_logp[rows], batch.advantages[rows], sub.completion_mask,
-                    eps_low=g.eps_low, eps_high=g.eps_high, kl_beta=g.kl_beta,
-                    ref_logp=None if ref_logp is None else ref_logp[rows])
+                    self.loss_settings, None if ref_logp is None else ref_logp[rows])
                 loss_metrics.append(out.metrics | {"gspo/loss": float(out.loss.detach())})
                 return out.loss
 
@@ -309,10 +300,7 @@ class GSPOTrainer:
         """This rank's loss metrics as all-rank means, the rollout throughput of all ranks (their
         tokens over the slowest rank's rollout time) and the peak memory of the most loaded rank
         (what decides whether a node runs out): one all-gather; every rank returns the same."""
-        from components.gspo.distributed import all_gather_objects
-
-        payload = (local, tokens, rollout_s, peaks)
-        parts = all_gather_objects(payload) if self.dist.world_size > 1 else [payload]
+        parts = self.dist.all_gather((local, tokens, rollout_s, peaks))
         out = {k: float(np.mean([p[0][k] for p in parts])) for k in local}
         out["perf/rollout_tokens_per_s"] = sum(p[1] for p in parts) / max(max(p[2] for p in parts), 1e-9)
         out |= {k: max(p[3].get(k, 0.0) for p in parts) for k in peaks}

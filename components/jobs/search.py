@@ -50,7 +50,7 @@ class SearchTrial:
     def __call__(self, trial_cfg: Config, trial: Any) -> Any:
         from components.comparison import ItemScore
         from components.evaluation import evaluate
-        from components.gspo.job import train
+        from components.runtime.training_run import train
         from components.search import TrialOutcome
 
         t0 = time.perf_counter()

@@ -3,9 +3,9 @@
 ``deepspeed.launcher=none`` trains in the caller's process unless ``isolate`` asks for a
 subprocess (the Prefect task does, so a crash or SIGKILL of training never takes the flow down,
 and its retry resumes from the last checkpoint); ``torchrun`` / ``deepspeed`` always launch
-``components.gspo.train_main`` on every rank. A subprocess loads the config from the job's
+``components.runtime.train_main`` on every rank. A subprocess loads the config from the job's
 :class:`ConfigSource` (same file, profile and overrides), and its final JSON line comes back
-as the :class:`components.gspo.job.TrainResult` (:func:`components.gspo.launch.launch_training`
+as the :class:`components.runtime.training_run.TrainResult` (:func:`components.runtime.launch.launch_training`
 builds the command and, for multi-node DeepSpeed, the environment file).
 """
 
@@ -22,7 +22,7 @@ from components.errors import ProcessFailed, UserError
 from components.jobs.base import ConfigSource, Job
 
 if TYPE_CHECKING:
-    from components.gspo.job import TrainResult
+    from components.runtime.training_run import TrainResult
 
 
 class TrainingFailed(ProcessFailed, RuntimeError):
@@ -46,7 +46,7 @@ class TrainJob(Job):
         None, exclude=True, description="gets each subprocess line; returns True when it showed the line itself")
 
     def args(self) -> list[str]:
-        """Flags of ``python -m components.gspo.train_main`` for this job."""
+        """Flags of ``python -m components.runtime.train_main`` for this job."""
         out = self.source.args()
         if self.resume:
             out.append("--resume")
@@ -85,13 +85,13 @@ class TrainJob(Job):
     def _train(self) -> TrainResult:
         cfg = self.cfg
         if cfg.deepspeed.launcher == "none" and not self.isolate:
-            from components.gspo.job import train
-            from components.gspo.precision import check_training_dtype_setting
+            from components.runtime.training_dtype import check_training_dtype_setting
+            from components.runtime.training_run import train
 
             check_training_dtype_setting(cfg.model.dtype)
             return train(cfg, resume=self.resume, overwrite=self.overwrite, max_steps=self.max_steps,
                          out_dir=self.out_dir, track=self.track)
-        from components.gspo.launch import hosts_rank_zero, launch_training
+        from components.runtime.launch import hosts_rank_zero, launch_training
 
         final: dict = {}
 
@@ -104,13 +104,13 @@ class TrainJob(Job):
         out = Path(self.out_dir or cfg.gspo.out_dir)
         if rc == UserError.exit_code:
             raise UserError(f"training refused its input (exit {rc}); the message is in the output above")
-        from components.gspo.job import TrainResult
+        from components.runtime.training_run import TrainResult
 
         if rc == 0 and not final and not hosts_rank_zero(cfg):
             # a worker node of a multi-node run: rank 0 on node 0 writes the final model and reports it
             return TrainResult(out, None, cfg.gspo.steps, [], None, None)
         if rc != 0 or not final:
-            from components.gspo.checkpoint import list_checkpoints
+            from components.runtime.checkpoint import list_checkpoints
 
             hint = (f"`--resume` continues from the last checkpoint in {out}" if list_checkpoints(out)
                     else "no checkpoint was written: the launcher's or the first rank's output above says why")

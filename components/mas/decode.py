@@ -19,7 +19,7 @@ rollout batch anyway, so these are for diagnostics and off-policy checks. A call
 Silence (:mod:`components.models.silence`): the silence token may only be a reply's first token.
 Its logit is masked at every later step (and at every step when ``StopIds.silence_first`` is off,
 for lone solvers; at the first step too on the rows ``generate`` is told may not be silent), exactly
-as the trainer masks it (:func:`components.gspo.batching.completion_logprobs`), so behaviour,
+as the trainer masks it (:func:`components.gspo.logprobs.completion_logprobs`), so behaviour,
 π_old and π_θ are the same distribution. A row that starts with it stops there.
 """
 

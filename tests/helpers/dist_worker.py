@@ -22,9 +22,9 @@ import torch
 import transformers
 
 from components.config import DeepSpeedConfig, GspoConfig
-from components.gspo.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from components.gspo.distributed import all_gather_objects, dist_info, init_distributed, shard, shutdown_distributed
-from components.gspo.engines import TrainEngine, build_engine
+from components.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from components.runtime.distributed import all_gather_objects, dist_info, init_distributed, shard, shutdown_distributed
+from components.runtime.engines import TrainEngine, build_engine
 
 VOCAB, STEPS, ITEMS, SEQ = 64, 3, 8, 8
 

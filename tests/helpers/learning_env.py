@@ -24,12 +24,12 @@ import torch
 
 from components.config import Config, load_config
 from components.data.item import Item
-from components.gspo.distributed import DistInfo
-from components.gspo.engines import build_engine, planned_updates
 from components.gspo.trainer import GSPOTrainer, seed_everything
 from components.mas.engine import RolloutEngine
 from components.mas.environment import Environment
 from components.models.tiny import SILENCE_MARKER, build_tiny_model
+from components.runtime.distributed import DistInfo
+from components.runtime.engines import build_engine, planned_updates
 from components.scoring.result import ScoreResult
 
 ITEMS = [Item(id=f"toy/{i}", benchmark="gsm8k", split="train", question=f"What is {i} plus {i}?", answer=str(2 * i),

@@ -22,13 +22,13 @@ import torch
 
 from components.config import load_config
 from components.errors import UserError
-from components.gspo.distributed import init_distributed, shutdown_distributed
-from components.gspo.engines import build_engine, planned_updates
 from components.gspo.step_batch import episode_row
 from components.gspo.trainer import GSPOTrainer, seed_everything
 from components.mas.engine import RolloutEngine
 from components.mas.environment import Environment
 from components.models.tiny import build_tiny_model
+from components.runtime.distributed import init_distributed, shutdown_distributed
+from components.runtime.engines import build_engine, planned_updates
 from helpers.learning_env import ITEMS, helper_judge, set_marker_prior
 
 BASE = ["model.name=tiny-random", "mas.agents=2", "mas.rounds=1", "mas.max_message_tokens=8", "mas.temperature=1.0",

@@ -29,7 +29,8 @@ import pytest
 import torch
 from helpers import dist_worker
 
-from components.gspo.distributed import free_port
+from components.config_sections import GspoConfig
+from components.runtime.distributed import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(dist_worker.__file__)
@@ -61,9 +62,9 @@ def _launch(cmd: list[str], out: Path) -> dict:
 def _reference_weights() -> dict[str, torch.Tensor]:
     """One process, torch engine, loss over both shards' rows: what averaged gradients must give."""
     w = dist_worker
-    from components.gspo.engines import TorchEngine
+    from components.runtime.engines import TorchEngine
 
-    eng = TorchEngine(w.tiny_model(100), lr=1e-2, grad_clip=1.0, schedule="cosine", warmup_steps=1,
+    eng = TorchEngine(w.tiny_model(100), GspoConfig(lr=1e-2, grad_clip=1.0, lr_schedule="cosine", warmup_steps=1),
                       total_steps=w.STEPS)
     for step in range(w.STEPS):
         ids = torch.cat([w.step_items(step, r, 2) for r in range(2)])  # [4, SEQ], shards are equal-sized

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import trainer_worker
 
-from components.gspo.distributed import free_port
+from components.runtime.distributed import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 REPO = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.gspo.distributed import free_port
+from components.runtime.distributed import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]

@@ -343,7 +343,7 @@ def test_scheduled_deployment_run_by_worker(prefect: PrefectServer, prepared: Pa
 
 
 def _train_cmd(overrides: list[str], *extra: str) -> list[str]:
-    return [sys.executable, "-m", "components.gspo.train_main", "--params", PARAMS,
+    return [sys.executable, "-m", "components.runtime.train_main", "--params", PARAMS,
             *[a for s in overrides for a in ("--set", s)], *extra]
 
 
@@ -367,7 +367,7 @@ def test_training_survives_mlflow_outage(mlflow_srv: MlflowServer, prepared: Pat
     in the tracking URI and in another URI setting appears in no output, param, tag or file."""
     from mlflow import MlflowClient
 
-    from components.gspo.checkpoint import list_checkpoints, read_meta
+    from components.runtime.checkpoint import list_checkpoints, read_meta
 
     steps, down_s = 8, 120.0
     tracking_secret = "pw" + os.urandom(6).hex()  # URL-safe: it must work as real basic-auth credentials
@@ -445,7 +445,7 @@ def _kill_after_first_checkpoint(out: Path, killed: list[int], stop: threading.E
         if marker.exists():
             for proc in psutil.process_iter(["pid", "cmdline"]):
                 cmd = " ".join(proc.info["cmdline"] or [])
-                if "components.gspo.train_main" in cmd and f"gspo.out_dir={out}" in cmd:
+                if "components.runtime.train_main" in cmd and f"gspo.out_dir={out}" in cmd:
                     os.kill(proc.info["pid"], signal.SIGKILL)
                     killed.append(proc.info["pid"])
             if killed:

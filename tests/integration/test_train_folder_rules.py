@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from components.gspo.checkpoint import list_checkpoints, read_meta
+from components.runtime.checkpoint import list_checkpoints, read_meta
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +81,7 @@ def test_used_folder_needs_resume_or_overwrite(prepared_data: Path, tmp_path: Pa
         in left.stderr and "--overwrite" in left.stderr, left.stderr[-2000:]
     assert (out / "final").is_dir() and not (out / "checkpoints").exists()
     from components.config import load_config
-    from components.gspo.job import train
+    from components.runtime.training_run import train
 
     def dies_after_step(step: int, metrics: dict) -> None:
         raise RuntimeError("injected: the run dies after step 1")
@@ -122,7 +122,7 @@ def test_damaged_checkpoints_and_unusable_folders_fail_by_name(prepared_data: Pa
     # files that parse but hold the wrong contents: the same one error naming them, never a traceback
     import torch
 
-    from components.gspo.checkpoint_integrity import hash_files
+    from components.runtime.checkpoint_integrity import hash_files
 
     step2 = Path("checkpoints") / "step-000002"
     meta = json.loads((out / step2 / "meta.json").read_text())

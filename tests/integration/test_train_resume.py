@@ -31,7 +31,7 @@ def _overrides(data_dir: Path, steps: int = 4, engine: str = "torch") -> list[st
 
 
 def _cmd(data_dir: Path, out: Path, *extra: str, engine: str = "torch") -> list[str]:
-    return [sys.executable, "-m", "components.gspo.train_main", "--no-track", "--out", str(out),
+    return [sys.executable, "-m", "components.runtime.train_main", "--no-track", "--out", str(out),
             *_overrides(data_dir, engine=engine), *extra]
 
 

@@ -12,7 +12,7 @@ import torch
 import transformers
 
 from components.config import DeepSpeedConfig, GspoConfig
-from components.gspo.checkpoint import (
+from components.runtime.checkpoint import (
     CheckpointError,
     latest_checkpoint,
     list_checkpoints,
@@ -20,7 +20,7 @@ from components.gspo.checkpoint import (
     read_meta,
     save_checkpoint,
 )
-from components.gspo.engines import TorchEngine, TrainEngine, build_engine
+from components.runtime.engines import TorchEngine, TrainEngine, build_engine
 
 VOCAB = 64
 
@@ -58,7 +58,7 @@ def weights(engine: TrainEngine) -> dict[str, torch.Tensor]:
 
 
 def torch_engine(seed: int = 0, **kw) -> TorchEngine:
-    return TorchEngine(tiny_model(seed), lr=1e-2, grad_clip=1.0, schedule="cosine", warmup_steps=1,
+    return TorchEngine(tiny_model(seed), GspoConfig(lr=1e-2, grad_clip=1.0, lr_schedule="cosine", warmup_steps=1),
                        total_steps=10, **kw)
 
 
@@ -188,15 +188,15 @@ def _resume_matches(tmp_path: Path, make, n: int = 5, k: int = 2) -> TrainEngine
 
 
 def test_resume_is_bit_exact_torch_engine(tmp_path: Path) -> None:
-    _resume_matches(tmp_path, lambda seed: TorchEngine(tiny_model(seed), lr=1e-2, grad_clip=0.5,
-                                                       schedule="cosine", warmup_steps=1, total_steps=5))
+    cosine = GspoConfig(lr=1e-2, grad_clip=0.5, lr_schedule="cosine", warmup_steps=1)
+    _resume_matches(tmp_path, lambda seed: TorchEngine(tiny_model(seed), cosine, total_steps=5))
 
 
 @pytest.fixture()
 def deepspeed_world1(monkeypatch):
     """Single-rank DeepSpeed process group on a free port; destroyed afterwards."""
     pytest.importorskip("deepspeed")
-    from components.gspo.distributed import free_port, shutdown_distributed
+    from components.runtime.distributed import free_port, shutdown_distributed
 
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(free_port())}.items():
@@ -233,7 +233,7 @@ def test_deepspeed_update_equals_torch_update_for_uneven_micro_batches(deepspeed
 
     g = GspoConfig(engine="deepspeed", lr=1e-2, grad_clip=100.0)
     ds = build_engine(tiny_model(0), g, DeepSpeedConfig(zero_stage=stage), total_steps=2)
-    ref = TorchEngine(tiny_model(0), lr=1e-2, grad_clip=100.0, total_steps=2)
+    ref = TorchEngine(tiny_model(0), GspoConfig(lr=1e-2, grad_clip=100.0), total_steps=2)
     ds.eval()  # no attention dropout: both engines see the same forward
     ref.eval()
     parts = (ids[:1], ids[1:])
@@ -253,7 +253,7 @@ def test_only_unparseable_files_are_called_corrupt(tmp_path):
     state that read fine (an optimizer group that no longer fits, a bug) keeps its own error."""
     import pickle
 
-    from components.gspo.checkpoint import CheckpointError, _reading
+    from components.runtime.checkpoint import CheckpointError, _reading
 
     f = tmp_path / "step-000001" / "engine" / "engine_state.pt"
     for exc in (EOFError("Ran out of input"), pickle.UnpicklingError("truncated"),

@@ -20,9 +20,9 @@ from test_checkpoint import torch_engine, train
 
 from components.config import load_config
 from components.errors import UserError, run_command
-from components.gspo.checkpoint import CheckpointError, load_checkpoint, read_meta, save_checkpoint
-from components.gspo.resume import check_resume_config, load_train_state, read_train_state, resume_hash
 from components.io import atomic_dir, environment_error
+from components.runtime.checkpoint import CheckpointError, load_checkpoint, read_meta, save_checkpoint
+from components.runtime.resume import check_resume_config, load_train_state, read_train_state, resume_hash
 
 PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
 mlflow_uri = test_tracking_helpers.mlflow_uri  # shared pytest fixture
@@ -159,7 +159,7 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_at_its_default_only(
     """A schema update adds a setting (its default keeps the old behaviour): checkpoints written
     before it store settings without it and a resume hash of the old schema. They resume while the
     new setting is at its default, and are refused, naming it, once it is not."""
-    from components.gspo.resume import resume_settings
+    from components.runtime.resume import resume_settings
 
     base = load_config(PARAMS)
     settings = resume_settings(base)
@@ -212,7 +212,7 @@ class _Engine:
 
 
 def _finalise(tmp_path: Path, tokenizer_error: Exception | None = None) -> None:
-    from components.gspo.job import TrainResult, _finalise
+    from components.runtime.training_run import TrainResult, _finalise, _Run
 
     class Tokenizer:
         def save_pretrained(self, folder: Path) -> None:
@@ -226,7 +226,7 @@ def _finalise(tmp_path: Path, tokenizer_error: Exception | None = None) -> None:
 
     cfg = load_config(PARAMS)
     trainer = SimpleNamespace(history=[{"step": 1.0, "train/reward": 0.5}], step_idx=1, budget_calibration=None)
-    _finalise(cfg, tmp_path, _Engine(Module()), Tokenizer(), trainer, None, TrainResult(tmp_path, None, 1))
+    _finalise(_Run(cfg, tmp_path, _Engine(Module()), Tokenizer(), trainer), None, TrainResult(tmp_path, None, 1))
 
 
 def test_a_full_disk_while_the_final_policy_is_written_names_final(tmp_path: Path, monkeypatch) -> None:
@@ -236,12 +236,12 @@ def test_a_full_disk_while_the_final_policy_is_written_names_final(tmp_path: Pat
     assert err.value.errno == errno.ENOSPC and err.value.filename == str(tmp_path / "final")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
-    import components.io as io
+    import components.runtime.training_run as training_run
 
     def read_only(target, obj) -> None:
         raise OSError(errno.EROFS, "Read-only file system", f"{target}.abc.tmp")
 
-    monkeypatch.setattr(io, "write_json_atomic", read_only)
+    monkeypatch.setattr(training_run, "write_json_atomic", read_only)
     with pytest.raises(OSError) as err:
         _finalise(tmp_path)
     assert err.value.errno == errno.EROFS and err.value.filename == str(tmp_path / "metrics.json")

@@ -14,8 +14,8 @@ from test_checkpoint_contents import _state
 
 from components.config import load_config
 from components.errors import run_command
-from components.gspo.checkpoint import CheckpointError, read_meta, save_checkpoint, verify_checkpoint
-from components.gspo.run_folder import check_resumable
+from components.runtime.checkpoint import CheckpointError, read_meta, save_checkpoint, verify_checkpoint
+from components.runtime.run_folder import check_resumable
 
 PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
 FIX = "delete the checkpoint folder"
@@ -109,8 +109,8 @@ def test_a_nan_optimizer_state_is_refused_even_with_matching_hashes(saved: Path,
     """Someone who rewrites meta.json too gets past the hashes; a non-finite Adam moment is still refused."""
     import torch
 
-    from components.gspo.checkpoint import load_checkpoint
-    from components.gspo.checkpoint_integrity import hash_files
+    from components.runtime.checkpoint import load_checkpoint
+    from components.runtime.checkpoint_integrity import hash_files
 
     ckpt = _copy(saved, tmp_path)
     file = ckpt / "engine" / "engine_state.pt"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.gspo.checkpoint import step_dir_name, step_of
+from components.runtime.checkpoint import step_dir_name, step_of
 
 
 @pytest.mark.parametrize("step", [1, 30, 999_999, 1_234_567])

@@ -129,8 +129,8 @@ def test_trainer_refuses_a_world_size_that_leaves_a_rank_without_questions():
     """The runtime guard (torchrun started by hand, k8s, Slurm): before any collective, every rank
     raises the same clear error naming the key and WORLD_SIZE."""
     from components.errors import UserError
-    from components.gspo.distributed import DistInfo
     from components.gspo.trainer import GSPOTrainer
+    from components.runtime.distributed import DistInfo
 
     cfg = load_config(overrides=["gspo.questions_per_step=1"])
     for rank in (0, 1):

@@ -67,8 +67,8 @@ def test_the_eval_metrics_folder_holds_this_evaluation_only(tmp_path: Path) -> N
 
 def test_the_train_job_writes_the_series_file(tmp_path: Path, monkeypatch) -> None:
     from components.config import load_config
-    from components.gspo.job import TrainResult
     from components.jobs import TrainJob
+    from components.runtime.training_run import TrainResult
 
     monkeypatch.setattr(TrainJob, "_train", lambda self: TrainResult(tmp_path / "run", None, 3, HISTORY))
     TrainJob(cfg=load_config(profile="smoke"), out_dir=str(tmp_path / "run"), track=False,

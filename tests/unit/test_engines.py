@@ -11,7 +11,7 @@ import transformers
 
 from components.config import DeepSpeedConfig, GspoConfig
 from components.errors import UserError
-from components.gspo.distributed import (
+from components.runtime.distributed import (
     DistributedError,
     all_gather_objects,
     all_reduce_mean,
@@ -19,14 +19,14 @@ from components.gspo.distributed import (
     dist_info,
     shard,
 )
-from components.gspo.engines import (
+from components.runtime.engines import (
     EngineUsageError,
     TorchEngine,
     build_engine,
     deepspeed_config,
     write_deepspeed_config,
 )
-from components.gspo.schedule import LrSchedule, ScheduleError, build_scheduler
+from components.runtime.schedule import LrSchedule, ScheduleError, build_scheduler
 
 VOCAB = 64
 
@@ -48,7 +48,7 @@ def lm_loss(model: torch.nn.Module, seed: int) -> torch.Tensor:
 def test_torch_engine_step_changes_weights_and_returns_norm() -> None:
     model = tiny_model()
     before = copy.deepcopy(model.state_dict())
-    eng = TorchEngine(model, lr=1e-2, grad_clip=1.0, total_steps=10)
+    eng = TorchEngine(model, GspoConfig(lr=1e-2, grad_clip=1.0), total_steps=10)
     eng.train()
     norm = eng.update([(2, lambda: lm_loss(eng.module, 0))])
     assert math.isfinite(norm) and norm > 0
@@ -72,8 +72,8 @@ def test_uneven_micro_batches_give_the_full_batch_update(split: list[int]) -> No
     small micro-batch more weight: the [1, 5] split then fails this test.)"""
     ids = torch.randint(0, VOCAB, (6, 8), generator=torch.Generator().manual_seed(7))  # [B=6, T=8]
     a, b = tiny_model(), tiny_model()
-    ea = TorchEngine(a, lr=1e-2, grad_clip=100.0)
-    eb = TorchEngine(b, lr=1e-2, grad_clip=100.0)
+    ea = TorchEngine(a, GspoConfig(lr=1e-2, grad_clip=100.0))
+    eb = TorchEngine(b, GspoConfig(lr=1e-2, grad_clip=100.0))
     grads: dict[str, list[torch.Tensor]] = {"a": [], "b": []}
     for key, eng in (("a", ea), ("b", eb)):  # the gradient the optimizer sees (Adam's first step hides scale)
         step = eng.optimizer.step
@@ -88,7 +88,7 @@ def test_uneven_micro_batches_give_the_full_batch_update(split: list[int]) -> No
 
 
 def test_bad_updates_are_user_errors() -> None:
-    eng = TorchEngine(tiny_model(), lr=1e-3)
+    eng = TorchEngine(tiny_model(), GspoConfig(lr=1e-3))
     with pytest.raises(EngineUsageError, match="at least one"):
         eng.update([])
     with pytest.raises(EngineUsageError, match=">= 1 row"):
@@ -98,14 +98,14 @@ def test_bad_updates_are_user_errors() -> None:
 
 
 def test_clipping_bounds_the_update() -> None:
-    eng = TorchEngine(tiny_model(), lr=1e-3, grad_clip=1e-3)
+    eng = TorchEngine(tiny_model(), GspoConfig(lr=1e-3, grad_clip=1e-3))
     norm = eng.update([(1, lambda: lm_loss(eng.module, 0) * 1000)])
     assert norm > 1e-3  # returned norm is the pre-clipping one
 
 
 def test_non_finite_gradient_skips_the_update() -> None:
     model = tiny_model()
-    eng = TorchEngine(model, lr=1e-2)
+    eng = TorchEngine(model, GspoConfig(lr=1e-2))
     before = copy.deepcopy(model.state_dict())
     assert math.isnan(eng.update([(1, lambda: lm_loss(model, 0) * float("nan"))]))
     assert eng.skipped_steps == 1 and eng.optimizer_steps == 0
@@ -113,7 +113,7 @@ def test_non_finite_gradient_skips_the_update() -> None:
 
 
 def test_lr_property_follows_warmup() -> None:
-    eng = TorchEngine(tiny_model(), lr=1.0, schedule="linear", warmup_steps=2, total_steps=6)
+    eng = TorchEngine(tiny_model(), GspoConfig(lr=1.0, lr_schedule="linear", warmup_steps=2), total_steps=6)
     lrs = []
     for i in range(6):
         lrs.append(eng.lr)
@@ -220,7 +220,7 @@ def test_collectives_without_process_group() -> None:
 
 
 def test_init_distributed_sets_env_defaults_without_group(monkeypatch) -> None:
-    from components.gspo.distributed import init_distributed, is_distributed
+    from components.runtime.distributed import init_distributed, is_distributed
 
     if is_distributed():
         pytest.skip("a process group is already live in this test process")
@@ -236,7 +236,7 @@ def test_init_distributed_sets_env_defaults_without_group(monkeypatch) -> None:
 
 
 def test_init_distributed_rejects_inconsistent_launcher_env(monkeypatch) -> None:
-    from components.gspo.distributed import init_distributed
+    from components.runtime.distributed import init_distributed
 
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -259,7 +259,7 @@ def test_shutdown_destroys_a_gloo_group_and_lets_other_threads_run(monkeypatch) 
 
     import torch.distributed as dist
 
-    from components.gspo.distributed import GLOO_DRAIN_S, free_port, is_distributed, shutdown_distributed
+    from components.runtime.distributed import GLOO_DRAIN_S, free_port, is_distributed, shutdown_distributed
 
     if is_distributed():
         pytest.skip("a process group is already live in this test process")
@@ -294,8 +294,8 @@ def test_training_job_schedule_ends_at_the_last_update(tmp_path, monkeypatch, ki
     from helpers.learning_env import ITEMS
 
     from components.config import load_config
-    from components.gspo.engines import TorchEngine
-    from components.gspo.job import train
+    from components.runtime.engines import TorchEngine
+    from components.runtime.training_run import train
 
     before: list[float] = []
     after: list[float] = []
@@ -327,7 +327,7 @@ def test_training_job_enables_activation_checkpointing_without_deprecation_warni
     from transformers import PreTrainedModel
 
     from components.config import load_config
-    from components.gspo.job import train
+    from components.runtime.training_run import train
 
     seen: list[bool] = []
     real = PreTrainedModel.activation_checkpointing_enable
@@ -352,7 +352,7 @@ def test_unlink_deepspeed_shm_buffer_removes_only_this_runs_rank(tmp_path, monke
     """The name is DeepSpeed's (uid, MASTER_ADDR, MASTER_PORT, rank): another run's or rank's buffer stays."""
     import os
 
-    from components.gspo import distributed as d
+    from components.runtime import shm_buffers as d
 
     monkeypatch.setattr(d, "SHM_DIR", str(tmp_path))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")

@@ -13,8 +13,9 @@ import torch
 import torch.distributed as dist
 import transformers
 
-from components.gspo.distributed import free_port, shutdown_distributed
-from components.gspo.grad_sync import BucketedAllReduce, GradSyncError
+from components.config_sections import GspoConfig
+from components.runtime.distributed import free_port, shutdown_distributed
+from components.runtime.grad_sync import BucketedAllReduce, GradSyncError
 
 VOCAB = 64
 
@@ -93,7 +94,7 @@ def test_a_second_gradient_after_the_bucket_started_is_an_error(gloo1) -> None:
 
 
 def test_torch_engine_uses_buckets_only_with_peers() -> None:
-    from components.gspo.engines import TorchEngine
+    from components.runtime.engines import TorchEngine
 
-    eng = TorchEngine(_model(), lr=1e-3)
+    eng = TorchEngine(_model(), GspoConfig(lr=1e-3))
     assert eng._reducer is None  # one process, no process group: nothing to average

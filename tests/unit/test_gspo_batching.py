@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from components.gspo.batching import completion_logprobs, pack_messages
+from components.gspo.batching import pack_messages
+from components.gspo.logprobs import Sampling, completion_logprobs
 from components.mas.records import Message
 from components.models.tiny import build_tiny_model
 
@@ -31,7 +32,7 @@ def test_packed_logprobs_equal_unpadded_forwards():
     batch = pack_messages(msgs, pad_id=int(tok.pad_token_id))
     assert batch.input_ids.shape == (5, 31 + 9)
     with torch.no_grad():
-        packed = completion_logprobs(model, batch, temperature=0.7)
+        packed = completion_logprobs(model, batch, Sampling(temperature=0.7))
         for r, m in enumerate(msgs):
             lone = _lone_logprobs(model, m.prompt_ids, m.completion_ids, 0.7)
             torch.testing.assert_close(packed[r, : len(lone)], lone, atol=1e-5, rtol=1e-5)
@@ -41,7 +42,8 @@ def test_packed_logprobs_equal_unpadded_forwards():
         assert sub.input_ids.shape[1] == 31 + 9
         sub2 = batch.select(torch.tensor([0, 4]))
         assert sub2.input_ids.shape[1] == 5 + 9
-        torch.testing.assert_close(completion_logprobs(model, sub2, 0.7), packed[[0, 4]], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(completion_logprobs(model, sub2, Sampling(temperature=0.7)), packed[[0, 4]],
+                                   atol=1e-5, rtol=1e-5)
 
 
 def test_packing_rejects_an_empty_prompt():
@@ -63,7 +65,7 @@ def test_bf16_logits_are_cast_to_float32_before_the_temperature():
     batch = pack_messages(msgs, pad_id=int(tok.pad_token_id))
     silence = 7
     with torch.no_grad():
-        got = completion_logprobs(model, batch, temperature=0.7, silence_id=silence)
+        got = completion_logprobs(model, batch, Sampling(temperature=0.7, silence_id=silence))
         logits = model(input_ids=batch.input_ids).logits  # bf16 [B, W, V]
     for r, m in enumerate(msgs):
         p, c = len(m.prompt_ids), len(m.completion_ids)

@@ -9,13 +9,14 @@ import pytest
 import torch
 
 from components.errors import UserError
+from components.gspo.logprobs import token_logprobs
 from components.gspo.loss import (
     POLICY_LOSSES,
     GspoInputError,
+    LossSettings,
     get_policy_loss,
     gspo_loss,
     register_policy_loss,
-    token_logprobs,
 )
 
 EPS_LOW, EPS_HIGH = 3e-4, 4e-4
@@ -103,7 +104,7 @@ def test_parity_with_trl_grpo_trainer(trl_trainer_factory, trl_level, ours, seed
     logp, old, adv, mask = _batch(seed)
     loss_trl, m_trl = _trl_loss(trainer, logp, old, adv, mask)
     (g_trl,) = torch.autograd.grad(loss_trl, logp)
-    out = gspo_loss(logp, old, adv, mask, eps_low=EPS_LOW, eps_high=EPS_HIGH, level=ours)
+    out = gspo_loss(logp, old, adv, mask, LossSettings(eps_low=EPS_LOW, eps_high=EPS_HIGH, level=ours))
     (g_ours,) = torch.autograd.grad(out.loss, logp)
     torch.testing.assert_close(out.loss, loss_trl, atol=1e-7, rtol=1e-6)
     torch.testing.assert_close(g_ours, g_trl, atol=1e-7, rtol=1e-6)
@@ -120,7 +121,7 @@ def test_parity_with_trl_kl_term(trl_trainer_factory):
     logp, old, adv, mask = _batch(3)
     ref = old - 0.05 * torch.rand_like(old)
     loss_trl, m_trl = _trl_loss(trainer, logp, old, adv, mask, ref=ref)
-    out = gspo_loss(logp, old, adv, mask, eps_low=EPS_LOW, eps_high=EPS_HIGH, ref_logp=ref, kl_beta=0.04)
+    out = gspo_loss(logp, old, adv, mask, LossSettings(eps_low=EPS_LOW, eps_high=EPS_HIGH, kl_beta=0.04), ref_logp=ref)
     torch.testing.assert_close(out.loss, loss_trl, atol=1e-7, rtol=1e-6)
     torch.testing.assert_close(torch.autograd.grad(out.loss, logp)[0], torch.autograd.grad(loss_trl, logp)[0],
                                atol=1e-7, rtol=1e-6)
@@ -133,16 +134,16 @@ def test_parity_with_trl_kl_term(trl_trainer_factory):
 @pytest.mark.parametrize("adv_shape", ["B", "BT"])
 def test_sequence_token_equals_sequence_for_constant_advantages(seed, adv_shape):
     logp, old, adv, mask = _batch(seed, b=6, t=9)
-    out_s = gspo_loss(logp, old, adv, mask, level="sequence")
+    out_s = gspo_loss(logp, old, adv, mask, LossSettings(level="sequence"))
     (g_s,) = torch.autograd.grad(out_s.loss, logp)
     adv_t = adv if adv_shape == "B" else adv[:, None].expand(-1, 9).clone()
-    out_t = gspo_loss(logp, old, adv_t, mask, level="sequence_token")
+    out_t = gspo_loss(logp, old, adv_t, mask, LossSettings(level="sequence_token"))
     (g_t,) = torch.autograd.grad(out_t.loss, logp)
     torch.testing.assert_close(out_t.loss, out_s.loss, atol=1e-6, rtol=0)
     torch.testing.assert_close(g_t, g_s, atol=1e-6, rtol=0)
     assert out_t.metrics == pytest.approx(out_s.metrics)
     # and it differs from the token-level ratio (so the test can tell the levels apart)
-    (g_tok,) = torch.autograd.grad(gspo_loss(logp, old, adv, mask, level="token").loss, logp)
+    (g_tok,) = torch.autograd.grad(gspo_loss(logp, old, adv, mask, LossSettings(level="token")).loss, logp)
     assert not torch.allclose(g_tok, g_s, atol=1e-6)
 
 
@@ -150,8 +151,8 @@ def test_sequence_token_uses_per_token_advantages():
     logp, old, adv, mask = _batch(0)
     adv_t = adv[:, None].expand(-1, logp.shape[1]).clone()
     adv_t[0, 0] += 1.0
-    a = gspo_loss(logp, old, adv, mask, level="sequence_token").loss
-    b = gspo_loss(logp, old, adv_t, mask, level="sequence_token").loss
+    a = gspo_loss(logp, old, adv, mask, LossSettings(level="sequence_token")).loss
+    b = gspo_loss(logp, old, adv_t, mask, LossSettings(level="sequence_token")).loss
     assert not torch.isclose(a, b)
 
 
@@ -169,8 +170,8 @@ def test_duplicating_tokens_does_not_change_sequence_weight(level):
     logp2[0, :4], old2[0, :4] = logp[0], old[0]
     logp2[1], old2[1] = logp[1].repeat(2), old[1].repeat(2)
     mask2 = torch.tensor([[1.0] * 4 + [0.0] * 4, [1.0] * 8])
-    base = gspo_loss(logp, old, adv, mask, level=level, eps_low=0.2, eps_high=0.2).loss
-    dup = gspo_loss(logp2, old2, adv, mask2, level=level, eps_low=0.2, eps_high=0.2).loss
+    base = gspo_loss(logp, old, adv, mask, LossSettings(level=level, eps_low=0.2, eps_high=0.2)).loss
+    dup = gspo_loss(logp2, old2, adv, mask2, LossSettings(level=level, eps_low=0.2, eps_high=0.2)).loss
     torch.testing.assert_close(dup, base, atol=1e-7, rtol=1e-6)
     # a token-weighted aggregation (the length-bias bug) would have moved the loss
     ratio = torch.exp(logp - old)
@@ -208,7 +209,7 @@ def test_clipping_zeroes_gradient_on_the_active_side(level):
     ratios = [1.01, 1.01, 0.99, 0.99, 1.0001]
     adv = torch.tensor([1.0, -1.0, -1.0, 1.0, 1.0])
     logp, old, mask = _seq_with_ratio(ratios)
-    out = gspo_loss(logp, old, adv, mask, level=level)
+    out = gspo_loss(logp, old, adv, mask, LossSettings(level=level))
     (g,) = torch.autograd.grad(out.loss, logp)
     per_row = g.abs().sum(-1)
     assert per_row[0] == 0 and per_row[2] == 0  # clipped: no gradient
@@ -225,10 +226,10 @@ def test_clip_fraction_counts_tokens_at_token_level():
     old = torch.zeros(2, 4)
     logp = torch.tensor([[0.1, 0.0, 0.0, 0.0], [0.0, -0.1, -0.1, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
-    tok = gspo_loss(logp, old, torch.tensor([1.0, -1.0]), mask, level="token").metrics
+    tok = gspo_loss(logp, old, torch.tensor([1.0, -1.0]), mask, LossSettings(level="token")).metrics
     assert tok["gspo/clip_frac_high"] == pytest.approx(1 / 7)
     assert tok["gspo/clip_frac_low"] == pytest.approx(2 / 7)
-    seq = gspo_loss(logp, old, torch.tensor([1.0, -1.0]), mask, level="sequence").metrics
+    seq = gspo_loss(logp, old, torch.tensor([1.0, -1.0]), mask, LossSettings(level="sequence")).metrics
     assert seq["gspo/clip_frac_high"] == pytest.approx(1 / 2)
     assert seq["gspo/clip_frac_low"] == pytest.approx(1 / 2)
     # approx_kl: k3 of KL(old‖θ) over valid tokens
@@ -252,8 +253,8 @@ def test_registry():
     assert set(POLICY_LOSSES) >= {"sequence", "sequence_token", "token"}
     logp, old, adv, mask = _batch(0)
     for name in ("sequence", "sequence_token", "token"):
-        a = get_policy_loss(name)(logp, old, adv, mask, eps_low=0.1, eps_high=0.1).loss
-        b = gspo_loss(logp, old, adv, mask, level=name, eps_low=0.1, eps_high=0.1).loss
+        a = get_policy_loss(name)(logp, old, adv, mask, LossSettings(eps_low=0.1, eps_high=0.1)).loss
+        b = gspo_loss(logp, old, adv, mask, LossSettings(level=name, eps_low=0.1, eps_high=0.1)).loss
         assert torch.equal(a, b)
     with pytest.raises(UserError, match="nope"):
         get_policy_loss("nope")
@@ -287,7 +288,7 @@ def test_bad_input_raises_user_error(bad):
     else:
         kw["kl_beta"] = 0.1
     with pytest.raises(GspoInputError):
-        gspo_loss(logp, old, adv, mask, **kw)
+        gspo_loss(logp, old, adv, mask, LossSettings(**kw))
 
 
 # ----------------------------------------------------------------------------- token_logprobs
@@ -327,7 +328,7 @@ def test_token_logprobs_gradcheck_and_errors():
 
 def test_logprobs_at_temperature_and_two_labels_gradcheck():
     """K labels per position share one log-sum-exp; the temperature divides float32 logits."""
-    from components.gspo.loss import logprobs_at
+    from components.gspo.logprobs import logprobs_at
 
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(3, 4, 9, dtype=torch.float64, generator=g, requires_grad=True)

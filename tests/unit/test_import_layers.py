@@ -77,7 +77,8 @@ def test_the_real_graph_keeps_them(config, graph) -> None:
 
 
 @pytest.mark.parametrize("importer, imported", [
-    ("components.evaluation.runner", "components.gspo.job"),     # siblings: the old load_train_items import
+    ("components.evaluation.runner", "components.gspo.trainer"),  # siblings (the old load_train_items import)
+    ("components.gspo.trainer", "components.runtime.engines"),  # the algorithm reaching into the runtime
     ("components.tracking.recorded", "components.evaluation.setting"),  # a lower layer reaching up
     ("components.mas.records", "components.reward.reward"),      # the old records <-> reward circle
     ("components.io", "components.config"),                      # a core module reaching up

@@ -38,7 +38,7 @@ PREFECT_GPU_YAML = INFRA / "prefect-gpu.yaml"  # the GPU deployment, deployed ap
 # The CLI contract (docs/architecture.md).
 KNOWN_SUBCOMMANDS = {"prepare", "validate", "train", "search", "evaluate", "promote", "score", "run"}
 KNOWN_GLOBAL_OPTIONS = {"--profile", "--params"}
-KNOWN_MODULES = {"components.gspo.train_main"}
+KNOWN_MODULES = {"components.runtime.train_main"}
 GPU_IMAGE = "agent-gspo:latest"
 CPU_IMAGE = "agent-gspo-cpu:latest"
 PY_SERVICES = ("mlflow", "prefect-server", "prefect-worker")
@@ -331,7 +331,7 @@ def test_every_cli_subcommand_and_module_referenced_exists() -> None:
             assert mod in KNOWN_MODULES, f"{path}: unknown module {mod}"
     assert n_cli >= 3 and n_mod >= 3
     for path in (K8S_JOB, SBATCH, INFRA / "README.md"):
-        assert "components.gspo.train_main" in path.read_text()
+        assert "components.runtime.train_main" in path.read_text()
 
 
 def test_profiles_referenced_exist_in_params() -> None:
@@ -344,9 +344,9 @@ def test_profiles_referenced_exist_in_params() -> None:
 
 
 def test_train_main_module_file_exists() -> None:
-    path = ROOT / "components" / "gspo" / "train_main.py"
+    path = ROOT / "components" / "runtime" / "train_main.py"
     if not path.exists():
-        pytest.skip("components/gspo/train_main.py not written yet (lead)")
+        pytest.skip("components/runtime/train_main.py not written yet (lead)")
     assert "__main__" in path.read_text()
 
 
@@ -362,7 +362,7 @@ def test_no_deepspeed_config_files_beside_the_one_the_trainer_builds() -> None:
 def test_trainer_deepspeed_config_is_concrete_and_consistent_with_params(stage: int) -> None:
     import torch
 
-    from components.gspo.engines import deepspeed_config
+    from components.runtime.engines import deepspeed_config
 
     params = load_config(ROOT / "params.yaml")
     cfg = deepspeed_config(params.gspo, DeepSpeedConfig(zero_stage=stage), world_size=16, on_gpu=True,
@@ -380,7 +380,7 @@ def test_trainer_deepspeed_config_is_concrete_and_consistent_with_params(stage: 
 def test_deepspeed_accepts_config(stage: int) -> None:
     import torch
 
-    from components.gspo.engines import deepspeed_config
+    from components.runtime.engines import deepspeed_config
 
     ds_config = pytest.importorskip("deepspeed.runtime.config")
     cfg = deepspeed_config(GspoConfig(), DeepSpeedConfig(zero_stage=stage), world_size=1, on_gpu=True,
@@ -418,7 +418,7 @@ def test_k8s_training_job_is_consistent() -> None:
     script = container["args"][0]
     assert container["command"] == ["bash", "-c"]
     assert '--node_rank="${JOB_COMPLETION_INDEX}"' in script
-    assert "-m components.gspo.train_main" in script
+    assert "-m components.runtime.train_main" in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert {m["name"] for m in container["volumeMounts"]} <= set(volumes)
@@ -569,7 +569,7 @@ def test_sbatch_script() -> None:
     assert re.search(r"^set -euo pipefail$", text, re.M)
     assert 'scontrol show hostnames "${SLURM_JOB_NODELIST}"' in text
     assert re.search(r"^srun .*\\\n\s+torchrun", text, re.M)
-    assert "--rdzv_endpoint=" in text and "-m components.gspo.train_main" in text
+    assert "--rdzv_endpoint=" in text and "-m components.runtime.train_main" in text
 
 
 @pytest.mark.parametrize("path", [p for p in _text_files() if p.suffix in {".sh", ".sbatch"}],

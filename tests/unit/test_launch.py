@@ -10,7 +10,7 @@ import pytest
 
 from components.config import load_config
 from components.errors import UserError
-from components.gspo.launch import (
+from components.runtime.launch import (
     DS_ENV_FILE_NAME,
     MODULE,
     forwarded_env,
@@ -125,8 +125,8 @@ def test_launcher_removes_buffers_its_killed_ranks_left(tmp_path, monkeypatch, c
     run's buffers (this uid, its port, this node's ranks, any address) and nothing else."""
     import os
 
-    from components.gspo import distributed as d
-    from components.gspo import launch
+    from components.runtime import launch
+    from components.runtime import shm_buffers as d
 
     monkeypatch.setattr(d, "SHM_DIR", str(tmp_path))
     uid = os.getuid()
@@ -150,7 +150,7 @@ def test_launcher_removes_buffers_its_killed_ranks_left(tmp_path, monkeypatch, c
 
 
 def test_local_ranks_of_each_launch(monkeypatch) -> None:
-    from components.gspo.launch import local_ranks
+    from components.runtime.launch import local_ranks
 
     def ranks(*sets: str) -> list[int]:
         return list(local_ranks(_cfg(*sets)))
@@ -170,7 +170,7 @@ def test_an_interrupted_launch_stops_its_child_first(tmp_path):
     import subprocess
     import sys
 
-    from components.gspo.launch import run_streaming
+    from components.runtime.launch import run_streaming
 
     marker = tmp_path / "child-ended"
     child = ("import signal, sys, time\n"
@@ -193,7 +193,7 @@ def test_a_line_the_handler_showed_is_not_echoed_again(capsys) -> None:
     """`agent-gspo run`: the train task logs step lines (Prefect prints them); echoing them too doubled them."""
     import sys
 
-    from components.gspo.launch import run_streaming
+    from components.runtime.launch import run_streaming
 
     seen: list[str] = []
 
@@ -218,7 +218,7 @@ def test_a_hostfile_deepspeed_would_reject_is_refused_before_the_launch(tmp_path
                                                                          expected) -> None:
     """Was: DeepSpeed's ValueError traceback from the launched process, then our TrainingFailed traceback
     with a --resume hint for a run that never wrote a checkpoint (and two Prefect retries)."""
-    from components.gspo import launch
+    from components.runtime import launch
 
     hostfile = tmp_path / "hostfile"
     hostfile.write_text(content)
@@ -236,7 +236,7 @@ def test_a_hostfile_deepspeed_would_reject_is_refused_before_the_launch(tmp_path
 def test_a_master_port_in_use_is_refused_before_the_launch(monkeypatch) -> None:
     import socket
 
-    from components.gspo import launch
+    from components.runtime import launch
 
     monkeypatch.setattr(launch, "run_streaming", lambda *a, **k: pytest.fail("launched"))
     with socket.socket() as holder:
@@ -250,7 +250,7 @@ def test_a_master_port_in_use_is_refused_before_the_launch(monkeypatch) -> None:
 
 def test_a_failed_launch_is_one_line_and_names_resume_only_with_a_checkpoint(tmp_path, monkeypatch, capsys) -> None:
     from components.cli import main
-    from components.gspo import launch
+    from components.runtime import launch
 
     monkeypatch.setattr(launch, "run_streaming", lambda *a, **k: 1)
     rc = main(["train", "--set", "deepspeed.launcher=torchrun", "--set", "deepspeed.master_port=29733",
@@ -264,7 +264,7 @@ def test_torchrun_runs_through_the_quiet_entry_and_ranks_leave_the_interrupt_lin
     import sys
 
     from components.errors import PARENT_REPORTS_INTERRUPT
-    from components.gspo.launch import TORCHRUN_MODULE, launch_env
+    from components.runtime.launch import TORCHRUN_MODULE, launch_env
 
     cmd = launcher_command(_cfg("deepspeed.launcher=torchrun", "deepspeed.nproc_per_node=2"), [])
     assert cmd[:3] == [sys.executable, "-m", TORCHRUN_MODULE]
@@ -277,7 +277,7 @@ def test_torchrun_acts_on_the_first_death_signal_only(monkeypatch) -> None:
 
     from torch.distributed.elastic.multiprocessing import api
 
-    from components.gspo import torchrun_entry
+    from components.runtime import torchrun_entry
 
     monkeypatch.setattr(api, "_terminate_process_handler", api._terminate_process_handler)
     assert torchrun_entry.handle_first_signal_only() and torchrun_entry.handle_first_signal_only()
@@ -310,7 +310,7 @@ def test_a_port_left_in_time_wait_by_the_run_just_stopped_is_not_in_use(monkeypa
     check must agree (was: `--resume` right after Ctrl-C refused with "in use" for ~60 s)."""
     import socket
 
-    from components.gspo import launch
+    from components.runtime import launch
 
     with socket.socket() as server:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -9,7 +9,8 @@ import torch
 
 from components.config import MasConfig
 from components.data.item import Item
-from components.gspo.batching import completion_logprobs, pack_messages
+from components.gspo.batching import pack_messages
+from components.gspo.logprobs import Sampling, completion_logprobs
 from components.mas.decode import Generation
 from components.mas.engine import RolloutEngine, fact_holder
 from components.mas.environment import Environment
@@ -226,8 +227,8 @@ def test_exploration_keeps_the_ratio_exact(tiny):
     assert all(engine.silence_id not in m.completion_ids for m in msgs if not m.silent)
     batch = pack_messages(msgs, int(tok.pad_token_id))
     with torch.no_grad():
-        logp = completion_logprobs(model, batch, 1.0, engine.silence_id)
-        unmasked = completion_logprobs(model, batch, 1.0)
+        logp = completion_logprobs(model, batch, Sampling(temperature=1.0, silence_id=engine.silence_id))
+        unmasked = completion_logprobs(model, batch, Sampling(temperature=1.0))
     behaviour = torch.zeros_like(logp)
     for row, m in enumerate(msgs):
         behaviour[row, : m.completion_tokens] = torch.tensor(m.logprobs)
@@ -249,8 +250,9 @@ def test_a_lone_agent_never_silent_keeps_the_ratio_exact_too():
     assert not any(m.silent for m in msgs)
     batch = pack_messages(msgs, int(tok.pad_token_id))
     with torch.no_grad():
-        logp = completion_logprobs(model, batch, 1.0, engine.silence_id, silence_from=0)
-        team_rule = completion_logprobs(model, batch, 1.0, engine.silence_id)
+        logp = completion_logprobs(model, batch, Sampling(temperature=1.0, silence_id=engine.silence_id,
+                                                          silence_from=0))
+        team_rule = completion_logprobs(model, batch, Sampling(temperature=1.0, silence_id=engine.silence_id))
     behaviour = torch.zeros_like(logp)
     for row, m in enumerate(msgs):
         behaviour[row, : m.completion_tokens] = torch.tensor(m.logprobs)
@@ -259,7 +261,7 @@ def test_a_lone_agent_never_silent_keeps_the_ratio_exact_too():
     from types import SimpleNamespace
 
     from components.config import load_config
-    from components.gspo.distributed import DistInfo
+    from components.runtime.distributed import DistInfo
 
     cfg = load_config(None, None, ["mas.agents=1"])
     trainer = GSPOTrainer(cfg, SimpleNamespace(module=model), SimpleNamespace(engine=engine), [ITEM],
@@ -315,13 +317,16 @@ def test_must_answer_keeps_agent_0_speaking_in_round_0_and_the_ratio_exact():
     team_rows.no_silence = None
     banned = engine.first_banned
     with torch.no_grad():
-        logp = completion_logprobs(model, batch, 1.0, engine.silence_id, first_banned=banned)
-        unmasked_first = completion_logprobs(model, team_rows, 1.0, engine.silence_id, first_banned=banned)
+        logp = completion_logprobs(model, batch, Sampling(temperature=1.0, silence_id=engine.silence_id,
+                                                          first_banned=banned))
+        unmasked_first = completion_logprobs(model, team_rows, Sampling(temperature=1.0, silence_id=engine.silence_id,
+                                                                        first_banned=banned))
         only_silence = torch.zeros_like(banned)
         only_silence[engine.silence_id] = True
-        silence_only = completion_logprobs(model, batch, 1.0, engine.silence_id, first_banned=only_silence)
-        picked = completion_logprobs(model, batch.select(torch.tensor([0, 3, 5])), 1.0, engine.silence_id,
-                                     first_banned=banned)
+        silence_only = completion_logprobs(model, batch, Sampling(temperature=1.0, silence_id=engine.silence_id,
+                                                                  first_banned=only_silence))
+        picked = completion_logprobs(model, batch.select(torch.tensor([0, 3, 5])),
+                                     Sampling(temperature=1.0, silence_id=engine.silence_id, first_banned=banned))
     behaviour = torch.zeros_like(logp)
     for row, m in enumerate(msgs):
         behaviour[row, : m.completion_tokens] = torch.tensor(m.logprobs)
@@ -329,12 +334,12 @@ def test_must_answer_keeps_agent_0_speaking_in_round_0_and_the_ratio_exact():
     assert ((unmasked_first - behaviour) * batch.completion_mask).abs().max() > 1e-2  # P(silence) 0.5 matters
     assert ((silence_only - behaviour) * batch.completion_mask).abs().max() > 1e-2  # so does P(EOS)
     with pytest.raises(ValueError, match="first_banned"):  # rows that had to speak, scored without the mask
-        completion_logprobs(model, batch, 1.0, engine.silence_id)
+        completion_logprobs(model, batch, Sampling(temperature=1.0, silence_id=engine.silence_id))
     from types import SimpleNamespace
 
     from components.config import load_config
-    from components.gspo.distributed import DistInfo
     from components.gspo.trainer import GSPOTrainer
+    from components.runtime.distributed import DistInfo
 
     trainer = GSPOTrainer(load_config(None, None, ["mas.must_answer=true"]), SimpleNamespace(module=model),
                           SimpleNamespace(engine=engine), [ITEM], DistInfo(0, 1, 0, True), pad_id=0)

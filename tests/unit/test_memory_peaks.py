@@ -68,7 +68,7 @@ def test_a_failing_phase_still_records_and_stops_its_sampler() -> None:
 
 
 def test_the_step_line_shows_both_phase_peaks_when_measured() -> None:
-    from components.gspo.job import _progress_line
+    from components.runtime.training_run import _progress_line
 
     line = _progress_line(3, 30, {"perf/rss_rollout_gb": 2.31, "perf/rss_update_gb": 9.87,
                                   "perf/cuda_rollout_gb": 1.04, "perf/cuda_update_gb": 20.5})

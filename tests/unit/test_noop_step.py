@@ -32,7 +32,7 @@ def test_the_tiny_model_smoke_step_says_it_changed_nothing(tmp_path, capsys) -> 
     from helpers.learning_env import ITEMS
 
     from components.config import load_config
-    from components.gspo.job import train
+    from components.runtime.training_run import train
 
     cfg = load_config(profile="smoke", overrides=["model.name=tiny-random", "model.gradient_checkpointing=false",
                                                   "tracking.log_model=false", "gspo.checkpoint_every=100"])
@@ -49,7 +49,7 @@ def test_the_tiny_model_smoke_step_says_it_changed_nothing(tmp_path, capsys) -> 
 def test_deepspeed_cpu_warning_is_dropped_in_a_torch_engine_run() -> None:
     import logging
 
-    from components.gspo.distributed import quiet_deepspeed_cpu_warning
+    from components.runtime.distributed import quiet_deepspeed_cpu_warning
 
     seen: list[str] = []
 

@@ -1,4 +1,4 @@
-"""A launch's grandchildren are waited for (components/gspo/orphans.py): on Ctrl-C the DeepSpeed runner
+"""A launch's grandchildren are waited for (components/runtime/orphans.py): on Ctrl-C the DeepSpeed runner
 exited at once while its `launch.py` was still stopping the ranks (~2.8 s), so the CLI returned with
 the training still running."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from components.gspo import orphans
+from components.runtime import orphans
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc") or sys.platform != "linux", reason="Linux /proc")
 
@@ -88,7 +88,7 @@ def test_only_the_launchs_processes_are_waited_for_not_another_threads_child() -
 def test_run_streaming_returns_only_after_an_interrupted_launchs_grandchildren() -> None:
     """The runner exits on SIGTERM at once; its child (the rank) needs 1.5 s to stop. Was: the interrupt
     unwound as soon as the runner was gone."""
-    from components.gspo.launch import run_streaming
+    from components.runtime.launch import run_streaming
 
     code = ("import signal, subprocess, sys, time\n"
             "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "

@@ -12,9 +12,10 @@ import torch
 import transformers
 
 from components.config import DeepSpeedConfig, GspoConfig
-from components.gspo.ds_config import deepspeed_config
-from components.gspo.engines import TorchEngine, build_engine
-from components.gspo.precision import PrecisionError, adamw_kernel_kwargs, check_training_dtype_setting
+from components.runtime.ds_config import deepspeed_config
+from components.runtime.engines import TorchEngine, build_engine
+from components.runtime.precision import adamw_kernel_kwargs
+from components.runtime.training_dtype import PrecisionError, check_training_dtype_setting
 
 VOCAB = 64
 
@@ -44,7 +45,7 @@ def test_bf16_training_changes_the_weights_as_fp32_does() -> None:
     start = _floats(base)
     runs = {}
     for dtype in (torch.float32, torch.bfloat16):
-        eng = TorchEngine(copy.deepcopy(base).to(dtype), lr=1e-6, grad_clip=1.0)
+        eng = TorchEngine(copy.deepcopy(base).to(dtype), GspoConfig(lr=1e-6, grad_clip=1.0))
         for i in range(10):
             eng.update([(2, lambda i=i, eng=eng: lm_loss(eng.module, i))])
         runs[dtype] = eng
@@ -70,11 +71,11 @@ def test_bf16_training_changes_the_weights_as_fp32_does() -> None:
 
 def test_bf16_master_weights_survive_a_checkpoint_round_trip() -> None:
     """Resuming bf16 training restores the fp32 masters, not their bf16 rounding."""
-    eng = TorchEngine(tiny_model(dtype=torch.bfloat16), lr=1e-4)
+    eng = TorchEngine(tiny_model(dtype=torch.bfloat16), GspoConfig(lr=1e-4))
     for i in range(3):
         eng.update([(2, lambda i=i, eng=eng: lm_loss(eng.module, i))])
     state = copy.deepcopy(eng.state_dict_for_checkpoint())
-    fresh = TorchEngine(copy.deepcopy(eng.module), lr=1e-4)  # masters re-derived from bf16 weights
+    fresh = TorchEngine(copy.deepcopy(eng.module), GspoConfig(lr=1e-4))  # masters re-derived from bf16 weights
     assert any(not torch.equal(a, b) for a, b in zip(fresh.master.params, eng.master.params, strict=True))
     fresh.load_state_dict_from_checkpoint(state)
     for a, b in zip(fresh.master.params, eng.master.params, strict=True):
@@ -86,14 +87,14 @@ def test_bf16_master_weights_survive_a_checkpoint_round_trip() -> None:
 
 
 def test_fp32_training_keeps_no_copy() -> None:
-    eng = TorchEngine(tiny_model(), lr=1e-3)
+    eng = TorchEngine(tiny_model(), GspoConfig(lr=1e-3))
     assert not eng.master.active
     assert all(m is p for m, p in zip(eng.master.params, eng.module.parameters(), strict=True))
 
 
 def test_float16_training_is_refused_with_the_key_named() -> None:
     with pytest.raises(PrecisionError, match="model.dtype=float16"):
-        TorchEngine(tiny_model(dtype=torch.float16), lr=1e-3)
+        TorchEngine(tiny_model(dtype=torch.float16), GspoConfig(lr=1e-3))
     with pytest.raises(PrecisionError, match="model.dtype=float16"):
         deepspeed_config(GspoConfig(), DeepSpeedConfig(), 1, on_gpu=True, dtype=torch.float16)
     with pytest.raises(PrecisionError, match="model.dtype=float16"):
@@ -103,7 +104,7 @@ def test_float16_training_is_refused_with_the_key_named() -> None:
 
 def test_launch_refuses_float16_before_starting_ranks() -> None:
     from components.config import load_config
-    from components.gspo.launch import launch_training
+    from components.runtime.launch import launch_training
 
     cfg = load_config(overrides=["model.dtype=float16", "deepspeed.launcher=torchrun"])
     with pytest.raises(PrecisionError, match="model.dtype=float16"):
@@ -149,7 +150,7 @@ def test_adamw_is_fused_on_cuda_only() -> None:
     cpu = SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32)
     assert adamw_kernel_kwargs([cuda, cuda]) == {"fused": True}
     assert adamw_kernel_kwargs([cuda, cpu]) == {} and adamw_kernel_kwargs([cpu]) == {}
-    eng = TorchEngine(tiny_model(), lr=1e-3)
+    eng = TorchEngine(tiny_model(), GspoConfig(lr=1e-3))
     assert not eng.optimizer.defaults.get("fused")
 
 
@@ -158,7 +159,7 @@ def test_adamw_is_fused_on_cuda_only() -> None:
 @pytest.fixture()
 def world1(monkeypatch):
     """Single-rank process-group environment on a free port; the group is destroyed afterwards."""
-    from components.gspo.distributed import free_port, shutdown_distributed
+    from components.runtime.distributed import free_port, shutdown_distributed
 
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(free_port())}.items():

@@ -85,7 +85,7 @@ def test_mlflow_params_and_tags(tmp_path: Path) -> None:
 
 def test_recorded_overrides_and_launch_line(capsys: pytest.CaptureFixture[str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    import components.gspo.launch as launch
+    import components.runtime.launch as launch
     from experiments.runner import _recordable
 
     assert _recordable(f"search.storage={STORAGE}") == "search.storage=postgresql+psycopg://agent:***@db.invalid:5432/optuna"

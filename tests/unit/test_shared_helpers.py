@@ -15,12 +15,12 @@ from components.config import load_config
 from components.config_sections import EPS_HIGH, EPS_LOW, GspoConfig
 from components.errors import UserError
 from components.gspo.loss import gspo_loss
-from components.gspo.run_folder import exclusive
 from components.io import file_lock
 from components.jobs.metrics import write_metrics
 from components.mas.records import TOKEN_MEASURES, measured_tokens
 from components.numbers import is_finite_number
 from components.reward.reward import RewardError, message_tokens
+from components.runtime.run_folder import exclusive
 from components.tracking.errors import PromotionError
 from components.tracking.registry import _promotion_running
 from experiments.definitions import Experiment, budget_overrides, experiment_config
@@ -104,5 +104,5 @@ def test_budget_fraction_becomes_budget_fraction_in_one_place():
 def test_the_paper_clip_range_is_one_constant():
     assert (EPS_LOW, EPS_HIGH) == (3e-4, 4e-4)
     assert (GspoConfig().eps_low, GspoConfig().eps_high) == (EPS_LOW, EPS_HIGH)
-    defaults = inspect.signature(gspo_loss).parameters
-    assert (defaults["eps_low"].default, defaults["eps_high"].default) == (EPS_LOW, EPS_HIGH)
+    default = inspect.signature(gspo_loss).parameters["settings"].default
+    assert (default.eps_low, default.eps_high) == (EPS_LOW, EPS_HIGH)

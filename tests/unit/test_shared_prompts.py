@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from components.gspo import shared_prompts
-from components.gspo.batching import completion_logprobs, pack_messages
+from components.gspo.batching import pack_messages
+from components.gspo.logprobs import Sampling, completion_logprobs
 from components.mas.records import Message
 from components.models.tiny import build_tiny_model
 
@@ -40,7 +41,7 @@ def _step_like_messages(seed: int = 0) -> list[Message]:
 
 
 def _score(model, batch, share: bool, banned: torch.Tensor) -> torch.Tensor:
-    return completion_logprobs(model, batch, temperature=0.7, silence_id=7, first_banned=banned,
+    return completion_logprobs(model, batch, Sampling(temperature=0.7, silence_id=7, first_banned=banned),
                                share_prompts=share)
 
 

@@ -5,10 +5,10 @@ does not exist)."""
 from __future__ import annotations
 
 from components.config import Config
-from components.gspo.distributed import DistInfo
 from components.gspo.step_batch import StepBatch
 from components.mas.records import Episode, Message
 from components.reward.reward import apply_rewards
+from components.runtime.distributed import DistInfo
 from components.scoring.result import ScoreResult
 from components.tracking.metric_names import validate_metrics
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 from helpers.learning_env import ITEMS, make_run  # noqa: E402
 
-from components.gspo.batching import completion_logprobs, pack_messages
+from components.gspo.batching import pack_messages
+from components.gspo.logprobs import Sampling, completion_logprobs
 from components.gspo.step_batch import episode_row
 from components.gspo.trainer import QuestionSampler
 
@@ -33,8 +34,8 @@ def test_recomputed_logprobs_equal_behaviour_logprobs():
     messages = [m for ep in episodes for m in ep.messages]
     batch = pack_messages(messages, pad_id=run.trainer.pad_id)
     with torch.no_grad():
-        logp = completion_logprobs(run.trainer.engine.module, batch, temperature=0.7,
-                                   silence_id=run.trainer.silence_id)
+        logp = completion_logprobs(run.trainer.engine.module, batch, Sampling(temperature=0.7,
+                                                                              silence_id=run.trainer.silence_id))
     behaviour = torch.zeros_like(logp)
     for row, m in enumerate(messages):
         behaviour[row, : m.completion_tokens] = torch.tensor(m.logprobs)
@@ -82,9 +83,9 @@ def test_pi_old_is_scored_on_the_update_micro_batches_and_only_for_later_minibat
         calls: list[tuple[tuple[int, ...], list[int], bool]] = []
         real = trainer_mod.completion_logprobs
 
-        def spy(model, batch, temperature=1.0, silence_id=None, _real=real, _calls=calls, **kwargs):
+        def spy(model, batch, *args, _real=real, _calls=calls, **kwargs):
             _calls.append((tuple(batch.input_ids.shape), batch.input_ids[:, 0].tolist(), torch.is_grad_enabled()))
-            return _real(model, batch, temperature, silence_id, **kwargs)
+            return _real(model, batch, *args, **kwargs)
 
         monkeypatch.setattr(trainer_mod, "completion_logprobs", spy)
         res = run.trainer.train_step()
@@ -144,9 +145,9 @@ def test_kl_from_base_reuses_pi_old_and_costs_one_base_forward(monkeypatch):
     calls: list[tuple[bool, int, bool]] = []
     real = trainer_mod.completion_logprobs
 
-    def spy(model, batch, temperature=1.0, silence_id=None, **kwargs):
+    def spy(model, batch, *args, **kwargs):
         calls.append((model is ref, batch.input_ids.shape[0], torch.is_grad_enabled()))
-        return real(model, batch, temperature, silence_id, **kwargs)
+        return real(model, batch, *args, **kwargs)
 
     monkeypatch.setattr(trainer_mod, "completion_logprobs", spy)
     first = run.trainer.train_step().metrics["gspo/kl_base"]

@@ -16,7 +16,7 @@ Precision settings, checked against the DeepSpeed 0.19.8 sources:
   optimizer and LR schedule untouched; ``engine.skipped_steps`` counts it), as the torch engine
   does. It is DeepSpeed 0.19.8's default, written out so a version change cannot flip it.
   fp32 ZeRO-1/2/3 skip on a non-finite gradient norm by themselves; fp32 ZeRO-0 has no such
-  check, so :class:`~components.gspo.engines.DeepSpeedEngine` skips that case itself.
+  check, so :class:`~components.runtime.engines.DeepSpeedEngine` skips that case itself.
 * float16 is refused (no loss scaling is configured).
 
 Speed: on GPU, ZeRO-2/3 overlap gradient reduction with backward (``overlap_comm``) into
@@ -32,8 +32,8 @@ from typing import Any
 import torch
 
 from components.config import DeepSpeedConfig, GspoConfig
-from components.gspo.precision import FP16_REFUSED, PrecisionError
 from components.io import write_json_atomic
+from components.runtime.training_dtype import FP16_REFUSED, PrecisionError
 
 
 def default_train_dtype(on_gpu: bool) -> torch.dtype:

@@ -24,7 +24,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from components.errors import UserError
+from components.runtime.shm_buffers import unlink_deepspeed_shm_buffer
 
 T = TypeVar("T")
 
@@ -64,6 +65,11 @@ class DistInfo:
             return torch.device("cuda", self.local_rank)
         return torch.device("cpu")
 
+    def all_gather(self, obj: T) -> list[T]:
+        """Every rank's ``obj`` (picklable), indexed by rank; ``[obj]`` on one rank, with no collective
+        (:class:`components.gspo.policy_engine.Ranks`)."""
+        return all_gather_objects(obj) if self.world_size > 1 else [obj]
+
 
 def free_port() -> int:
     """An unused TCP port on 127.0.0.1 (for single-process groups and tests)."""
@@ -80,7 +86,8 @@ def ensure_torch_extensions_dir() -> str:
     return path
 
 
-def _env_int(name: str) -> int:
+def env_int(name: str) -> int:
+    """The integer a launcher set in ``name``; a :class:`DistributedError` naming it otherwise."""
     raw = os.environ[name]
     try:
         return int(raw)
@@ -124,7 +131,7 @@ def init_distributed(backend: str | None = None, *, for_deepspeed: bool = False,
     LOCAL_RANK do not fit WORLD_SIZE (a mis-set launcher), naming the variable.
     """
     _set_env_defaults()
-    rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
+    rank, world, local = env_int("RANK"), env_int("WORLD_SIZE"), env_int("LOCAL_RANK")
     if world < 1 or not 0 <= rank < world:
         raise DistributedError(f"RANK={rank} / WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
     if local < 0:
@@ -171,59 +178,6 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
     if gloo:
         _drain_gloo_workers()
-
-
-SHM_DIR = "/dev/shm"
-
-
-def deepspeed_shm_buffer(rank: int) -> str:
-    """Path of the shared-memory all-reduce buffer DeepSpeed's CPU comm layer creates for ``rank``
-    of this process's run: ``deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>``
-    (``ops/csrc/cpu/comm/shm.cpp``)."""
-    env = os.environ
-    name = f"deepspeed_allreduce_buffer_{os.getuid()}_{env.get('MASTER_ADDR', '')}_{env.get('MASTER_PORT', '')}_{rank}"
-    return os.path.join(SHM_DIR, name)
-
-
-def unlink_deepspeed_shm_buffer(rank: int) -> bool:
-    """Remove this rank's DeepSpeed all-reduce buffer from ``/dev/shm``; True when one was there.
-
-    Why: DeepSpeed (0.19) creates a 66 MB tmpfs file per rank when its comm layer starts on CPU and
-    never unlinks it, so every CPU run (each test, Optuna trial, smoke pipeline) left ~66 MB x ranks
-    of RAM behind: 2.8 GB after a day on a 24 GB machine, enough to get the next training run
-    OOM-killed. By now every rank has mapped every buffer during initialisation, and unlinking
-    keeps existing mappings valid, so each rank removes its own name at shutdown. A rank killed by
-    a signal never gets there: the launching process sweeps up after it
-    (:func:`remove_deepspeed_shm_buffers`)."""
-    try:
-        os.unlink(deepspeed_shm_buffer(rank))
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def remove_deepspeed_shm_buffers(port: int, ranks: Iterable[int]) -> list[str]:
-    """Remove the DeepSpeed all-reduce buffers of ``ranks`` of the run on ``port`` (this user's; any
-    MASTER_ADDR, since the launcher, not this process, chose the one the ranks saw) once every rank
-    on this machine has exited; returns the removed paths. Called by the launching process after its
-    ranks are gone, whatever their exit: a rank killed by a signal (OOM killer, ``kill -9``) never
-    runs its own cleanup. Another run cannot own these names: while it runs it holds the port."""
-    removed = []
-    prefix = f"deepspeed_allreduce_buffer_{os.getuid()}_"
-    wanted = {f"_{port}_{rank}" for rank in ranks}
-    try:
-        names = os.listdir(SHM_DIR)
-    except OSError:  # no /dev/shm on this machine: DeepSpeed's CPU comm layer made no buffer either
-        return removed
-    for name in names:
-        if name.startswith(prefix) and any(name.endswith(tail) for tail in wanted):
-            path = os.path.join(SHM_DIR, name)
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                continue
-            removed.append(path)
-    return removed
 
 
 GLOO_DRAIN_S = 0.25

@@ -20,23 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from components.errors import UserError
+from components.runtime.training_dtype import FP16_REFUSED, PrecisionError
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
-
-
-class PrecisionError(UserError):
-    """A weight dtype that this engine cannot train correctly."""
-
-
-FP16_REFUSED = ("model.dtype=float16 cannot be trained: fp16 gradients underflow without loss scaling, which this "
-                "project does not do. Use model.dtype bfloat16 (or auto) or float32.")
-
-
-def check_training_dtype_setting(dtype: str) -> None:
-    """Refuse ``model.dtype: float16`` before a training run starts (evaluation may still use it)."""
-    if dtype in ("float16", "fp16"):
-        raise PrecisionError(FP16_REFUSED)
 
 
 def check_trainable_dtypes(params: Sequence[nn.Parameter], engine: str) -> torch.dtype:

@@ -3,13 +3,13 @@
 Why a wrapper: torchrun turns SIGINT / SIGTERM into a ``SignalException`` that it re-raises after
 stopping its workers, so every interrupted launch ended in a ~60-line traceback, and on Ctrl-C in
 two chained ones: the terminal's SIGINT started the shutdown, then the SIGTERM that
-``agent-gspo train`` sends its child (:func:`components.gspo.launch.stop_child`) raised again inside
+``agent-gspo train`` sends its child (:func:`components.runtime.launch.stop_child`) raised again inside
 it, cutting the workers' shutdown short. Here the first signal starts the shutdown and later ones
 let it finish; the exception becomes exit code 128 + signal, and the parent prints its one line
 (README, "Ctrl-C exits 130"). A worker that fails is reported by torchrun as before.
 
-Run as ``python -m components.gspo.torchrun_entry <torchrun arguments>``
-(:func:`components.gspo.launch.launcher_command` does).
+Run as ``python -m components.runtime.torchrun_entry <torchrun arguments>``
+(:func:`components.runtime.launch.launcher_command` does).
 """
 
 from __future__ import annotations

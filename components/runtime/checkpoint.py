@@ -37,13 +37,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from components.gspo.checkpoint_errors import (
+from components.io import apply_umask_modes, environment_error
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+from components.runtime.checkpoint_errors import (
     CheckpointError,
     _optimizer_problem,
     _reading,
@@ -51,10 +55,9 @@ from components.gspo.checkpoint_errors import (
     applying,
     incompatible,
 )
-from components.gspo.checkpoint_integrity import hash_files, integrity_problem
-from components.gspo.distributed import barrier
-from components.gspo.engines import TrainEngine
-from components.io import apply_umask_modes, environment_error
+from components.runtime.checkpoint_integrity import hash_files, integrity_problem
+from components.runtime.distributed import barrier
+from components.runtime.engines import TrainEngine
 
 CHECKPOINTS = "checkpoints"
 _STEP_RE = re.compile(r"^step-(\d{6,})$")
@@ -148,8 +151,9 @@ def _write_extra(folder: Path, extra: dict[str, Any]) -> str:
     return "json"
 
 
-def save_checkpoint(out_dir: str | os.PathLike[str], step: int, engine: TrainEngine, tokenizer: Any = None,
-                    *, extra: dict[str, Any] | None = None, keep: int | None = None) -> Path:
+def save_checkpoint(out_dir: str | os.PathLike[str], step: int, engine: TrainEngine,
+                    tokenizer: PreTrainedTokenizerBase | None = None, *, extra: dict[str, Any] | None = None,
+                    keep: int | None = None) -> Path:
     """Write ``<out_dir>/checkpoints/step-NNNNNN`` atomically and return its path.
 
     Collective: every rank must call it (DeepSpeed shards and per-rank RNG). ``keep`` prunes to

@@ -3,7 +3,7 @@
 * The trainer state a checkpoint holds (``extra.json`` / ``extra.pkl``: step, data cursor, dual
   controller, history, config hash, unsent metrics) must have its keys, of their types, and the
   step of ``meta.json`` and of the folder's name: a hand-edited or foreign file is one error naming
-  it (:func:`components.gspo.checkpoint.incompatible`), not a ``KeyError`` deep in the trainer.
+  it (:func:`components.runtime.checkpoint.incompatible`), not a ``KeyError`` deep in the trainer.
 * The config must be the one the checkpoint was trained under, but only in what can change the
   trained weights. :func:`resume_hash` is the config hash (:meth:`Config.hash`, which tags runs,
   model versions and results, and is left as it is) without the settings that cannot: tracking,
@@ -17,11 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.config import Config
 from components.errors import UserError
-from components.gspo.checkpoint import applying, extra_file, incompatible, read_extra, read_meta
+from components.reward.budget import BudgetError
+from components.runtime.checkpoint import applying, extra_file, incompatible, read_extra, read_meta
+
+if TYPE_CHECKING:  # the trainer loads the rollout engine; checking a checkpoint needs none of it
+    from components.gspo.trainer import GSPOTrainer
 
 RESUME_FREE_SECTIONS = ("tracking", "eval", "registry", "search", "experiments")
 """config sections a run resumes across (``experiments`` is not in :meth:`Config.hash` either)"""
@@ -46,6 +50,12 @@ def resume_hash(cfg: Config) -> str:
         section, name = key.split(".", 1)
         data[section].pop(name, None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def config_fields(cfg: Config) -> dict[str, Any]:
+    """What a checkpoint's trainer state records of the config, so a resume can be checked against it
+    (:func:`check_resume_config`): the config hash, the resume hash and the settings it covers."""
+    return {"config_hash": cfg.hash(), "resume_hash": resume_hash(cfg), "config_settings": resume_settings(cfg)}
 
 
 def resumable(state: dict[str, Any], cfg: Config) -> bool:
@@ -149,11 +159,9 @@ def read_train_state(checkpoint: Path) -> dict[str, Any]:
     return state
 
 
-def load_train_state(trainer: Any, state: dict[str, Any], checkpoint: Path) -> None:
+def load_train_state(trainer: GSPOTrainer, state: dict[str, Any], checkpoint: Path) -> None:
     """``trainer.load_state(state)``; what it raises on contents that do not fit (the budget
     controller's own checks included) is one error naming the checkpoint's state file."""
-    from components.reward.budget import BudgetError
-
     file = extra_file(checkpoint)
     try:
         with applying(file, checkpoint):
@@ -163,6 +171,7 @@ def load_train_state(trainer: Any, state: dict[str, Any], checkpoint: Path) -> N
 
 
 __all__ = [
-    "RESUME_FREE_KEYS", "RESUME_FREE_SECTIONS", "changed_settings", "check_resume_config", "load_train_state",
+    "RESUME_FREE_KEYS", "RESUME_FREE_SECTIONS", "changed_settings", "check_resume_config", "config_fields",
+    "load_train_state",
     "read_train_state", "resumable", "resume_hash", "resume_settings", "settings_diff", "state_problem",
 ]

@@ -17,7 +17,10 @@ from pathlib import Path
 
 from components.config import Config
 from components.errors import UserError
-from components.io import file_lock
+from components.io import check_writable_dir, file_lock
+from components.runtime.checkpoint import CHECKPOINTS, latest_checkpoint, list_checkpoints, verify_checkpoint
+from components.runtime.distributed import env_int
+from components.runtime.resume import check_resume_config, read_train_state
 
 
 def check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
@@ -28,9 +31,6 @@ def check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
     replace them. Checked before the model loads, as is that ``out`` can be written at all, and that
     ``checkpoints`` and ``final`` in it, if there, are folders (a file there would fail the first
     checkpoint or the final policy, after the training they were to save)."""
-    from components.gspo.checkpoint import CHECKPOINTS, list_checkpoints
-    from components.io import check_writable_dir
-
     root = out / CHECKPOINTS
     check_writable_dir(root, "training checkpoints folder")
     final = out / "final"
@@ -62,9 +62,6 @@ def check_fresh_start(out: Path, resume: bool, overwrite: bool) -> None:
 def check_resumable(out: Path, cfg: Config) -> None:
     """The newest checkpoint's trainer state has its keys and types and was written under settings that
     give the same weights: checked before the model loads (minutes, on a real model), cheaply."""
-    from components.gspo.checkpoint import latest_checkpoint, verify_checkpoint
-    from components.gspo.resume import check_resume_config, read_train_state
-
     ckpt = latest_checkpoint(out)
     if ckpt is not None:
         verify_checkpoint(ckpt)  # every file's sha256 against meta.json: a flipped bit is not a resume
@@ -78,8 +75,6 @@ RUN_OUTPUTS = ("final", "metrics.json", "history.json", "plots")
 def delete_earlier_run(out: Path) -> None:
     """``--overwrite``: the earlier run's checkpoints *and* outputs go before the new run starts, so a
     crash part-way can never leave the old ``final/`` next to the new run's checkpoints."""
-    from components.gspo.checkpoint import CHECKPOINTS
-
     for name in (CHECKPOINTS, *RUN_OUTPUTS):
         path = out / name
         if path.is_dir() and not path.is_symlink():
@@ -91,9 +86,7 @@ def delete_earlier_run(out: Path) -> None:
 def launch_rank() -> int:
     """This process's global rank as the launcher set it (0 without one); before
     :func:`init_distributed`, which checks the variables against each other."""
-    from components.gspo.distributed import _env_int
-
-    return _env_int("RANK") if os.environ.get("RANK") else 0
+    return env_int("RANK") if os.environ.get("RANK") else 0
 
 
 @contextlib.contextmanager

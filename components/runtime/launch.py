@@ -1,7 +1,7 @@
 """Commands that start training in a new process or under a distributed launcher, streaming its output.
 
 ``deepspeed.launcher`` in params.yaml picks how: ``none`` runs ``python -m
-components.gspo.train_main`` (or :func:`components.gspo.job.train` in the caller's process, see
+components.runtime.train_main`` (or :func:`components.runtime.training_run.train` in the caller's process, see
 :class:`components.jobs.TrainJob`); ``torchrun`` and ``deepspeed`` spawn it on every rank
 (``nproc_per_node`` per node, ``num_nodes`` nodes). The CLI, the Prefect training task and the
 DVC stage all run the training job, which comes through here, so one flow drives a CPU process,
@@ -33,16 +33,18 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 from components.config import Config
 from components.env import OFFLINE_DEFAULTS
 from components.errors import PARENT_REPORTS_INTERRUPT, UserError
-from components.gspo import orphans
 from components.redact import redact
+from components.runtime import orphans
+from components.runtime.shm_buffers import remove_deepspeed_shm_buffers
+from components.runtime.training_dtype import check_training_dtype_setting
 
-MODULE = "components.gspo.train_main"
-TORCHRUN_MODULE = "components.gspo.torchrun_entry"
+MODULE = "components.runtime.train_main"
+TORCHRUN_MODULE = "components.runtime.torchrun_entry"
 """torchrun with a quiet interrupt (the launcher for ``deepspeed.launcher=torchrun``)"""
 DS_ENV_FILE_NAME = ".deepspeed_env"
 """the file name the DeepSpeed runner reads from ``~`` and the working directory"""
@@ -191,7 +193,7 @@ def run_streaming(cmd: Sequence[str], *, env: dict[str, str] | None = None,
     unwinds: a training left running would keep its folder's lock (so the ``--resume`` that
     follows is refused), and its MLflow run would end FAILED instead of KILLED. Its descendants
     too: they are reparented to this process once the launcher exits, and waited for
-    (:mod:`components.gspo.orphans`)."""
+    (:mod:`components.runtime.orphans`)."""
     env, token = orphans.launch_env(env)
     with orphans.reaping(STOP_WAIT_S, token) as known:  # the launch's processes reparented to us are waited for
         proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -209,7 +211,7 @@ def run_streaming(cmd: Sequence[str], *, env: dict[str, str] | None = None,
             raise
 
 
-def _drain(stream: Any) -> None:
+def _drain(stream: IO[str]) -> None:
     with contextlib.suppress(OSError, ValueError):  # closed under us: nothing left to show
         for line in stream:
             sys.stdout.write(line)
@@ -293,9 +295,7 @@ def check_master_port(cfg: Config) -> None:
 
 def launch_training(cfg: Config, train_args: Sequence[str], *, on_line: LineHandler | None = None) -> int:
     """Train in a new process (:func:`training_command`) with ``train_args`` (the flags of
-    ``components.gspo.train_main``) and stream its output; returns the exit code (0 = success)."""
-    from components.gspo.precision import check_training_dtype_setting
-
+    ``components.runtime.train_main``) and stream its output; returns the exit code (0 = success)."""
     check_training_dtype_setting(cfg.model.dtype)  # before any rank starts
     if cfg.deepspeed.launcher == "deepspeed" and cfg.deepspeed.hostfile and Path(cfg.deepspeed.hostfile).is_file():
         check_hostfile(cfg.deepspeed.hostfile, cfg.deepspeed.num_nodes)
@@ -312,8 +312,6 @@ def launch_training(cfg: Config, train_args: Sequence[str], *, on_line: LineHand
             env["DS_ENV_FILE"] = str(write_deepspeed_env(Path(tmp) / DS_ENV_FILE_NAME, os.environ))
             return run_streaming(cmd, env=env, on_line=on_line)
     finally:
-        from components.gspo.distributed import remove_deepspeed_shm_buffers  # imports torch: not at module load
-
         ranks = local_ranks(cfg)
         if ranks:  # what a rank killed by a signal left in /dev/shm (the others removed their own)
             for path in remove_deepspeed_shm_buffers(cfg.deepspeed.master_port, ranks):

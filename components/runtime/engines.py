@@ -17,12 +17,12 @@ from :func:`deepspeed_config` with ``managed_gradient_accumulation: false``: ``b
 accumulates (``scale_wrt_gas=False``: the row weights do the scaling) and ``step()`` is the
 accumulation boundary, so any number of micro-batches makes one update.
 
-Torch: gradients are averaged over ranks by :class:`~components.gspo.grad_sync.BucketedAllReduce`
+Torch: gradients are averaged over ranks by :class:`~components.runtime.grad_sync.BucketedAllReduce`
 (fp32 buckets started during the last micro-batch's backward) instead of through
 ``DistributedDataParallel``. DDP only synchronises gradients when the forward pass goes through
 the DDP wrapper, but the trainer runs forwards through ``engine.module`` (the same object used for
 generation); the hook-driven all-reduce is correct however the forward was called. bf16 weights
-are trained through fp32 master copies (:mod:`components.gspo.precision`).
+are trained through fp32 master copies (:mod:`components.runtime.precision`).
 
 Both engines skip an update whose gradient norm is not finite (weights, optimizer state and LR
 schedule untouched) and count it in ``skipped_steps``; ``optimizer_steps`` counts applied updates.
@@ -34,7 +34,7 @@ import contextlib
 import logging
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +44,12 @@ from torch import nn
 
 from components.config import DeepSpeedConfig, GspoConfig
 from components.errors import UserError
-from components.gspo.distributed import DistInfo, dist_info, init_distributed, is_distributed
-from components.gspo.ds_config import deepspeed_config, write_deepspeed_config
-from components.gspo.grad_sync import DEFAULT_BUCKET_MB, BucketedAllReduce
-from components.gspo.precision import MasterWeights, adamw, check_trainable_dtypes
-from components.gspo.schedule import build_scheduler
+from components.gspo.policy_engine import MicroBatch
+from components.runtime.distributed import DistInfo, dist_info, init_distributed, is_distributed
+from components.runtime.ds_config import deepspeed_config, write_deepspeed_config
+from components.runtime.grad_sync import DEFAULT_BUCKET_MB, BucketedAllReduce
+from components.runtime.precision import MasterWeights, adamw, check_trainable_dtypes
+from components.runtime.schedule import build_scheduler
 
 __all__ = ["DeepSpeedEngine", "EngineUsageError", "TorchEngine", "TrainEngine", "build_engine", "deepspeed_config",
            "planned_updates", "write_deepspeed_config"]
@@ -58,16 +59,14 @@ DS_STATE_DIR = "deepspeed"
 DS_TAG = "state"
 
 
-MicroBatch = tuple[int, Callable[[], torch.Tensor]]
-"""(rows, loss_fn): loss_fn runs the micro-batch's forward and returns its mean loss over ``rows``"""
-
 
 class EngineUsageError(UserError):
     """The engine was driven in a way that would silently train wrongly (e.g. an empty update)."""
 
 
 class TrainEngine(ABC):
-    """What the trainer needs from a training backend (see the module docstring for semantics)."""
+    """A training backend; satisfies :class:`components.gspo.policy_engine.PolicyEngine`, the
+    trainer's view of it (see the module docstring for semantics)."""
 
     kind: str = "abstract"
     """``deepspeed`` or ``torch`` (written into checkpoint metadata)"""
@@ -159,13 +158,14 @@ class TorchEngine(TrainEngine):
 
     kind = "torch"
 
-    def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
-                 schedule: str = "constant", warmup_steps: int = 0, total_steps: int = 1, min_ratio: float = 0.0,
-                 info: DistInfo | None = None, bucket_mb: float = DEFAULT_BUCKET_MB) -> None:
+    def __init__(self, model: nn.Module, cfg_gspo: GspoConfig, total_steps: int = 1, *, info: DistInfo | None = None,
+                 bucket_mb: float = DEFAULT_BUCKET_MB) -> None:
+        """``cfg_gspo`` gives the optimizer and schedule (``lr``, ``weight_decay``, ``grad_clip``,
+        ``lr_schedule``, ``warmup_steps``, ``lr_min_ratio``); ``total_steps`` = optimizer updates."""
         info = info or (init_distributed() if not is_distributed() else dist_info())
         super().__init__(info)
         self._model = model.to(info.device)
-        self.grad_clip = grad_clip
+        self.grad_clip = cfg_gspo.grad_clip
         self._params = _trainable(self._model)
         check_trainable_dtypes(self._params, engine="torch")
         self._reducer: BucketedAllReduce | None = None
@@ -175,8 +175,9 @@ class TorchEngine(TrainEngine):
                 dist.broadcast(t.data, src=0)
             self._reducer = BucketedAllReduce(self._params, bucket_mb)
         self.master = MasterWeights(self._params)
-        self.optimizer = adamw(self.master.params, lr=lr, weight_decay=weight_decay)
-        self.scheduler = build_scheduler(self.optimizer, schedule, warmup_steps, total_steps, min_ratio)
+        self.optimizer = adamw(self.master.params, lr=cfg_gspo.lr, weight_decay=cfg_gspo.weight_decay)
+        self.scheduler = build_scheduler(self.optimizer, cfg_gspo.lr_schedule, cfg_gspo.warmup_steps, total_steps,
+                                         cfg_gspo.lr_min_ratio)
         self._steps = 0
         self.skipped_steps = 0
 
@@ -387,8 +388,5 @@ def build_engine(model: nn.Module, cfg_gspo: GspoConfig, cfg_ds: DeepSpeedConfig
     if cfg_gspo.engine == "deepspeed":
         return DeepSpeedEngine(model, cfg_gspo, cfg_ds, total_steps)
     if cfg_gspo.engine == "torch":
-        return TorchEngine(model, lr=cfg_gspo.lr, weight_decay=cfg_gspo.weight_decay, grad_clip=cfg_gspo.grad_clip,
-                           schedule=cfg_gspo.lr_schedule,
-                           warmup_steps=cfg_gspo.warmup_steps, total_steps=total_steps,
-                           min_ratio=cfg_gspo.lr_min_ratio)
+        return TorchEngine(model, cfg_gspo, total_steps)
     raise EngineUsageError(f"gspo.engine: unknown engine {cfg_gspo.engine!r} (allowed: deepspeed, torch)")

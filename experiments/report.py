@@ -274,7 +274,7 @@ def _groups(groups: dict[str, list[str]]) -> str:
 
 
 def _claims_md(claims: list[cl.Claim], record: cl.Record) -> list[str]:
-    out = ["## Claims", "", "Computed from the numbers above (see components/experiments/claims.py for each rule).", "",
+    out = ["## Claims", "", "Computed from the numbers above (see experiments/claims.py for each rule).", "",
            *rules_block(record.rules)]
     if record.roles() != cl.DEFAULT_RECORD.roles():
         roles = ", ".join(f"{role} = `{name}`" for role, name in record.roles().items())

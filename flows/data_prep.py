@@ -39,7 +39,8 @@ from prefect.cache_policies import NO_CACHE
 import components  # noqa: F401  (offline defaults before prefect is imported)
 from components.config import Config
 from components.data.sources import input_fingerprint
-from components.data.spec import DataValidationError
+from components.data.spec import DataValidationError, DataWriteError
+from components.errors import UserError
 from components.jobs import ConfigSource, PrepareJob, ValidateJob
 
 
@@ -67,9 +68,6 @@ def _benchmark_cache_key(context: Any, parameters: dict[str, Any]) -> str:
 
 def _retry_on_io_error(task: Any, task_run: Any, state: Any) -> bool:
     """Retry I/O failures only (a refused write may be transient); a data error will fail the same way again."""
-    from components.data.spec import DataWriteError
-    from components.errors import UserError
-
     try:
         state.result()
     except DataWriteError:
@@ -103,8 +101,6 @@ def write_manifest_task(job: PrepareJob, staged: list[Any]) -> Any:
 
 @task(name="validate-data", cache_policy=NO_CACHE)
 def validate_task(job: ValidateJob) -> str:
-    from components.data.expectations import DataValidationError
-
     try:
         report = job.run()
     except DataValidationError as exc:
@@ -140,15 +136,15 @@ def _stage(job: PrepareJob, refresh: dict[str, bool]) -> dict[str, Any]:
 
 
 @flow(name="data-prep", log_prints=True)
-def data_prep_flow(profile: str | None = None, params: str | None = None, mirror: str | None = None,
+def data_prep_flow(source: ConfigSource | None = None, mirror: str | None = None,
                    benchmarks: list[str] | None = None, out_dir: str | None = None,
-                   overrides: list[str] | None = None, cfg: Config | None = None) -> str:
+                   cfg: Config | None = None) -> str:
     """Prepare the configured benchmarks in parallel tasks, write the manifest, validate them.
 
-    ``cfg`` is the pipeline's validated config; without it the flow loads ``params`` /
-    ``profile`` / ``overrides`` ("section.key=value") itself.
+    ``cfg`` is the pipeline's validated config; without it the flow loads ``source`` (params file,
+    profile, "section.key=value" overrides; default: params.yaml's default profile) itself.
     """
-    cfg = cfg or ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())).load()
+    cfg = cfg or (source or ConfigSource()).load()
     job = PrepareJob(cfg=cfg, benchmarks=benchmarks, mirror=mirror, out_dir=out_dir)
     job.preflight()
     # all or nothing, as `agent-gspo prepare`: every benchmark is checked before any is written, and a

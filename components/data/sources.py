@@ -34,6 +34,7 @@ from components.data.adapters import (
     mirror_files,
 )
 from components.data.spec import DataError, DataSourceError, get_spec
+from components.data.splitinfo import GENERATOR_VERSION, generate
 from components.io import file_sha256
 
 MIRROR_ENV = "AGENT_GSPO_DATA_MIRROR"
@@ -277,8 +278,6 @@ def load_benchmark(benchmark: str, *, mirror: str | os.PathLike[str] | None, use
     spec = get_spec(benchmark)
     attempts: list[Attempt] = []
     if spec.generated:  # deterministic generator: no mirror or hub to ask
-        from components.data.splitinfo import GENERATOR_VERSION, generate
-
         splits = generate()
         label = f"generated:{GENERATOR_VERSION}"
         return Loaded(benchmark, label, splits, {f"{label}/{k}": v for k, v in _records_sha(splits).items()})

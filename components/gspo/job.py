@@ -119,7 +119,7 @@ def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool,
     from components.gspo.trainer import GSPOTrainer, seed_everything
     from components.mas.engine import RolloutEngine
     from components.mas.environment import Environment
-    from components.models import default_device, load_policy
+    from components.models import PolicyInit, default_device, load_policy
 
     info = init_distributed(for_deepspeed=cfg.gspo.engine == "deepspeed")
     if cfg.gspo.engine == "torch":
@@ -133,9 +133,10 @@ def _train(cfg: Config, out: Path, total: int, *, resume: bool, overwrite: bool,
         seed_everything(cfg.gspo.seed + info.rank)
         train_items = items if items is not None else load_train_items(cfg, data_dir)
         device = default_device()
-        model, tokenizer = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
-                                       device=device, lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
-                                       seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
+        model, tokenizer = load_policy(cfg.model.name, PolicyInit(lora_rank=cfg.model.lora_rank,
+                                       lora_alpha=cfg.model.lora_alpha, seed=cfg.gspo.seed),
+                                       cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
+                                       silence_marker=cfg.mas.silence_marker)
         if cfg.model.silence_prior > 0:  # the step-0 policy explores silence (a resume overwrites the weights)
             from components.mas.prior import apply_silence_prior
 

@@ -17,8 +17,12 @@ from typing import Any
 
 from pydantic import Field
 
+from components.comparison import ItemScore
 from components.config import Config
+from components.evaluation import EvalRequest, evaluate
+from components.gspo.job import train
 from components.jobs.base import Job
+from components.search import SearchSpace, TrialOutcome, mlflow_tracker_factory, run_search
 
 
 def release_memory() -> None:
@@ -48,11 +52,6 @@ class SearchTrial:
     data_dir: Path | None = None
 
     def __call__(self, trial_cfg: Config, trial: Any) -> Any:
-        from components.comparison import ItemScore
-        from components.evaluation import evaluate
-        from components.gspo.job import train
-        from components.search import TrialOutcome
-
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix=f"trial-{trial.number}-") as tmp:
             result = train(trial_cfg, max_steps=trial_cfg.search.trial_steps, out_dir=Path(tmp) / "run",
@@ -65,8 +64,8 @@ class SearchTrial:
             accs, tokens, n, spent, items = [], 0.0, 0, 0, {}
             for bench, split in (("aqua", "dev"), ("mmlu", "val")):
                 one = ev_cfg.model_copy(update={"eval": ev_cfg.eval.model_copy(update={"benchmarks": [bench]})})
-                rep = evaluate(one, model=str(result.final_model), limit=trial_cfg.search.dev_items, baselines=[],
-                               out_dir=Path(tmp) / f"eval-{bench}", data_dir=self.data_dir, split=split)
+                rep = evaluate(one, EvalRequest(model=str(result.final_model), limit=trial_cfg.search.dev_items,
+                               baselines=[], out_dir=Path(tmp) / f"eval-{bench}", data_dir=self.data_dir, split=split))
                 s = rep.summary["agent_gspo"]
                 accs.append(float(s["accuracy"]))
                 tokens += float(s["tokens_completion"])
@@ -90,8 +89,6 @@ class SearchJob(Job):
 
     def run(self) -> Any:
         """:class:`components.search.SearchResult` of the whole study."""
-        from components.search import SearchSpace, mlflow_tracker_factory, run_search
-
         cfg = self.cfg
         tokens = self.budget_tokens if self.budget_tokens is not None else (cfg.search.budget_tokens or None)
         return run_search(cfg, SearchTrial(Path(cfg.data.out_dir)), trials=self.trials, budget_tokens=tokens,

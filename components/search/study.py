@@ -58,6 +58,7 @@ from components.search.sampler import TrialSeededSampler
 from components.search.space import SearchSpace, apply_overrides
 from components.search.storage import close_storage, open_study, redact
 from components.search.tracking import TrackerFactory, log_search_metrics
+from components.tracking.errors import TrackingError
 
 log = logging.getLogger(__name__)
 
@@ -305,8 +306,6 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
                 if outcome.items is not None:
                     trial.set_user_attr(candidate.ATTR_ITEMS, candidate.items_to_attr(outcome.items))
                 if run is not None:
-                    from components.tracking.errors import TrackingError  # lazy: mlflow only with a tracker
-
                     try:
                         log_search_metrics(run, {
                             "search/dev_accuracy": outcome.dev_accuracy,

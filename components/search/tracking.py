@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from components.config import Config
+from components.tracking.metric_names import is_metric_name
 
 SEARCH_METRICS: frozenset[str] = frozenset({
     "search/dev_accuracy", "search/mean_tokens_per_episode", "search/constraint", "search/tokens_spent",
@@ -52,8 +53,6 @@ TrackerFactory = Callable[[], contextlib.AbstractContextManager[ParentRun]]
 
 def log_search_metrics(run: Any, metrics: Mapping[str, float], step: int | None = None) -> None:
     """Log ``metrics`` on ``run``: vocabulary names via ``log_metrics``, ``search/*`` via the client."""
-    from components.tracking.metric_names import is_metric_name  # lazy: the package imports mlflow
-
     unknown = sorted(k for k in metrics if not is_metric_name(k) and k not in SEARCH_METRICS)
     if unknown:
         raise ValueError(f"unknown search metric name(s) {unknown}; allowed: {sorted(SEARCH_METRICS)}")

@@ -29,6 +29,7 @@ from components.search.errors import SearchError
 from components.search.sampler import TrialSeededSampler
 from components.search.study import TrialFn, run_search
 from components.search.synthetic import SyntheticTrial
+from components.search.tracking import mlflow_tracker_factory
 
 
 def _import_trial_fn(spec: str) -> TrialFn:
@@ -76,8 +77,6 @@ def _work(args: argparse.Namespace) -> int:
     trial_fn: TrialFn = SyntheticTrial(args.sleep) if args.synthetic else _import_trial_fn(args.trial_fn)
     factory = None
     if args.mlflow:
-        from components.search.tracking import mlflow_tracker_factory
-
         factory = mlflow_tracker_factory(cfg)
     result = run_search(cfg, trial_fn, trials=args.trials, budget_tokens=args.budget_tokens,
                         budget_seconds=args.budget_seconds, storage=args.storage,

@@ -28,6 +28,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelInput
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
+from components.io import file_sha256
 from components.tracking.backend import guarded
 from components.tracking.errors import TrackingError
 
@@ -52,8 +53,6 @@ def _manifest(data_dir: Path) -> Mapping[str, Any]:
 
 def prepared_datasets(data_dir: str | os.PathLike[str], splits: Iterable[tuple[str, str]]) -> list[Dataset]:
     """One MLflow dataset per ``(benchmark, split)`` prepared under ``data_dir`` (module docstring)."""
-    from components.io import file_sha256
-
     root = Path(data_dir)
     manifest = _manifest(root)
     out: list[Dataset] = []

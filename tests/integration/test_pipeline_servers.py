@@ -229,10 +229,11 @@ def test_pipeline_end_to_end(prefect: PrefectServer, mlflow_srv: MlflowServer, t
 
 DATA_PREP = """
 import json, sys
+from components.jobs import ConfigSource
 from flows.data_prep import data_prep_flow
 for out in sys.argv[3:]:
-    state = data_prep_flow(params=sys.argv[1], benchmarks=["aqua"], out_dir=out, overrides=json.loads(sys.argv[2]),
-                           return_state=True)
+    source = ConfigSource(params=sys.argv[1], overrides=tuple(json.loads(sys.argv[2])))
+    state = data_prep_flow(source=source, benchmarks=["aqua"], out_dir=out, return_state=True)
     state.result()
     print("FLOW_RUN", state.state_details.flow_run_id, flush=True)
 """
@@ -265,10 +266,11 @@ DATA_PREP_FAILS = """
 import json, sys
 from flows.data_prep import data_prep_flow
 from components.data.spec import DataValidationError
+from components.jobs import ConfigSource
 for mirror in sys.argv[3:]:
     try:
-        data_prep_flow(params=sys.argv[1], benchmarks=["humaneval", "multiarith"], mirror=mirror,
-                       overrides=json.loads(sys.argv[2]))
+        data_prep_flow(source=ConfigSource(params=sys.argv[1], overrides=tuple(json.loads(sys.argv[2]))),
+                       benchmarks=["humaneval", "multiarith"], mirror=mirror)
     except DataValidationError as exc:
         print("REFUSED", str(exc).splitlines()[0], flush=True)
 """

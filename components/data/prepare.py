@@ -87,7 +87,8 @@ def records_to_table(records: list[Record]) -> pa.Table:
 
 
 def check_benchmark(
-    name: str, *, mirror: str | os.PathLike[str] | None, use_hub: bool = True, limits: Any = None
+    name: str, *, mirror: str | os.PathLike[str] | None, use_hub: bool = True,
+    limits: DataConfig | TextLimits | None = None,
 ) -> CheckedBenchmark:
     """Load, normalise and run the suites of one benchmark; writes nothing.
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.data.item import Item
 from components.data.prepare import load_split
@@ -45,6 +45,9 @@ from components.items_file import (  # noqa: F401  (re-exported: the record's fo
     scores,
 )
 from components.scoring.grader import grade_many
+
+if TYPE_CHECKING:
+    from components.tracking.mlflow_logging import Tracker
 
 
 def item_record(system: str, benchmark: str, item: Item, episode: Any) -> dict[str, Any]:
@@ -93,7 +96,7 @@ def regrade(records: Sequence[Mapping[str, Any]], items: Mapping[tuple[str, str]
             "disagreements": differ[:20], "grades": grades}
 
 
-def log_items_table(tracker: Any, path: Path) -> None:
+def log_items_table(tracker: Tracker, path: Path) -> None:
     """The per-item record as an MLflow evaluation table (``eval_items.json``; the transcript and the
     silence list as JSON string columns), for the run's Evaluation view."""
     from components.tracking.backend import guarded

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import Field
 
+from components.config import Config
 from components.errors import UserError
 from components.evaluation import EvalRequest, evaluate
-from components.evaluation.runner import log_to_tracker
+from components.evaluation.runner import EvalReport, log_to_tracker
 from components.evaluation.setting import EvalSetting, setting_of
 from components.io import check_not_pipeline_input, check_writable_dir
 from components.jobs.base import Job, log
@@ -29,17 +30,14 @@ from components.tracking import Tracker
 from components.tracking.backend import guarded
 from components.tracking.gate import VERSION_PARAM, GateResult, write_result
 from components.tracking.lineage import log_evaluation_inputs
-from components.tracking.versions import registration_of, registry_client, resolve_version
-
-if TYPE_CHECKING:
-    from components.tracking.versions import VersionRef
+from components.tracking.versions import VersionRef, registration_of, registry_client, resolve_version
 
 
 @dataclass
 class EvaluateResult:
     """What an evaluation produced and where it was recorded."""
 
-    report: Any
+    report: EvalReport
     """:class:`components.evaluation.EvalReport` (table, summary, markdown, written paths)"""
     setting: EvalSetting
     run_id: str | None = None
@@ -52,7 +50,7 @@ class EvaluateResult:
         return self.report.summary[self.report.meta["main_system"]]
 
 
-def evaluated_model(cfg: Any, model: str | None, *, track: bool = True) -> tuple[str | None, VersionRef | None]:
+def evaluated_model(cfg: Config, model: str | None, *, track: bool = True) -> tuple[str | None, VersionRef | None]:
     """``model`` with a ``models:/`` alias or "newest" pinned to a version (evaluated and recorded
     as that version even if the alias moves meanwhile), and the version. A trained folder that was
     registered (it holds ``registered_model.json``) is evaluated as is and recorded on its version
@@ -130,7 +128,7 @@ class EvaluateJob(Job):
                 self._record(version, setting, report, run_id)
         return EvaluateResult(report, setting, run_id, version)
 
-    def _setting(self, report: Any) -> EvalSetting:
+    def _setting(self, report: EvalReport) -> EvalSetting:
         meta = report.meta
         return setting_of(self.cfg, meta["item_ids"], split=meta["split"], limit=meta["limit"],
                           data_manifest_sha256=meta["data_manifest_sha256"])
@@ -145,7 +143,7 @@ class EvaluateJob(Job):
         return getattr(mv, "model_id", None) or (source.removeprefix("models:/") if source.startswith("models:/m-")
                                                  else None)
 
-    def _record(self, version: VersionRef, setting: EvalSetting, report: Any, run_id: str | None) -> None:
+    def _record(self, version: VersionRef, setting: EvalSetting, report: EvalReport, run_id: str | None) -> None:
         """The results on the version under the setting's key (what the promotion gate compares)."""
         main = report.summary[report.meta["main_system"]]
         result = GateResult(float(main["accuracy"]), float(main["tokens_total"]), int(main["n"]), run_id)

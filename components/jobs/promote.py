@@ -26,7 +26,7 @@ from pydantic import Field
 from components.errors import UserError
 from components.evaluation.setting import planned_setting
 from components.jobs.base import Job, log
-from components.tracking.promotion import ChampionNotEvaluated, GateRule, promote
+from components.tracking.promotion import ChampionNotEvaluated, GateRule, GateSpec, promote
 from components.tracking.recorded import protocol_differences, recorded_mas
 from components.tracking.versions import registry_client, resolve_version
 
@@ -57,8 +57,7 @@ class PromoteJob(Job):
         _warn_if_not_served_protocol(ref.name, ref.version, setting.protocol, cfg.tracking.uri)
 
         def gate():
-            return promote(client, ref.name, ref.version, setting_key=setting.key(), setting_text=setting.describe(),
-                           rule=rule)
+            return promote(client, ref.name, ref.version, gate=GateSpec(setting.key(), rule, setting.describe()))
 
         try:
             return gate()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationError
 
@@ -24,6 +24,7 @@ from components.jobs.base import ROLLOUT_MAX_EPISODES, Job, log
 from components.mas.engine import RolloutEngine
 from components.mas.environment import Environment
 from components.mas.prior import apply_silence_prior
+from components.mas.records import Episode
 from components.mas.transcript import episodes_summary, format_transcript
 from components.models import load_policy
 from components.reward.reward import apply_rewards
@@ -34,7 +35,7 @@ class RolloutResult:
     """The episodes played, one readable transcript per episode, and their means (``summary``:
     :func:`components.mas.transcript.episodes_summary` plus the decoding speed)."""
 
-    episodes: list[Any]
+    episodes: list[Episode]
     transcripts: list[str]
     summary: dict[str, float]
     json_path: Path | None

@@ -13,8 +13,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+import optuna
 from pydantic import Field
 
 from components.comparison import ItemScore
@@ -22,7 +22,7 @@ from components.config import Config
 from components.evaluation import EvalRequest, evaluate
 from components.gspo.job import train
 from components.jobs.base import Job
-from components.search import SearchSpace, TrialOutcome, mlflow_tracker_factory, run_search
+from components.search import SearchResult, SearchSpace, TrialOutcome, Worker, mlflow_tracker_factory, run_search
 
 
 def release_memory() -> None:
@@ -51,7 +51,7 @@ class SearchTrial:
 
     data_dir: Path | None = None
 
-    def __call__(self, trial_cfg: Config, trial: Any) -> Any:
+    def __call__(self, trial_cfg: Config, trial: optuna.Trial) -> TrialOutcome:
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix=f"trial-{trial.number}-") as tmp:
             result = train(trial_cfg, max_steps=trial_cfg.search.trial_steps, out_dir=Path(tmp) / "run",
@@ -87,11 +87,10 @@ class SearchJob(Job):
     storage: str | None = Field(None, description="Optuna storage URL (default search.storage)")
     track: bool = Field(True, description="log a parent MLflow run with one nested run per trial")
 
-    def run(self) -> Any:
+    def run(self) -> SearchResult:
         """:class:`components.search.SearchResult` of the whole study."""
         cfg = self.cfg
-        tokens = self.budget_tokens if self.budget_tokens is not None else (cfg.search.budget_tokens or None)
-        return run_search(cfg, SearchTrial(Path(cfg.data.out_dir)), trials=self.trials, budget_tokens=tokens,
-                          budget_seconds=cfg.search.budget_seconds or None, storage=self.storage,
-                          space=SearchSpace.within(cfg), tracker_factory=mlflow_tracker_factory(cfg) if self.track
-                          else None)
+        flags = {k: v for k, v in (("trials", self.trials), ("budget_tokens", self.budget_tokens)) if v is not None}
+        study_cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update=flags)})  # = --set search.<key>
+        worker = Worker(storage=self.storage, tracker_factory=mlflow_tracker_factory(cfg) if self.track else None)
+        return run_search(study_cfg, SearchTrial(Path(cfg.data.out_dir)), space=SearchSpace.within(cfg), worker=worker)

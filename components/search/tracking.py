@@ -51,7 +51,7 @@ TrackerFactory = Callable[[], contextlib.AbstractContextManager[ParentRun]]
 """Zero-argument callable returning the parent run's context manager."""
 
 
-def log_search_metrics(run: Any, metrics: Mapping[str, float], step: int | None = None) -> None:
+def log_search_metrics(run: TrialRun, metrics: Mapping[str, float], step: int | None = None) -> None:
     """Log ``metrics`` on ``run``: vocabulary names via ``log_metrics``, ``search/*`` via the client."""
     unknown = sorted(k for k in metrics if not is_metric_name(k) and k not in SEARCH_METRICS)
     if unknown:

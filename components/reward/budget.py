@@ -34,11 +34,11 @@ form worth the dependency.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 from components.config import BudgetConfig, RewardConfig
 from components.errors import UserError
+from components.numbers import finite_float
 
 STATE_VERSION = 3
 """2 adds ``kp`` and ``integral``, 3 adds ``mode``; version-1 states (pure dual ascent) load with
@@ -51,13 +51,7 @@ class BudgetError(UserError):
 
 
 def _finite(name: str, value: float) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError) as exc:
-        raise BudgetError(f"{name} must be a number (got {value!r})") from exc
-    if not math.isfinite(out):
-        raise BudgetError(f"{name} must be finite (got {value!r})")
-    return out
+    return finite_float(value, name, BudgetError)
 
 
 class DualBudgetController:

@@ -17,6 +17,7 @@ _WHERE = {
     "validate_metrics": "metric_names",
     "Tracker": "mlflow_logging", "check_reachable": "mlflow_logging", "configure_http_retries": "mlflow_logging",
     "git_commit": "mlflow_logging", "log_policy_model": "mlflow_logging", "resolve_model_uri": "mlflow_logging",
+    "Resume": "mlflow_logging",
     "CandidateNotEvaluated": "promotion", "ChampionNotEvaluated": "promotion", "GateRule": "promotion",
     "GateSpec": "promotion",
     "PromotionDecision": "promotion", "promote": "promotion",

@@ -32,8 +32,6 @@ from components.errors import UserError, run_command
 from components.io import check_output_file
 from components.jobs.base import ConfigSource
 from components.progress import log_to_stderr
-from components.scoring import score_predictions_file
-from components.scoring.sandbox import hide_paths
 from flows.local_server import prefect_api
 
 
@@ -73,6 +71,8 @@ def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
     of them (``n_missing`` counts them all)."""
     from components.data.prepare import load_split  # lazy: pyarrow (~0.5 s)
     from components.evaluation.items import regrade_file  # lazy: scipy (~2.4 s, via the items' comparison)
+    from components.scoring import score_predictions_file  # lazy: the graders' multiprocessing (~20 ms)
+    from components.scoring.sandbox import hide_paths
 
     shown_missing = 10
     data_dir = Path(args.data or cfg.data.out_dir)

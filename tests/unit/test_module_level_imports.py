@@ -22,6 +22,8 @@ PACKAGES = ("components", "flows")
 ALLOWED: dict[tuple[str, str], str] = {
     ("components/cli.py", "components.data.prepare"): "entry point: `score` only; pyarrow kept out of --help",
     ("components/cli.py", "components.evaluation.items"): "entry point: `score --items` only; scipy (~2.4 s)",
+    ("components/cli.py", "components.scoring"): "entry point: `score` only; the graders load multiprocessing",
+    ("components/cli.py", "components.scoring.sandbox"): "entry point: `score` only, as above",
     ("components/cli.py", "components.search"): "entry point: `train --best-params` only; optuna (~3 s)",
     ("components/cli.py", "flows.pipeline"): "entry point: `run` only; Prefect and torch",
     ("components/config_sections.py", "components.comparison"): "scipy (~2.4 s) would load with every config",

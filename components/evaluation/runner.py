@@ -42,7 +42,6 @@ from components.data.sampling import EVAL_SPLIT, derived_seed, sample_items
 from components.data.train_items import load_train_items
 from components.errors import UserError
 from components.evaluation.items import (
-    ITEMS_FILE,
     ITEMS_PARAM,
     MAIN_PARAM,
     encode,
@@ -59,10 +58,9 @@ from components.evaluation.metrics import (
     silence_grid,
     summarise,
 )
-from components.evaluation.plots import plot_accuracy_vs_tokens, plot_silence_heatmap
+from components.evaluation.outputs import EvalOutputs, write_outputs
 from components.evaluation.publish import check_out_dir, publish
-from components.evaluation.report import render_markdown, write_reports
-from components.io import write_bytes_atomic
+from components.evaluation.report import render_markdown
 from components.machine import describe, machine_fingerprint
 from components.mas.baselines import baseline_engine
 from components.mas.engine import RolloutEngine
@@ -369,32 +367,6 @@ def evaluate(cfg: Config, request: EvalRequest | None = None, *, tracker: Tracke
     if tracker is not None:
         log_to_tracker(tracker, report, main)
     return report
-
-
-@dataclass(frozen=True)
-class EvalOutputs:
-    """What :func:`write_outputs` writes: the numbers, the rendered report, the main system's
-    silence grid and the per-item record's bytes (hashed into ``meta`` as written)."""
-
-    rows: Sequence[EvalRow]
-    summary: dict[str, Any]
-    meta: dict[str, Any]
-    markdown: str
-    grid: SilenceGrid | None
-    items_bytes: bytes | None = None
-
-
-def write_outputs(out_dir: Path, outputs: EvalOutputs) -> dict[str, Path]:
-    """Every file of an evaluation into ``out_dir`` (report.py's layout); returns ``{name: path}``."""
-    rows, summary, meta, markdown, grid, items_bytes = (outputs.rows, outputs.summary, outputs.meta,
-                                                        outputs.markdown, outputs.grid, outputs.items_bytes)
-    paths = write_reports(out_dir, rows, summary, meta, markdown)
-    if items_bytes is not None:
-        paths["items"] = out_dir / ITEMS_FILE
-        write_bytes_atomic(paths["items"], items_bytes)
-    paths["accuracy_vs_tokens"] = plot_accuracy_vs_tokens(rows, out_dir / "accuracy_vs_tokens.png")
-    paths["silence_by_agent_round"] = plot_silence_heatmap(grid, out_dir / "silence_by_agent_round.png")
-    return paths
 
 
 def eval_metrics(rows: Sequence[EvalRow], system: str) -> dict[str, float]:

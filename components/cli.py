@@ -32,7 +32,6 @@ from components.errors import UserError, run_command
 from components.io import check_output_file
 from components.jobs.base import ConfigSource
 from components.progress import log_to_stderr
-from flows.local_server import prefect_api
 
 
 def _source(args: argparse.Namespace) -> ConfigSource:
@@ -151,6 +150,7 @@ def _cmd_search(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
+    from flows.local_server import prefect_api  # lazy: loads libc (ctypes) at import, for `run` only
     from flows.pipeline import run_pipeline  # lazy: Prefect and torch, for `run` only (module docstring)
 
     with prefect_api():  # a temporary server that a terminal's Ctrl-C does not kill before the flow ends

@@ -25,6 +25,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("components/cli.py", "components.scoring"): "entry point: `score` only; the graders load multiprocessing",
     ("components/cli.py", "components.scoring.sandbox"): "entry point: `score` only, as above",
     ("components/cli.py", "components.search"): "entry point: `train --best-params` only; optuna (~3 s)",
+    ("components/cli.py", "flows.local_server"): "entry point: `run` only; it opens libc with ctypes at import",
     ("components/cli.py", "flows.pipeline"): "entry point: `run` only; Prefect and torch",
     ("components/config_sections.py", "components.comparison"): "scipy (~2.4 s) would load with every config",
     ("components/data/prepare.py", "components.data.expectations"): "great-expectations (~4 s): score/evaluate "

@@ -230,9 +230,9 @@ def add_eval_flags(ap: argparse.ArgumentParser, *, items: int, repeats: int) -> 
 def timed_evaluation(cfg: Any, engine: Any, data: Path, items: int) -> tuple[Any, float]:
     """One greedy evaluation of ``engine`` as the ``agent_gspo`` system, outputs in a temporary folder;
     returns (EvalReport, wall seconds of rollouts + grading: report writing excluded)."""
-    from components.evaluation import System, evaluate
+    from components.evaluation import EvalRequest, System, evaluate
 
     with tempfile.TemporaryDirectory() as out:
-        rep = evaluate(cfg, limit=items, data_dir=data, out_dir=Path(out),
-                       systems=[System("agent_gspo", engine, greedy=True)])
+        rep = evaluate(cfg, EvalRequest(limit=items, data_dir=data, out_dir=Path(out)), systems=[System("agent_gspo",
+                       engine, greedy=True)])
     return rep, rep.timings["agent_gspo"] + rep.timings["grading"]

@@ -34,7 +34,7 @@ from bench.common import add_eval_flags, ratio_line, timed_evaluation  # noqa: E
 from components.config import Config, load_config  # noqa: E402
 from components.evaluation.runner import EvalReport  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
-from components.models import load_policy  # noqa: E402
+from components.models import PolicyInit, load_policy  # noqa: E402
 from experiments.stats import paired  # noqa: E402
 
 TARGET = 2.0
@@ -51,8 +51,8 @@ def side_config(args: argparse.Namespace, overrides: list[str]) -> Config:
 
 
 def build_engine(cfg: Config, device: str) -> RolloutEngine:
-    model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
-                             seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
+    model, tok = load_policy(cfg.model.name, PolicyInit(seed=cfg.gspo.seed), cache_dir=cfg.model.cache_dir,
+                             dtype=cfg.model.dtype, device=device, silence_marker=cfg.mas.silence_marker)
     return RolloutEngine(model, tok, cfg.mas, device=device)
 
 

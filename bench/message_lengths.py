@@ -31,7 +31,7 @@ from components.config import load_config  # noqa: E402
 from components.data.prepare import load_split  # noqa: E402
 from components.data.sampling import sample_items  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
-from components.models import load_policy  # noqa: E402
+from components.models import PolicyInit, load_policy  # noqa: E402
 
 CAPS = (64, 96, 128, 192, 256)
 
@@ -55,8 +55,8 @@ def main() -> int:
     args = ap.parse_args()
     overrides = [f"mas.max_message_tokens={args.cap}"] + ([f"model.name={args.model}"] if args.model else [])
     cfg = load_config(args.params, args.profile, overrides)
-    model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device="cpu",
-                             seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
+    model, tok = load_policy(cfg.model.name, PolicyInit(seed=cfg.gspo.seed), cache_dir=cfg.model.cache_dir,
+                             dtype=cfg.model.dtype, device="cpu", silence_marker=cfg.mas.silence_marker)
     engine = RolloutEngine(model, tok, cfg.mas, device="cpu")
     benchmarks = args.benchmarks.split(",") if args.benchmarks else list(cfg.eval.benchmarks)
     print(f"settings: profile {args.profile}, model {cfg.model.name}, {cfg.mas.agents} agents x {cfg.mas.rounds} "

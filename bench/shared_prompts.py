@@ -70,13 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     from components.mas.engine import RolloutEngine
     from components.mas.environment import Environment
     from components.mas.prior import apply_silence_prior
-    from components.models import load_policy
+    from components.models import PolicyInit, load_policy
 
     cfg = load_config(profile="proof")
     torch.manual_seed(args.seed)
     items = load_train_items(cfg)
-    model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device="cpu",
-                             seed=args.seed, silence_marker=cfg.mas.silence_marker)
+    model, tok = load_policy(cfg.model.name, PolicyInit(seed=args.seed), cache_dir=cfg.model.cache_dir,
+                             dtype=cfg.model.dtype, device="cpu", silence_marker=cfg.mas.silence_marker)
     apply_silence_prior(model, tok, cfg.mas, items, cfg.model.silence_prior, cfg.model.silence_calibration)
     env = Environment(RolloutEngine(model, tok, cfg.mas, device="cpu"))
     model.eval()

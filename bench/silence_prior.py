@@ -36,7 +36,7 @@ from components.config import load_config  # noqa: E402
 from components.data.train_items import load_train_items  # noqa: E402
 from components.mas.engine import RolloutEngine  # noqa: E402
 from components.mas.prior import apply_silence_prior, calibration_items  # noqa: E402
-from components.models import load_policy  # noqa: E402
+from components.models import PolicyInit, load_policy  # noqa: E402
 from components.models.silence import first_token_states  # noqa: E402
 
 TARGET = 1.5
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"bench silence_prior: only {len(rest)} training items left after calibration, "
                          f"need --items {args.items}")
     held = random.Random(7).sample(rest, args.items)
-    base, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
-                            device=torch.device("cpu"), seed=0, silence_marker=cfg.mas.silence_marker)
+    base, tok = load_policy(cfg.model.name, PolicyInit(seed=0), cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
+                            device=torch.device("cpu"), silence_marker=cfg.mas.silence_marker)
     temp = cfg.mas.temperature or 1.0
     print(f"profile {args.profile}, model {cfg.model.name}, sources {','.join(sources)}, prior {prior}, T {temp}, "
           f"{len(held)} held-out items", file=sys.stderr)

@@ -4,6 +4,14 @@ Each subcommand lives in a small ``_cmd_*`` function that builds a job (:mod:`co
 from its flags and prints the job's result: the parser below owns the flags,
 :func:`load_config` owns validation. Bad input (a :class:`UserError`) prints one clear message
 and exits 2; anything else is a bug and keeps its traceback.
+
+Imports: this entry point is the project's one exception to "the project's modules at module
+level": its dispatch stays lazy, so that ``agent-gspo --help`` and ``agent-gspo config keys``
+(about 0.3 s) load none of torch, MLflow, Prefect, optuna, scipy or pyarrow. The jobs are reached
+through :mod:`components.jobs`, whose names load on first use (a job module imports what its
+command needs at its own module level); the few imports left inside a command say what they
+defer. tests/unit/test_module_level_imports.py allowlists this file for that reason and checks
+that ``--help`` stays light.
 """
 
 from __future__ import annotations
@@ -16,10 +24,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from components import jobs
 from components.cli_parser import build_parser
 from components.config import Config, load_config
+from components.config_doc import format_keys, resolved_yaml
 from components.dvc_stage import follow_dvc
 from components.errors import UserError, run_command
+from components.io import check_output_file
 from components.jobs.base import ConfigSource
 from components.progress import log_to_stderr
 
@@ -29,9 +40,7 @@ def _source(args: argparse.Namespace) -> ConfigSource:
 
 
 def _cmd_prepare(cfg: Config, args: argparse.Namespace) -> int:
-    from components.jobs import PrepareJob
-
-    job = PrepareJob(cfg=cfg, benchmarks=args.benchmarks, mirror=args.mirror, out_dir=args.out,
+    job = jobs.PrepareJob(cfg=cfg, benchmarks=args.benchmarks, mirror=args.mirror, out_dir=args.out,
                      validate_after=not args.no_validate, metrics_file=args.metrics)
     result = job.run()
     report = result.report
@@ -51,9 +60,7 @@ def _print_validation(report) -> None:
 
 
 def _cmd_validate(cfg: Config, args: argparse.Namespace) -> int:
-    from components.jobs import ValidateJob
-
-    _print_validation(ValidateJob(cfg=cfg, data_dir=args.data).run())
+    _print_validation(jobs.ValidateJob(cfg=cfg, data_dir=args.data).run())
     return 0
 
 
@@ -62,16 +69,15 @@ def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
     program and maths check, as in :mod:`components.evaluation.runner`), and print the summary
     with only the first few missing ids: a one-line file against GSM8K would otherwise print 1318
     of them (``n_missing`` counts them all)."""
-    from components.data.prepare import load_split
-    from components.scoring import score_predictions_file
+    from components.data.prepare import load_split  # lazy: pyarrow (~0.5 s)
+    from components.evaluation.items import regrade_file  # lazy: scipy (~2.4 s, via the items' comparison)
+    from components.scoring import score_predictions_file  # lazy: the graders' multiprocessing (~20 ms)
     from components.scoring.sandbox import hide_paths
 
     shown_missing = 10
     data_dir = Path(args.data or cfg.data.out_dir)
     hide_paths(cfg.data.mirror, cfg.data.out_dir, data_dir)  # gold answers, wherever they were put
     if args.items:  # re-grade an evaluation's per-item record; exit 2 when a grade differs from it
-        from components.evaluation.items import regrade_file
-
         print(json.dumps(regrade_file(args.items, data_dir, split=args.split, out=args.out,
                                       timeout_s=cfg.eval.code_timeout_s), indent=2))
         return 0
@@ -87,9 +93,7 @@ def _cmd_score(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
-    from components.jobs import RolloutJob
-
-    result = RolloutJob(cfg=cfg, benchmark=args.benchmark, split=args.split, limit=args.limit,
+    result = jobs.RolloutJob(cfg=cfg, benchmark=args.benchmark, split=args.split, limit=args.limit,
                         group_size=args.group_size, agents=args.agents, rounds=args.rounds, topology=args.topology,
                         seed=args.seed, greedy=args.greedy, silence_prior=args.silence_prior, data=args.data,
                         json_out=args.json).run()
@@ -103,25 +107,21 @@ def _cmd_rollout(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_train(cfg: Config, args: argparse.Namespace) -> int:
-    from components.jobs import TrainJob
-
     source = _source(args)
     if args.best_params:
-        from components.search import load_best_params
+        from components.search import load_best_params  # lazy: the search package imports optuna (~3 s)
 
         source = source.plus(load_best_params(args.best_params))
         cfg = source.load()
     if args.resume and args.overwrite:
         raise UserError("--resume and --overwrite exclude each other")
-    TrainJob(cfg=cfg, source=source, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
+    jobs.TrainJob(cfg=cfg, source=source, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
              out_dir=args.out, track=not args.no_track, metrics_file=args.metrics).run()
     return 0
 
 
 def _cmd_evaluate(cfg: Config, args: argparse.Namespace) -> int:
-    from components.jobs import EvaluateJob
-
-    result = EvaluateJob(cfg=cfg, model=args.model, limit=args.limit, baselines=args.baselines, out_dir=args.out,
+    result = jobs.EvaluateJob(cfg=cfg, model=args.model, limit=args.limit, baselines=args.baselines, out_dir=args.out,
                          track=not args.no_track, metrics_file=args.metrics).run()
     print(result.report.markdown)
     print("outputs: " + ", ".join(str(p) for p in result.report.paths.values()))
@@ -131,18 +131,14 @@ def _cmd_evaluate(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_promote(cfg: Config, args: argparse.Namespace) -> int:
-    from components.jobs import PromoteJob
-
-    decision = PromoteJob(cfg=cfg, candidate=args.candidate, limit=args.limit,
+    decision = jobs.PromoteJob(cfg=cfg, candidate=args.candidate, limit=args.limit,
                           evaluate_champion=args.evaluate_champion).run()
     print(decision.block())
     return 0
 
 
 def _cmd_search(cfg: Config, args: argparse.Namespace) -> int:
-    from components.jobs import SearchJob
-
-    result = SearchJob(cfg=cfg, trials=args.trials, budget_tokens=args.budget_tokens, storage=args.storage,
+    result = jobs.SearchJob(cfg=cfg, trials=args.trials, budget_tokens=args.budget_tokens, storage=args.storage,
                        track=not args.no_track).run()
     print(f"search: {result.n_complete} trial(s) complete, stopped by {result.stopped_by}, "
           f"{result.tokens_spent} tokens spent; best dev accuracy {result.best_dev_accuracy} at "
@@ -155,8 +151,8 @@ def _cmd_search(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_run(cfg: Config, args: argparse.Namespace) -> int:
-    from flows.local_server import prefect_api
-    from flows.pipeline import run_pipeline
+    from flows.local_server import prefect_api  # lazy: loads libc (ctypes) at import, for `run` only
+    from flows.pipeline import run_pipeline  # lazy: Prefect and torch, for `run` only (module docstring)
 
     with prefect_api():  # a temporary server that a terminal's Ctrl-C does not kill before the flow ends
         summary = run_pipeline(cfg.profile, args.params, list(args.overrides))  # no password in Prefect's db
@@ -186,8 +182,6 @@ def _cmd_experiments(cfg: Config, args: argparse.Namespace) -> int:
 def _cmd_config(cfg: Config, args: argparse.Namespace) -> int:
     """`config keys`: every --set key (type, default, description, from the schema); `config show`:
     the resolved config of --profile with every --set applied (what a command with them would use)."""
-    from components.config_doc import format_keys, resolved_yaml
-
     print(format_keys(cfg, args.section) if args.config_command == "keys" else resolved_yaml(cfg), end="\n")
     return 0
 
@@ -225,9 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         follow_dvc()  # a DVC stage stops when the `dvc` running it is killed (it does not pass SIGTERM on)
         cfg = load_config(args.params, args.profile, args.overrides)
         if getattr(args, "metrics", None) and args.command != "evaluate":  # checked before the work, not
-            from components.io import check_output_file  # after it (exit 2); evaluate's is a folder (EvaluateJob)
-
-            check_output_file(args.metrics, "metrics file (--metrics)")
+            check_output_file(args.metrics, "metrics file (--metrics)")  # after it (exit 2); evaluate's is a
+            # folder (EvaluateJob)
         return COMMANDS[args.command](cfg, args)
 
     return run_command(f"agent-gspo {args.command}", command, resumable=args.command == "train")

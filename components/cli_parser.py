@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from components.config import ALL_BENCHMARKS, BASELINE_NAMES
-from components.jobs.rollout import ROLLOUT_MAX_EPISODES
+from components.jobs.base import ROLLOUT_MAX_EPISODES
 
 EXIT_CODES = """exit codes:
   0    done

@@ -51,6 +51,7 @@ from components.config_sections import (
     _Section,
 )
 from components.errors import UserError
+from components.io import register_pipeline_inputs
 from components.redact import redact_value
 from components.yaml_strict import FileTooLarge, read_capped_text, strict_load
 
@@ -300,7 +301,5 @@ def load_config(path: str | os.PathLike[str] | None = None, profile: str | None 
         cfg = Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(format_errors(exc, f"{path} (profile {profile})")) from exc
-    from components.io import register_pipeline_inputs
-
     register_pipeline_inputs(path if raw_read else None, cfg.data.out_dir, cfg.data.mirror)
     return cfg

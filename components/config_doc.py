@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from components.config import Config
+from components.errors import UserError
 from components.redact import redact_value
 
 NAME = "<name>"
@@ -106,8 +107,6 @@ def format_keys(cfg: Config, section: str | None = None) -> str:
     docs = [d for d in schema_keys() if section is None or d.key.split(".")[0] == section]
     if not docs:
         sections = sorted({d.key.split(".")[0] for d in schema_keys()})
-        from components.errors import UserError
-
         raise UserError(f"--section {section!r}: no such section (sections: {', '.join(sections)})")
     kw = max(len(d.key) for d in docs)
     tw = min(max(len(d.type) for d in docs), 28)

@@ -25,7 +25,10 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
+
+from components.errors import UserError
 
 log = logging.getLogger("components.progress")
 
@@ -44,8 +47,6 @@ def _interval() -> float:
     except ValueError:
         value = -1.0
     if not value >= 0:
-        from components.errors import UserError
-
         raise UserError(f"${INTERVAL_ENV}={text!r}: expected seconds >= 0")
     return value
 
@@ -61,19 +62,30 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600} h {(s % 3600) // 60} min"
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How a tree of reports writes its lines (set on the root, inherited by nested reports): at
+    most every ``interval_s`` seconds (None: ``$AGENT_GSPO_PROGRESS_S``, default 20) by ``clock``,
+    to ``logger``. Tests inject a clock."""
+
+    interval_s: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    logger: logging.Logger = log
+
+
 class Progress:
     """Counts of one piece of work (``done`` of ``total`` ``unit``), logged at most every
-    ``interval_s`` seconds (the clock is injectable for tests). Use :func:`report` to open one."""
+    ``interval_s`` seconds (see :class:`Pace`). Use :func:`report` to open one."""
 
     def __init__(self, what: str, total: int | None, unit: str, *, parent: Progress | None = None,
-                 interval_s: float | None = None, clock: Callable[[], float] = time.monotonic,
-                 logger: logging.Logger = log) -> None:
+                 pace: Pace | None = None) -> None:
         self.what, self.total, self.unit, self.parent = what, total, unit, parent
         self.root: Progress = parent.root if parent is not None else self
-        self.clock = self.root.clock if parent is not None else clock
+        pace = pace or Pace()
+        self.clock = self.root.clock if parent is not None else pace.clock
         self.interval_s: float = self.root.interval_s if parent is not None else (
-            _interval() if interval_s is None else interval_s)
-        self.logger = self.root.logger if parent is not None else logger
+            _interval() if pace.interval_s is None else pace.interval_s)
+        self.logger = self.root.logger if parent is not None else pace.logger
         self.done = 0
         self.detail = ""
         self.child: Progress | None = None  # the newest report opened under this one
@@ -141,9 +153,10 @@ class Progress:
 
 
 @contextlib.contextmanager
-def report(what: str, total: int | None, unit: str, **kwargs: Any) -> Iterator[Progress]:
-    """Open a :class:`Progress` under the one currently open (if any) for the ``with`` block."""
-    with Progress(what, total, unit, parent=_current.get(), **kwargs).active() as progress:
+def report(what: str, total: int | None, unit: str, pace: Pace | None = None) -> Iterator[Progress]:
+    """Open a :class:`Progress` under the one currently open (if any) for the ``with`` block
+    (``pace``: only a root report's counts, see :class:`Pace`)."""
+    with Progress(what, total, unit, parent=_current.get(), pace=pace).active() as progress:
         yield progress
 
 

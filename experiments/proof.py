@@ -25,9 +25,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from components.config import Config, load_config, set_override
-from components.evaluation import build_systems, evaluate
+from components.evaluation import EvalRequest, build_systems, evaluate
 from components.evaluation.setting import item_ids_sha256
-from components.models import load_policy
+from components.models import PolicyInit, load_policy
 from components.runtime.training_run import train
 from experiments.definitions import Experiment, budget_overrides, read_calibration, settings_of
 from experiments.results import (
@@ -143,11 +143,11 @@ def run_proof(cfg: Config, exp: Experiment, overrides: Sequence[str], ctx: RunCo
         f"{', '.join(cfg.eval.benchmarks)} ({cfg.eval.limit or 'all'} items)")
     pair = ["mas_untrained", "mas_prior"]
     base_cfg = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"baselines": pair})})
-    policy = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, seed=cfg.gspo.seed,
-                         silence_marker=cfg.mas.silence_marker)
+    policy = load_policy(cfg.model.name, PolicyInit(seed=cfg.gspo.seed), cache_dir=cfg.model.cache_dir,
+                         dtype=cfg.model.dtype, silence_marker=cfg.mas.silence_marker)
     systems = build_systems(base_cfg, policy, base_cfg.eval.baselines, data_dir=data_dir)[1:]
-    reports["baselines"] = evaluate(base_cfg, model=cfg.model.name, systems=systems, data_dir=data_dir,
-                                    out_dir=Path(cfg.eval.out_dir) / "baselines")
+    reports["baselines"] = evaluate(base_cfg, EvalRequest(model=cfg.model.name, data_dir=data_dir,
+                                    out_dir=Path(cfg.eval.out_dir) / "baselines"), systems=systems)
     runs: dict[str, ProofRun] = {}
     for name, variant in (("agent_gspo", _variant(cfg, "agent_gspo")), ("lambda0", _variant(cfg, "lambda0", LAMBDA0))):
         log(f"[{exp.name}] training {name}: {variant.gspo.steps} step(s) into {variant.gspo.out_dir}")
@@ -156,8 +156,8 @@ def run_proof(cfg: Config, exp: Experiment, overrides: Sequence[str], ctx: RunCo
         result = train(variant, out_dir=variant.gspo.out_dir, data_dir=data_dir, track=track, overwrite=True)
         t2 = time.perf_counter()
         log(f"[{exp.name}] evaluating {name} ({result.final_model})")
-        reports[name] = evaluate(variant, model=str(result.final_model), baselines=[], data_dir=data_dir,
-                                 out_dir=Path(variant.eval.out_dir))
+        reports[name] = evaluate(variant, EvalRequest(model=str(result.final_model), baselines=[], data_dir=data_dir,
+                                 out_dir=Path(variant.eval.out_dir)))
         calibration = read_calibration(variant.gspo.out_dir)
         runs[name] = ProofRun(history=[{k: float(v) for k, v in h.items()} for h in result.history],
                               budget_calibration=calibration, train_seconds=round(t2 - t1, 1),

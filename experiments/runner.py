@@ -25,12 +25,12 @@ from typing import Any
 
 from components.config import Config
 from components.data.outputs import manifest_sha256
-from components.evaluation import build_systems, evaluate
+from components.evaluation import EvalRequest, build_systems, evaluate
 from components.evaluation.runner import EvalReport
 from components.evaluation.setting import item_ids_sha256
 from components.io import check_not_pipeline_input, check_output_file, check_writable_dir
 from components.machine import machine_fingerprint
-from components.models import default_device, load_policy
+from components.models import PolicyInit, default_device, load_policy
 from components.redact import redact
 from components.runtime.checkpoint import latest_checkpoint, step_of
 from components.runtime.training_run import train
@@ -96,11 +96,11 @@ def _tracker(cfg: Config, enabled: bool, run_name: str, tags: dict[str, Any]) ->
 def _evaluate_baselines(cfg: Config, data_dir: Path, tracker: Tracker | None) -> EvalReport:
     """Evaluate ``eval.baselines`` of the base model (injected systems: no ``agent_gspo``)."""
     device = default_device()
-    policy = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
-                         seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
+    policy = load_policy(cfg.model.name, PolicyInit(seed=cfg.gspo.seed), cache_dir=cfg.model.cache_dir,
+                         dtype=cfg.model.dtype, device=device, silence_marker=cfg.mas.silence_marker)
     systems = build_systems(cfg, policy, cfg.eval.baselines, device=device)[1:]
-    return evaluate(cfg, model=cfg.model.name, systems=systems, data_dir=data_dir,
-                    out_dir=Path(cfg.eval.out_dir), tracker=tracker)
+    return evaluate(cfg, EvalRequest(model=cfg.model.name, data_dir=data_dir, out_dir=Path(cfg.eval.out_dir)),
+                    systems=systems, tracker=tracker)
 
 
 def _set_run_tag(cfg: Config, run_id: str | None, name: str) -> None:
@@ -161,8 +161,8 @@ def run_one(cfg: Config, exp: Experiment, overrides: Sequence[str], ctx: RunCont
             _set_run_tag(cfg, result.run_id, exp.name)
         log(f"[{exp.name}] evaluating the trained policy {trained}")
         with _tracker(cfg, track, f"evaluate-{exp.name}", tags | {"eval.model": trained}) as tracker:
-            report = evaluate(cfg, model=trained, baselines=[], data_dir=data_dir, out_dir=Path(cfg.eval.out_dir),
-                              tracker=tracker)
+            report = evaluate(cfg, EvalRequest(model=trained, baselines=[], data_dir=data_dir,
+                              out_dir=Path(cfg.eval.out_dir)), tracker=tracker)
             ids["eval_run_id"] = getattr(tracker, "run_id", None)
     wall = time.perf_counter() - t0
     cells: dict[str, dict[str, Any]] = {}

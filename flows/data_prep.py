@@ -39,7 +39,8 @@ from prefect.cache_policies import NO_CACHE
 import components  # noqa: F401  (offline defaults before prefect is imported)
 from components.config import Config
 from components.data.sources import input_fingerprint
-from components.data.spec import DataValidationError
+from components.data.spec import DataValidationError, DataWriteError
+from components.errors import UserError
 from components.jobs import ConfigSource, PrepareJob, ValidateJob
 from flows.secret_params import SecretFree, redacting
 
@@ -68,9 +69,6 @@ def _benchmark_cache_key(context: Any, parameters: dict[str, Any]) -> str:
 
 def _retry_on_io_error(task: Any, task_run: Any, state: Any) -> bool:
     """Retry I/O failures only (a refused write may be transient); a data error will fail the same way again."""
-    from components.data.spec import DataWriteError
-    from components.errors import UserError
-
     try:
         state.result()
     except DataWriteError:
@@ -104,8 +102,6 @@ def write_manifest_task(job: PrepareJob, staged: list[Any]) -> Any:
 
 @task(name="validate-data", cache_policy=NO_CACHE)
 def validate_task(job: ValidateJob) -> str:
-    from components.data.expectations import DataValidationError
-
     try:
         report = job.run()
     except DataValidationError as exc:
@@ -149,7 +145,9 @@ def data_prep_flow(profile: SecretFree | None = None, params: SecretFree | None 
     """Prepare the configured benchmarks in parallel tasks, write the manifest, validate them.
 
     ``cfg`` is the pipeline's validated config; without it the flow loads ``params`` /
-    ``profile`` / ``overrides`` ("section.key=value") itself.
+    ``profile`` / ``overrides`` ("section.key=value") itself. Flat parameters, not one object: each
+    is a field of a deployment's form in Prefect's UI, and each carries the secret-free pattern
+    that the server checks before it stores a run (docs/hardening.md).
     """
     cfg = cfg or ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ())).load()
     job = PrepareJob(cfg=cfg, benchmarks=benchmarks, mirror=mirror, out_dir=out_dir)

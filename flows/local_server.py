@@ -20,6 +20,9 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
+from components.errors import UserError
+from components.io import check_writable_dir
+
 PR_SET_PDEATHSIG = 1
 DRAIN_TIMEOUT_S = 20.0
 try:  # resolved here, in the parent: the child between fork and exec only makes the one call
@@ -62,9 +65,6 @@ def prefect_api() -> Iterator[str | None]:
         return
     from prefect.server.api.server import SubprocessASGIServer
     from prefect.settings import PREFECT_HOME
-
-    from components.errors import UserError
-    from components.io import check_writable_dir
 
     home = PREFECT_HOME.value()  # the temporary server's database lives there: checked, not a start timeout
     check_writable_dir(home, "PREFECT_HOME (the temporary Prefect server keeps its database there)")

@@ -26,10 +26,12 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 
 import components  # noqa: F401  (offline defaults before prefect is imported)
-from components.config import Config
+from components.config import Config, parse_override
 from components.errors import UserError
 from components.jobs import ConfigSource, EvaluateJob, PromoteJob, SearchJob, TrainJob
 from components.redact import redact
+from components.runtime.training_run import history_table
+from components.search import load_best_params
 from flows.data_prep import data_prep_flow
 from flows.logs import forward_logs
 from flows.run_folders import folder_overrides, run_folder, write_summary
@@ -72,8 +74,6 @@ def secrets_kept_out(overrides: list[str]) -> Iterator[list[str]]:
     override and that variable the same precedence over the params file, and the training
     subprocess inherits it. Any other override holding a secret is refused (exit 2), naming it:
     Prefect would store it. The environment is restored after the block."""
-    from components.config import parse_override
-
     kept: list[str] = []
     uri: str | None = None
     for text in overrides:
@@ -120,8 +120,6 @@ def _not_user_error(task: Any, task_run: Any, state: Any) -> bool:
 @task(name="search", cache_policy=NO_CACHE)
 def search_task(cfg: Config) -> list[str]:
     """The search; its best parameters when they beat the profile's beyond noise (the candidate), else []."""
-    from components.search import load_best_params
-
     with forward_logs() as logger:
         result = SearchJob(cfg=cfg).run()
         if not result.written:
@@ -139,8 +137,6 @@ def search_task(cfg: Config) -> list[str]:
 def train_task(cfg: Config, source: ConfigSource) -> dict[str, Any]:
     """Train in a subprocess: the first attempt starts over (``--overwrite``: a pipeline run trains
     from scratch), a retry resumes from the newest checkpoint."""
-    from components.runtime.training_run import history_table
-
     attempt = getattr(get_run_context().task_run, "run_count", 1)
     tail: deque[str] = deque(maxlen=TAIL_LINES)
 
@@ -198,8 +194,6 @@ def with_best_params(source: ConfigSource, best_params: str | None, log: Callabl
     missing file is logged and skipped (no search has run yet)."""
     if not best_params:
         return source
-    from components.search import load_best_params
-
     if not Path(best_params).is_file():
         log(f"no best-parameters file at {best_params} yet; training with the profile's parameters")
         return source

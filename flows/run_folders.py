@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from components.io import write_text_atomic
+
 SCHEDULED_ROOT = "runs/scheduled"
 """default root of dated run folders (``/runs/`` is git-ignored and no DVC stage declares it)"""
 
@@ -56,7 +58,5 @@ def write_summary(folder: Path | None, name: str, summary: Any) -> None:
     """The run's result as ``<folder>/<name>.json`` (nothing without a dated folder)."""
     if folder is None:
         return
-    from components.io import write_text_atomic
-
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / f"{name}.json", json.dumps(summary, indent=2, default=str) + "\n")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -86,9 +87,16 @@ def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
     return types if isinstance(types, tuple) else (types,)
 
 
+@dataclass(frozen=True)
+class _Origin:
+    """Where a record comes from: its benchmark and split."""
+
+    benchmark: str
+    split: str
+
+
 def _record(
-    benchmark: str,
-    split: str,
+    origin: _Origin,
     rid: str,
     question: str,
     answer: str,
@@ -97,12 +105,12 @@ def _record(
 ) -> Record:
     return {
         "id": rid,
-        "benchmark": benchmark,
-        "split": split,
+        "benchmark": origin.benchmark,
+        "split": origin.split,
         "question": question,
         "choices": choices,
         "answer": answer,
-        "answer_type": SPECS[benchmark].answer_type,
+        "answer_type": SPECS[origin.benchmark].answer_type,
         "meta": meta,
     }
 
@@ -129,8 +137,7 @@ def gsm8k_row(row: Mapping[str, Any], split: str, index: int, where: str) -> Rec
         raise DataError(f"{where}: field 'answer' has no '#### <final>' line")
     final = solution.rsplit("####", 1)[1].strip()
     return _record(
-        "gsm8k",
-        split,
+        _Origin("gsm8k", split),
         f"gsm8k/{split}/{index}",
         question.strip(),
         canonical_number(final, where),
@@ -157,7 +164,7 @@ def multiarith_row(row: Mapping[str, Any], split: str, index: int, where: str) -
         question = _field(row, "question", str, where)
         answer = canonical_number(_field(row, "final_ans", (str, int, float), where), where)
         meta = {"equations": None}
-    return _record("multiarith", split, f"multiarith/{split}/{index}", question.strip(), answer, meta)
+    return _record(_Origin("multiarith", split), f"multiarith/{split}/{index}", question.strip(), answer, meta)
 
 
 def svamp_row(row: Mapping[str, Any], split: str, index: int, where: str) -> Record:
@@ -172,7 +179,7 @@ def svamp_row(row: Mapping[str, Any], split: str, index: int, where: str) -> Rec
         "Body": body,
         "Question": q,
     }
-    return _record("svamp", split, f"svamp/{split}/{rid}", f"{body} {q}".strip(), answer, meta)
+    return _record(_Origin("svamp", split), f"svamp/{split}/{rid}", f"{body} {q}".strip(), answer, meta)
 
 
 def aqua_row(row: Mapping[str, Any], split: str, index: int, where: str) -> Record:
@@ -182,8 +189,7 @@ def aqua_row(row: Mapping[str, Any], split: str, index: int, where: str) -> Reco
     correct = _field(row, "correct", str, where).strip()
     meta = {"rationale": _field(row, "rationale", str, where), "options": list(options)}
     return _record(
-        "aqua",
-        split,
+        _Origin("aqua", split),
         f"aqua/{split}/{index}",
         question.strip(),
         correct,
@@ -203,8 +209,7 @@ def mmlu_row(row: Mapping[str, Any], split: str, index: int, where: str) -> Reco
             raise DataError(f"{where}: answer index {answer} out of range for {len(choices)} choices")
         answer = "ABCD"[answer] if answer < 4 else str(answer)
     return _record(
-        "mmlu",
-        split,
+        _Origin("mmlu", split),
         f"mmlu/{split}/{subject}/{index}",
         question.strip(),
         answer.strip(),
@@ -225,7 +230,7 @@ def math500_row(row: Mapping[str, Any], split: str, index: int, where: str) -> R
         "unique_id": uid,
     }
     stem = uid.removeprefix("test/").removesuffix(".json")
-    return _record("math500", split, f"math500/{split}/{stem}", problem.strip(), answer.strip(), meta)
+    return _record(_Origin("math500", split), f"math500/{split}/{stem}", problem.strip(), answer.strip(), meta)
 
 
 def humaneval_row(row: Mapping[str, Any], split: str, index: int, where: str) -> Record:
@@ -239,8 +244,7 @@ def humaneval_row(row: Mapping[str, Any], split: str, index: int, where: str) ->
         "entry_point": _field(row, "entry_point", str, where),
     }
     return _record(
-        "humaneval",
-        split,
+        _Origin("humaneval", split),
         f"humaneval/{task_id}",
         prompt,
         _field(row, "canonical_solution", str, where),

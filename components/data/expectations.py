@@ -38,7 +38,12 @@ import great_expectations as gx  # noqa: E402
 import pandas as pd  # noqa: E402
 from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: E402
 
-from components.data.integrity import TextLimits  # noqa: E402
+from components.data.integrity import (  # noqa: E402
+    DataIntegrityError,
+    TamperedDataError,
+    TextLimits,
+    read_checked,
+)
 from components.data.spec import RECORD_COLUMNS, DataValidationError, get_spec  # noqa: E402
 from components.io import check_not_pipeline_input, check_writable_dir, write_text_atomic  # noqa: E402
 
@@ -303,10 +308,10 @@ def render_report(results: list[SuiteResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _failed(name: str, split: str, expected: int, check: str, observed: str, fix: str, file: Path) -> SuiteResult:
+def _failed(name: str, split: str, check: str, observed: str, fix: str, file: Path) -> SuiteResult:
     """A suite that could not run on its file (missing, or not what the manifest records)."""
-    return SuiteResult(name, split, False, 0, expected, [{"expectation": check, "column": None, "observed": observed,
-                                                          "example_rows": [], "expected": fix}], str(file))
+    failure = {"expectation": check, "column": None, "observed": observed, "example_rows": [], "expected": fix}
+    return SuiteResult(name, split, False, 0, get_spec(name).expected[split], [failure], str(file))
 
 
 def validate(
@@ -322,8 +327,6 @@ def validate(
     (atomically) whether or not the suites pass; on any failure :class:`DataValidationError` is
     raised carrying the report text. A file that is not UTF-8 or not parquet is a one-line DataError.
     """
-    from components.data.integrity import DataIntegrityError, TamperedDataError, read_checked
-
     data_dir, report_path = Path(data_dir), Path(report_path)
     check_not_pipeline_input(report_path, "validation report (data.report_dir)")
     check_writable_dir(report_path.parent, "report folder (data.report_dir)")
@@ -331,17 +334,17 @@ def validate(
     tampered: list[str] = []
     for name in benchmarks:
         spec = get_spec(name)
-        for split, expected in spec.expected.items():
+        for split in spec.expected:
             path = data_dir / name / f"{split}.parquet"
             if not path.is_file():
-                results.append(_failed(name, split, expected, "file_exists", f"{path} missing",
+                results.append(_failed(name, split, "file_exists", f"{path} missing",
                                        "run `agent-gspo prepare` first", path))
                 continue
             try:
                 table = read_checked(data_dir, name, split)
             except DataIntegrityError as exc:
                 tampered.append(str(exc))
-                results.append(_failed(name, split, expected, "file_matches_manifest", str(exc),
+                results.append(_failed(name, split, "file_matches_manifest", str(exc),
                                        f"re-run `agent-gspo prepare --benchmarks {name}`", path))
                 continue
             results.append(validate_frame(name, split, table.to_pandas(), TextLimits.of(limits), str(path)))

@@ -21,12 +21,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from components.config_sections import DataConfig
+from components.data.outputs import unreadable_prepared
 from components.data.spec import DataError, DataValidationError
 from components.io import read_matching
 
@@ -53,13 +54,11 @@ class TextLimits:
     answer: int
 
     @classmethod
-    def of(cls, data: Any = None) -> TextLimits:
+    def of(cls, data: DataConfig | TextLimits | None = None) -> TextLimits:
         """The limits of a ``DataConfig`` (None: the schema's defaults; a TextLimits: itself)."""
         if isinstance(data, TextLimits):
             return data
         if data is None:
-            from components.config_sections import DataConfig
-
             data = DataConfig()
         return cls(data.max_question_chars, data.max_choice_chars, data.max_answer_chars)
 
@@ -109,8 +108,6 @@ def read_checked(data_dir: str | os.PathLike[str], benchmark: str, split: str) -
     try:
         table = pq.read_table(pa.BufferReader(data))
     except (pa.ArrowException, OSError) as exc:
-        from components.data.outputs import unreadable_prepared
-
         raise unreadable_prepared(path, benchmark, exc) from None
     check_utf8(table, path)
     return table

@@ -35,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from components.config_sections import DataConfig
 from components.data.adapters import Record
 from components.data.integrity import TextLimits, check_sizes, read_checked
 from components.data.item import Item
@@ -53,6 +54,7 @@ from components.data.sources import load_benchmark, resolve_mirror
 from components.data.spec import BENCHMARK_NAMES, DataError, DataValidationError, get_spec
 from components.errors import UserError
 from components.io import file_lock, recover_leftovers, write_text_atomic
+from components.progress import report
 
 PARQUET_SCHEMA = pa.schema(
     [
@@ -85,7 +87,8 @@ def records_to_table(records: list[Record]) -> pa.Table:
 
 
 def check_benchmark(
-    name: str, *, mirror: str | os.PathLike[str] | None, use_hub: bool = True, limits: Any = None
+    name: str, *, mirror: str | os.PathLike[str] | None, use_hub: bool = True,
+    limits: DataConfig | TextLimits | None = None,
 ) -> CheckedBenchmark:
     """Load, normalise and run the suites of one benchmark; writes nothing.
 
@@ -144,7 +147,7 @@ def prepare_benchmark(
     with the markdown report, also written to ``report_path``) or ``DataWriteError``; in every
     case ``out_dir`` is untouched.
     """
-    return prepare([name], mirror=mirror, out_dir=out_dir, use_hub=use_hub, progress=False,
+    return prepare([name], mirror=mirror, out_dir=out_dir, data=DataConfig(use_hub=use_hub), progress=False,
                    report_path=report_path).results[0]
 
 
@@ -155,8 +158,6 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None]]:
     if not enabled:
         yield lambda _label: None
         return
-    from components.progress import report
-
     with report("prepare", total, "steps") as progress:
         started = [False]
 
@@ -172,18 +173,19 @@ def prepare(
     *,
     mirror: str | os.PathLike[str] | None,
     out_dir: str | os.PathLike[str],
-    use_hub: bool = True,
+    data: DataConfig | None = None,
     progress: bool = True,
     report_path: str | os.PathLike[str] | None = None,
-    limits: Any = None,
 ) -> PrepareReport:
     """Check every benchmark, then (only if all pass) write them all and the manifest.
 
     All or nothing: a malformed input or a failed suite in any benchmark raises before anything is
     written (the suites of all benchmarks are run, and their report goes to ``report_path``); a
     refused write (``DataWriteError``, naming the file) happens while staging, before any folder
-    or the manifest is replaced (see :mod:`components.data.outputs`). ``limits``: as :func:`check_benchmark`.
+    or the manifest is replaced (see :mod:`components.data.outputs`). ``data``: the ``data`` section
+    whose ``use_hub`` and text limits apply (None: the schema's defaults), as in :func:`check_benchmark`.
     """
+    data = data or DataConfig()
     check_prepare(benchmarks, out_dir, report_path, resolve_mirror(mirror))
     recover_interrupted(out_dir)
     t0 = time.perf_counter()
@@ -193,7 +195,7 @@ def prepare(
         for name in benchmarks:
             step(f"check {name}")
             try:
-                checked.append(check_benchmark(name, mirror=mirror, use_hub=use_hub, limits=limits))
+                checked.append(check_benchmark(name, mirror=mirror, use_hub=data.use_hub, limits=data))
             except UserError:
                 if not all(c.ok for c in checked):  # earlier suites failed: still report them
                     validation_failure(checked, out_dir, report_path)

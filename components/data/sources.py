@@ -26,6 +26,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.data import splitinfo, splitinfo_v2
 from components.data.adapters import (
     SplitRecords,
     load_mirror,
@@ -277,8 +278,6 @@ def load_benchmark(benchmark: str, *, mirror: str | os.PathLike[str] | None, use
     spec = get_spec(benchmark)
     attempts: list[Attempt] = []
     if spec.generated:  # deterministic generator: no mirror or hub to ask
-        from components.data import splitinfo, splitinfo_v2
-
         generator = splitinfo_v2 if benchmark == splitinfo_v2.BENCHMARK else splitinfo
         splits = generator.generate()
         label = f"generated:{generator.GENERATOR_VERSION}"

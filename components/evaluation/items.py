@@ -25,9 +25,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.data.item import Item
+from components.data.prepare import load_split
+from components.io import check_output_file, write_text_atomic
 from components.items_file import (  # noqa: F401  (re-exported: the record's format lives below tracking)
     FIELDS,
     ITEMS_ARTIFACT,
@@ -42,6 +44,10 @@ from components.items_file import (  # noqa: F401  (re-exported: the record's fo
     read_items,
     scores,
 )
+from components.scoring.grader import grade_many
+
+if TYPE_CHECKING:
+    from components.tracking.mlflow_logging import Tracker
 
 
 def item_record(system: str, benchmark: str, item: Item, episode: Any) -> dict[str, Any]:
@@ -73,8 +79,6 @@ def regrade(records: Sequence[Mapping[str, Any]], items: Mapping[tuple[str, str]
 
     ``items`` maps ``(benchmark, id)`` to the prepared item. Returns a summary (n, agreeing,
     disagreeing rows with both values) and ``grades`` (one per record, in order)."""
-    from components.scoring.grader import grade_many
-
     missing = [(r["benchmark"], r["id"]) for r in records if (r["benchmark"], r["id"]) not in items]
     if missing:
         raise ItemsFileError(f"{where}: {len(missing)} item(s) not in the prepared data, e.g. {missing[0][1]!r} "
@@ -92,7 +96,7 @@ def regrade(records: Sequence[Mapping[str, Any]], items: Mapping[tuple[str, str]
             "disagreements": differ[:20], "grades": grades}
 
 
-def log_items_table(tracker: Any, path: Path) -> None:
+def log_items_table(tracker: Tracker, path: Path) -> None:
     """The per-item record as an MLflow evaluation table (``eval_items.json``; the transcript and the
     silence list as JSON string columns), for the run's Evaluation view."""
     from components.tracking.backend import guarded
@@ -114,9 +118,6 @@ def regrade_file(path: str | Path, data_dir: str | Path, *, split: str = "test",
     ``data_dir``, write the grades (JSON lines) to ``out`` when given, and raise
     :class:`ItemsFileError` naming the first line whose grade differs from the recorded ``correct``.
     Returns the summary without the per-record grades."""
-    from components.data.prepare import load_split
-    from components.io import check_output_file, write_text_atomic
-
     if out is not None:  # refused before grading (a pipeline input, a folder, an unwritable place)
         check_output_file(out, "per-item results (--out)")
     records = read_items(path)

@@ -33,15 +33,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.config import ALL_BENCHMARKS, BASELINE_NAMES, Config
 from components.data.item import Item
-from components.data.prepare import manifest_sha256
+from components.data.prepare import load_split, manifest_sha256
 from components.data.sampling import EVAL_SPLIT, derived_seed, sample_items
+from components.data.train_items import load_train_items
 from components.errors import UserError
 from components.evaluation.items import (
-    ITEMS_FILE,
     ITEMS_PARAM,
     MAIN_PARAM,
     encode,
@@ -58,12 +58,20 @@ from components.evaluation.metrics import (
     silence_grid,
     summarise,
 )
+from components.evaluation.outputs import EvalOutputs, write_outputs
 from components.evaluation.publish import check_out_dir, publish
-from components.evaluation.report import render_markdown, write_reports
-from components.io import write_bytes_atomic
+from components.evaluation.report import render_markdown
 from components.machine import describe, machine_fingerprint
+from components.mas.baselines import baseline_engine
+from components.mas.engine import RolloutEngine
 from components.mas.environment import grade_episodes
+from components.mas.prior import apply_silence_prior
 from components.mas.voting import vote
+from components.models import ALIASES, PolicyInit, default_device, load_policy
+from components.progress import report
+
+if TYPE_CHECKING:
+    from components.tracking.mlflow_logging import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +144,6 @@ def run_system(system: System, items: Sequence[Item], *, batch_size: int, seed: 
     """
     if batch_size < 1:
         raise EvalInputError(f"eval.batch_size must be >= 1, got {batch_size}")
-    from components.progress import report
-
     order = sorted(range(len(items)), key=lambda k: _length_key(items[k]))
     episodes: list[EpisodeLike | None] = [None] * len(items)
     starts = range(0, len(order), batch_size)
@@ -146,23 +152,23 @@ def run_system(system: System, items: Sequence[Item], *, batch_size: int, seed: 
              len(starts), batch_size)
     with report(f"evaluate {system.name} ({benchmark})", len(starts), "batches") as progress:
         for b, start in enumerate(starts):
-            done += _run_batch(system, items, order[start:start + batch_size], b, seed, benchmark, compact, episodes)
+            idx = order[start:start + batch_size]
+            out = _run_batch(system, [items[k] for k in idx], derived_seed(seed, benchmark, system.name, b))
+            for k, ep in zip(idx, out, strict=True):
+                episodes[k] = EpisodeStats.from_episode(ep) if compact else ep
+            done += len(idx)
             progress.advance(detail=f"{done}/{len(items)} items")
     log.info("evaluate %s (%s): %d items done in %.0f s", system.name, benchmark, done, time.perf_counter() - t0)
     return [ep for ep in episodes if ep is not None]
 
 
-def _run_batch(system: System, items: Sequence[Item], idx: list[int], b: int, seed: int, benchmark: str,
-               compact: bool, episodes: list[EpisodeLike | None]) -> int:
-    """Batch ``b`` (the items at ``idx``) into ``episodes``; returns how many items it held."""
-    batch = [items[k] for k in idx]
-    out = system.engine.rollout(batch, 1, seed=derived_seed(seed, benchmark, system.name, b), greedy=system.greedy)
-    if len(out) != len(idx):
-        raise EvalInputError(f"system {system.name!r}: engine returned {len(out)} episodes for {len(idx)} items")
+def _run_batch(system: System, batch: list[Item], seed: int) -> list[Any]:
+    """One engine call on ``batch`` (sampled with ``seed``), voted: one episode per item, in order."""
+    out = system.engine.rollout(batch, 1, seed=seed, greedy=system.greedy)
+    if len(out) != len(batch):
+        raise EvalInputError(f"system {system.name!r}: engine returned {len(out)} episodes for {len(batch)} items")
     vote(out, batch, system.engine.cfg)
-    for k, ep in zip(idx, out, strict=True):
-        episodes[k] = EpisodeStats.from_episode(ep) if compact else ep
-    return len(idx)
+    return out
 
 
 def _run_benchmarks(system: System, items: dict[str, list[Item]], *, batch_size: int, seed: int,
@@ -192,20 +198,16 @@ def _run_benchmarks(system: System, items: dict[str, list[Item]], *, batch_size:
 
 
 def _load(name: str | Path, cfg: Config, device: str):
-    from components.models import load_policy
-
-    return load_policy(str(name), cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
-                       seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
+    return load_policy(str(name), PolicyInit(seed=cfg.gspo.seed), cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
+                       device=device, silence_marker=cfg.mas.silence_marker)
 
 
 def resolve_model(cfg: Config, model: str | None) -> tuple[str, str | Path]:
     """``(uri as given, what load_policy gets)``: aliases pass through, URIs/folders are resolved."""
-    from components.models import ALIASES
-
     uri = model or cfg.model.name
     if uri in ALIASES:
         return uri, uri
-    from components.tracking import resolve_model_uri
+    from components.tracking import resolve_model_uri  # lazy: mlflow (~4 s), only for a models:/ URI or run
 
     return uri, resolve_model_uri(uri, tracking_uri=cfg.tracking.uri)
 
@@ -217,9 +219,6 @@ def build_systems(cfg: Config, policy: tuple[Any, Any], baselines: Sequence[str]
     model for ``mas_untrained`` / ``mas_prior`` (defaults to ``policy``); ``mas_prior`` gets a copy
     of it with the silence prior, calibrated on ``data.train_sources`` under ``data_dir``;
     ``engine_kw`` goes to every RolloutEngine."""
-    from components.mas.baselines import baseline_engine
-    from components.mas.engine import RolloutEngine
-
     kw = {"device": device, **engine_kw}
     systems = [System(MAIN_SYSTEM, RolloutEngine(*policy, cfg.mas, **kw), greedy=True)]
     for name in baselines:
@@ -234,9 +233,6 @@ def build_systems(cfg: Config, policy: tuple[Any, Any], baselines: Sequence[str]
 def _with_prior(cfg: Config, weights: tuple[Any, Any], data_dir: Path | None) -> tuple[Any, Any]:
     """A copy of the base model with the silence prior (the training run's step-0 policy)."""
     import copy
-
-    from components.data.train_items import load_train_items
-    from components.mas.prior import apply_silence_prior
 
     if cfg.model.silence_prior <= 0:
         raise EvalInputError("baseline mas_prior needs model.silence_prior > 0 (the prior it evaluates)")
@@ -258,13 +254,30 @@ def _check_names(benchmarks: Sequence[str], baselines: Sequence[str]) -> None:
         raise EvalInputError("eval.benchmarks: empty; nothing to evaluate")
 
 
-def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None, baselines: list[str] | None = None,
-             out_dir: Path | None = None, data_dir: Path | None = None, tracker=None,
-             systems: Sequence[System] | None = None, split: str = EVAL_SPLIT) -> EvalReport:
-    """Evaluate ``model`` (default ``cfg.model.name``) and the baselines on ``cfg.eval.benchmarks``.
+@dataclass(frozen=True)
+class EvalRequest:
+    """What one :func:`evaluate` call evaluates, and where; a field left None takes its config key."""
 
-    ``limit`` (default ``eval.limit``) items per benchmark from the TEST split, a seeded sample
-    (:func:`sample_items` with ``eval.seed``); ``split`` selects another split
+    model: str | None = None
+    """folder, alias, hub id or model URI (default ``model.name``)"""
+    limit: int | None = None
+    """items per benchmark (default ``eval.limit``)"""
+    baselines: Sequence[str] | None = None
+    """baselines beside the model (default ``eval.baselines``; ignored with injected systems)"""
+    out_dir: Path | None = None
+    """output folder (default ``eval.out_dir``)"""
+    data_dir: Path | None = None
+    """prepared data (default ``data.out_dir``)"""
+    split: str = EVAL_SPLIT
+    """benchmark split: TEST, or the search's dev slice"""
+
+
+def evaluate(cfg: Config, request: EvalRequest | None = None, *, tracker: Tracker | None = None,
+             systems: Sequence[System] | None = None) -> EvalReport:
+    """Evaluate ``request.model`` (default ``cfg.model.name``) and the baselines on ``cfg.eval.benchmarks``.
+
+    ``request.limit`` (default ``eval.limit``) items per benchmark from the TEST split, a seeded sample
+    (:func:`sample_items` with ``eval.seed``); ``request.split`` selects another split
     (the search's dev slice). ``systems`` injects prebuilt systems (an in-memory
     policy, fixed-length engines in benchmarks) instead of loading models; ``baselines`` is then ignored.
     ``tracker`` (a :class:`components.tracking.Tracker` inside its ``with``) gets the main system's
@@ -272,16 +285,16 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     outputs as artifacts. Writes to ``out_dir`` (default ``eval.out_dir``); see report.py for files,
     published as one set (publish.py): a failed evaluation leaves the previous ones as they were.
     """
-    from components.data.prepare import load_split
-
     t_start = time.perf_counter()
+    req = request or EvalRequest()
+    model, split = req.model, req.split
     ev = cfg.eval
-    limit = ev.limit if limit is None else limit
-    baselines = list(ev.baselines if baselines is None else baselines)
+    limit = ev.limit if req.limit is None else req.limit
+    baselines = list(ev.baselines if req.baselines is None else req.baselines)
     benchmarks = list(ev.benchmarks)
     _check_names(benchmarks, baselines if systems is None else [])
-    data_dir = Path(data_dir if data_dir is not None else cfg.data.out_dir)
-    out_dir = Path(out_dir if out_dir is not None else ev.out_dir)
+    data_dir = Path(req.data_dir if req.data_dir is not None else cfg.data.out_dir)
+    out_dir = Path(req.out_dir if req.out_dir is not None else ev.out_dir)
     check_out_dir(out_dir)  # before hours of rollouts; also cleans what a killed evaluation left there
 
     items = {b: sample_items(load_split(data_dir, b, split, cfg.data), limit, ev.seed,
@@ -295,8 +308,6 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
         "machine": machine_fingerprint(),  # greedy bf16 decodes differ across CPUs: components/machine.py
     }
     if systems is None:
-        from components.models import default_device
-
         device = default_device()
         uri, source = resolve_model(cfg, model)
         policy = _load(source, cfg, device)
@@ -346,8 +357,8 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     items_bytes = encode(records_of(per_system, items))  # the per-item record (items.py), hashed as written
     meta["items_sha256"] = items_sha256(items_bytes)
     markdown = render_markdown(rows, summary, meta)
-    paths = publish(out_dir, lambda staging: write_outputs(staging, rows, summary, meta, markdown, grid,
-                                                           items_bytes))
+    outputs = EvalOutputs(rows, summary, meta, markdown, grid, items_bytes)
+    paths = publish(out_dir, lambda staging: write_outputs(staging, outputs))
     timings["total"] = time.perf_counter() - t_start
     per_item = {name: {b: [ItemOutcome(e.question_id, e.correct, e.total_tokens, e.completion_tokens)
                            for e in per_system[name][b]] for b in benchmarks} for name in names}
@@ -356,20 +367,6 @@ def evaluate(cfg: Config, *, model: str | None = None, limit: int | None = None,
     if tracker is not None:
         log_to_tracker(tracker, report, main)
     return report
-
-
-def write_outputs(out_dir: Path, rows: Sequence[EvalRow], summary: dict[str, Any], meta: dict[str, Any],
-                  markdown: str, grid: SilenceGrid | None, items_bytes: bytes | None = None) -> dict[str, Path]:
-    """Every file of an evaluation into ``out_dir`` (report.py's layout); returns ``{name: path}``."""
-    from components.evaluation.plots import plot_accuracy_vs_tokens, plot_silence_heatmap
-
-    paths = write_reports(out_dir, rows, summary, meta, markdown)
-    if items_bytes is not None:
-        paths["items"] = out_dir / ITEMS_FILE
-        write_bytes_atomic(paths["items"], items_bytes)
-    paths["accuracy_vs_tokens"] = plot_accuracy_vs_tokens(rows, out_dir / "accuracy_vs_tokens.png")
-    paths["silence_by_agent_round"] = plot_silence_heatmap(grid, out_dir / "silence_by_agent_round.png")
-    return paths
 
 
 def eval_metrics(rows: Sequence[EvalRow], system: str) -> dict[str, float]:
@@ -392,7 +389,7 @@ def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
     return {f"eval/{k}": float(v) for k, v in summary.items() if v is not None}
 
 
-def log_to_tracker(tracker, report: EvalReport, main: str, model_id: str | None = None) -> None:
+def log_to_tracker(tracker: Tracker, report: EvalReport, main: str, model_id: str | None = None) -> None:
     """Main system's metrics on the tracker's run (its summary linked to ``model_id``, a registered
     version's logged model, when given); each other system in a nested run tagged
     ``eval.system=<name>`` with the same contract names (the metric validator allows only those)."""

@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict
 
 from components.config import Config, MasConfig
 from components.config_sections import NOT_PROTOCOL, protocol_of  # noqa: F401  (NOT_PROTOCOL: re-exported)
+from components.data.prepare import load_split, manifest_sha256
+from components.data.sampling import sample_items
 
 
 def item_ids_sha256(item_ids: dict[str, list[str]]) -> str:
@@ -88,9 +90,6 @@ def _decoding_dtype(dtype: str) -> str:
 def planned_setting(cfg: Config, *, limit: int | None = None, split: str = "test",
                     data_dir: str | Path | None = None) -> EvalSetting:
     """The setting ``agent-gspo evaluate`` would run under with ``cfg`` (reads and samples the data)."""
-    from components.data.prepare import load_split, manifest_sha256
-    from components.data.sampling import sample_items
-
     data = Path(data_dir if data_dir is not None else cfg.data.out_dir)
     limit = cfg.eval.limit if limit is None else limit
     ids = {b: [i.id for i in sample_items(load_split(data, b, split, cfg.data), limit, cfg.eval.seed,

@@ -19,6 +19,11 @@ from components.errors import UserError
 
 log = logging.getLogger("components.jobs")
 
+ROLLOUT_MAX_EPISODES = 256
+"""All of a rollout's episodes (``--limit`` x ``--group-size``) are one batch: a typo such as
+``--group-size 100000`` took all 24 GB of the machine. Here, not in rollout.py, so that the CLI's
+parser can name it without importing the rollout job (torch)."""
+
 
 class ConfigSource(BaseModel):
     """How a config was asked for: params file, profile and ``section.key=value`` overrides.

@@ -16,16 +16,29 @@ from typing import Any
 
 from pydantic import Field
 
+from components.data.expectations import ValidationReport, validate
+from components.data.outputs import (
+    CheckedBenchmark,
+    StagedBenchmark,
+    check_prepare,
+    commit,
+    committable,
+    stage_benchmark,
+    write_locks,
+)
+from components.data.prepare import PrepareReport, check_benchmark, prepare, validation_failure
+from components.data.sources import resolve_mirror
 from components.jobs.base import Job, log
+from components.jobs.metrics import data_metrics, write_metrics
 
 
 @dataclass
 class PrepareResult:
     """What was prepared, and the validation report when it ran."""
 
-    report: Any
+    report: PrepareReport
     """:class:`components.data.prepare.PrepareReport`"""
-    validation: Any | None = None
+    validation: ValidationReport | None = None
     """:class:`components.data.expectations.ValidationReport` (None with ``validate=False``)"""
 
 
@@ -40,10 +53,8 @@ class ValidateJob(Job):
     def report_path(self) -> Path:
         return Path(self.cfg.data.report_dir) / "validation.md"
 
-    def run(self) -> Any:
+    def run(self) -> ValidationReport:
         """:class:`components.data.expectations.ValidationReport`; raises DataValidationError on failure."""
-        from components.data.expectations import validate
-
         return validate(Path(self.data_dir or self.cfg.data.out_dir), self.report_path,
                         list(self.benchmarks or self.cfg.data.benchmarks), self.cfg.data)
 
@@ -73,75 +84,55 @@ class PrepareJob(Job):
         return Path(self.cfg.data.report_dir) / "validation.md"
 
     def mirror_dir(self) -> Path | None:
-        from components.data.sources import resolve_mirror
-
         return resolve_mirror(self.mirror, self.cfg.data.mirror)
 
-    def check_one(self, name: str) -> Any:
+    def check_one(self, name: str) -> CheckedBenchmark:
         """Read and validate one benchmark, write nothing: the suites' outcome
         (:class:`components.data.outputs.CheckedBenchmark` without its records, small enough to pass
         between Prefect tasks). The flow checks every benchmark before any is written."""
         import dataclasses
 
-        from components.data.prepare import check_benchmark
 
         checked = check_benchmark(name, mirror=self.mirror_dir(), use_hub=self.cfg.data.use_hub, limits=self.cfg.data)
         return dataclasses.replace(checked, tables={})
 
-    def refuse_failed(self, checked: list[Any]) -> None:
+    def refuse_failed(self, checked: list[CheckedBenchmark]) -> None:
         """Raise (with one report of every suite, written to :attr:`report_path`) if any check failed."""
-        from components.data.prepare import validation_failure
-
         if not all(c.ok for c in checked):
             raise validation_failure(checked, self.out, self.report_path)
 
     def preflight(self) -> None:
         """What can be refused before any benchmark is read (names, folders, mirror, existing manifest)."""
-        from components.data.outputs import check_prepare
-
         check_prepare(self.names, self.out, self.report_path, self.mirror_dir())
 
     def write_locks(self) -> contextlib.AbstractContextManager[None]:
         """The locks the write phase holds (every benchmark's, then the manifest's): the flow holds them
         in its own thread from before :meth:`stage_one` until after :meth:`commit`."""
-        from components.data.outputs import write_locks
-
         return write_locks(self.out, self.names)
 
-    def stage_one(self, name: str) -> Any:
+    def stage_one(self, name: str) -> StagedBenchmark:
         """Read, validate and write one benchmark into its staging folder, swapping nothing in
         (:class:`components.data.outputs.StagedBenchmark`). Only under :meth:`write_locks`."""
-        from components.data.outputs import stage_benchmark
-        from components.data.prepare import check_benchmark, validation_failure
-
         checked = check_benchmark(name, mirror=self.mirror_dir(), use_hub=self.cfg.data.use_hub, limits=self.cfg.data)
         if not checked.ok:  # the inputs changed since the flow's check: still nothing is written
             raise validation_failure([checked], self.out, self.report_path)
         return stage_benchmark(checked, self.out)
 
-    def committable(self, staged: Any) -> bool:
+    def committable(self, staged: StagedBenchmark) -> bool:
         """Whether :meth:`commit` can use a (possibly cached) :meth:`stage_one` result."""
-        from components.data.outputs import committable
-
         return committable(staged, self.out)
 
-    def commit(self, staged: list[Any]) -> dict[str, Any]:
+    def commit(self, staged: list[StagedBenchmark]) -> dict[str, Any]:
         """Swap every staged benchmark in, then write the manifest (only under :meth:`write_locks`)."""
-        from components.data.outputs import commit
-
         return commit(staged, self.out)
 
-    def validate(self) -> Any:
+    def validate(self) -> ValidationReport:
         return ValidateJob(cfg=self.cfg, data_dir=str(self.out), benchmarks=self.names).run()
 
     def run(self) -> PrepareResult:
-        from components.data.prepare import prepare
-
-        report = prepare(self.names, mirror=self.mirror_dir(), out_dir=self.out, use_hub=self.cfg.data.use_hub,
-                         progress=self.progress, report_path=self.report_path, limits=self.cfg.data)
+        report = prepare(self.names, mirror=self.mirror_dir(), out_dir=self.out, data=self.cfg.data,
+                         progress=self.progress, report_path=self.report_path)
         log.info("prepared %d benchmark(s) into %s in %.1f s", len(report.results), self.out, report.seconds)
         if self.metrics_file:
-            from components.jobs.metrics import data_metrics, write_metrics
-
             write_metrics(self.metrics_file, data_metrics(report.manifest))
         return PrepareResult(report, self.validate() if self.validate_after else None)

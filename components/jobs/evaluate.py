@@ -14,23 +14,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import Field
 
+from components.config import Config
 from components.errors import UserError
-from components.evaluation.setting import EvalSetting
+from components.evaluation import EvalRequest, evaluate
+from components.evaluation.runner import EvalReport, log_to_tracker
+from components.evaluation.setting import EvalSetting, setting_of
+from components.io import check_not_pipeline_input, check_writable_dir
 from components.jobs.base import Job, log
-
-if TYPE_CHECKING:
-    from components.tracking.versions import VersionRef
+from components.jobs.metrics import write_eval_metrics
+from components.tracking import Tracker
+from components.tracking.backend import guarded
+from components.tracking.gate import VERSION_PARAM, GateResult, write_result
+from components.tracking.lineage import log_evaluation_inputs
+from components.tracking.versions import VersionRef, registration_of, registry_client, resolve_version
 
 
 @dataclass
 class EvaluateResult:
     """What an evaluation produced and where it was recorded."""
 
-    report: Any
+    report: EvalReport
     """:class:`components.evaluation.EvalReport` (table, summary, markdown, written paths)"""
     setting: EvalSetting
     run_id: str | None = None
@@ -43,15 +50,13 @@ class EvaluateResult:
         return self.report.summary[self.report.meta["main_system"]]
 
 
-def evaluated_model(cfg: Any, model: str | None, *, track: bool = True) -> tuple[str | None, VersionRef | None]:
+def evaluated_model(cfg: Config, model: str | None, *, track: bool = True) -> tuple[str | None, VersionRef | None]:
     """``model`` with a ``models:/`` alias or "newest" pinned to a version (evaluated and recorded
     as that version even if the alias moves meanwhile), and the version. A trained folder that was
     registered (it holds ``registered_model.json``) is evaluated as is and recorded on its version
     when tracking is on; other models are returned unchanged."""
     if model is None:
         return None, None
-    from components.tracking.versions import registration_of, resolve_version
-
     if model.startswith("models:/"):
         ref = resolve_version(model, uri=cfg.tracking.uri)
         return ref.uri, ref
@@ -78,8 +83,6 @@ class EvaluateJob(Job):
                                      "(DVC metrics: a row each in `dvc metrics show`)")
 
     def run(self) -> EvaluateResult:
-        from components.io import check_not_pipeline_input, check_writable_dir
-
         check_not_pipeline_input(self.out_dir or self.cfg.eval.out_dir, "output folder (--out / eval.out_dir)")
         if self.metrics_file:  # refused before the evaluation, not after it (a pipeline input too)
             check_not_pipeline_input(self.metrics_file, "metrics folder (--metrics)")
@@ -94,34 +97,25 @@ class EvaluateJob(Job):
                                 "elsewhere")
         result = self._evaluate()
         if self.metrics_file:
-            from components.jobs.metrics import write_eval_metrics
-
             write_eval_metrics(self.metrics_file, result.report.summary)
         return result
 
     def _evaluate(self) -> EvaluateResult:
-        from components.evaluation import evaluate
-        from components.evaluation.runner import log_to_tracker
-
         cfg = self.cfg
         model, version = evaluated_model(cfg, self.model, track=self.track)
         log.info("evaluate %s on %s (%s items each)", model or cfg.model.name, ", ".join(cfg.eval.benchmarks),
                  self.limit or cfg.eval.limit or "all")
-        kwargs = {"model": model, "limit": self.limit, "baselines": self.baselines,
-                  "out_dir": Path(self.out_dir) if self.out_dir else None,
-                  "data_dir": Path(self.data_dir) if self.data_dir else None, "split": self.split}
+        request = EvalRequest(model=model, limit=self.limit, baselines=self.baselines,
+                              out_dir=Path(self.out_dir) if self.out_dir else None,
+                              data_dir=Path(self.data_dir) if self.data_dir else None, split=self.split)
         if not self.track:
-            report = evaluate(cfg, **kwargs)
+            report = evaluate(cfg, request)
             return EvaluateResult(report, self._setting(report))
-        from components.tracking import Tracker
-        from components.tracking.gate import VERSION_PARAM
-        from components.tracking.lineage import log_evaluation_inputs
-
         tags = {"stage": "evaluate", "eval.model": model or cfg.model.name}
         if version is not None:
             tags |= {"eval.model_name": version.name, "eval.model_version": version.version}
         with Tracker.from_config(cfg, "evaluate", tags) as tracker:
-            report = evaluate(cfg, **kwargs)
+            report = evaluate(cfg, request)
             setting = self._setting(report)
             registered = {VERSION_PARAM: version.uri} if version is not None else {}  # immutable: the gate checks it
             tracker.log_params(setting.params() | {f"eval.{k}": v for k, v in cfg.eval.model_dump().items()}
@@ -134,9 +128,7 @@ class EvaluateJob(Job):
                 self._record(version, setting, report, run_id)
         return EvaluateResult(report, setting, run_id, version)
 
-    def _setting(self, report: Any) -> EvalSetting:
-        from components.evaluation.setting import setting_of
-
+    def _setting(self, report: EvalReport) -> EvalSetting:
         meta = report.meta
         return setting_of(self.cfg, meta["item_ids"], split=meta["split"], limit=meta["limit"],
                           data_manifest_sha256=meta["data_manifest_sha256"])
@@ -144,9 +136,6 @@ class EvaluateJob(Job):
     def _model_id(self, version: VersionRef | None) -> str | None:
         if version is None:
             return None
-        from components.tracking.backend import guarded
-        from components.tracking.versions import registry_client
-
         uri = self.cfg.tracking.uri
         mv = guarded(uri, f"read {version.name} v{version.version}",
                      lambda: registry_client(uri).get_model_version(version.name, version.version))
@@ -154,12 +143,8 @@ class EvaluateJob(Job):
         return getattr(mv, "model_id", None) or (source.removeprefix("models:/") if source.startswith("models:/m-")
                                                  else None)
 
-    def _record(self, version: VersionRef, setting: EvalSetting, report: Any, run_id: str | None) -> None:
+    def _record(self, version: VersionRef, setting: EvalSetting, report: EvalReport, run_id: str | None) -> None:
         """The results on the version under the setting's key (what the promotion gate compares)."""
-        from components.tracking.backend import guarded
-        from components.tracking.gate import GateResult, write_result
-        from components.tracking.versions import registry_client
-
         main = report.summary[report.meta["main_system"]]
         result = GateResult(float(main["accuracy"]), float(main["tokens_total"]), int(main["n"]), run_id)
         client = registry_client(self.cfg.tracking.uri)

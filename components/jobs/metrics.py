@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.io import write_json_atomic
+from components.io import write_json_atomic, write_text_atomic
 from components.numbers import is_finite_number
 
 COLUMNS = ("n", "accuracy", "tokens", "silence", "reward", "lambda_tok", "budget", "noop")
@@ -102,7 +102,6 @@ def write_series(path: str | Path, history: Sequence[Mapping[str, float]]) -> Pa
     import csv
     import io
 
-    from components.io import write_text_atomic
 
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")

@@ -24,7 +24,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from components.errors import UserError
+from components.evaluation.setting import planned_setting
 from components.jobs.base import Job, log
+from components.tracking.promotion import ChampionNotEvaluated, GateRule, GateSpec, promote
+from components.tracking.recorded import protocol_differences, recorded_mas
+from components.tracking.versions import registry_client, resolve_version
 
 if TYPE_CHECKING:
     from components.tracking.promotion import PromotionDecision
@@ -39,10 +43,6 @@ class PromoteJob(Job):
     evaluate_champion: bool = Field(False, description="evaluate a champion lacking results under the setting")
 
     def run(self) -> PromotionDecision:
-        from components.evaluation.setting import planned_setting
-        from components.tracking.promotion import ChampionNotEvaluated, GateRule, promote
-        from components.tracking.versions import registry_client, resolve_version
-
         cfg = self.cfg
         text = self.candidate or f"models:/{cfg.registry.model_name}"
         if not text.startswith("models:/"):
@@ -57,8 +57,7 @@ class PromoteJob(Job):
         _warn_if_not_served_protocol(ref.name, ref.version, setting.protocol, cfg.tracking.uri)
 
         def gate():
-            return promote(client, ref.name, ref.version, setting_key=setting.key(), setting_text=setting.describe(),
-                           rule=rule)
+            return promote(client, ref.name, ref.version, gate=GateSpec(setting.key(), rule, setting.describe()))
 
         try:
             return gate()
@@ -80,8 +79,6 @@ class PromoteJob(Job):
 def _warn_if_not_served_protocol(name: str, version: str, evaluated: dict[str, Any], uri: str) -> None:
     """One warning line when the gate's numbers come from another ``mas`` protocol than the
     candidate serves with (its recorded settings); the gate still decides."""
-    from components.tracking.recorded import protocol_differences, recorded_mas
-
     recorded = recorded_mas(name, version, uri=uri)
     if recorded is None:
         return

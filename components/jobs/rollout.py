@@ -11,17 +11,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationError
 
 from components.config import ConfigError, format_errors
+from components.data.prepare import load_split
+from components.data.train_items import load_train_items
 from components.errors import UserError
-from components.jobs.base import Job, log
-
-ROLLOUT_MAX_EPISODES = 256
-"""All of a rollout's episodes (``--limit`` x ``--group-size``) are one batch: a typo such as
-``--group-size 100000`` took all 24 GB of the machine."""
+from components.io import check_output_file, write_text_atomic
+from components.jobs.base import ROLLOUT_MAX_EPISODES, Job, log
+from components.mas.engine import RolloutEngine
+from components.mas.environment import Environment
+from components.mas.prior import apply_silence_prior
+from components.mas.records import Episode
+from components.mas.transcript import episodes_summary, format_transcript
+from components.models import load_policy
+from components.reward.reward import apply_rewards
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,7 @@ class RolloutResult:
     """The episodes played, one readable transcript per episode, and their means (``summary``:
     :func:`components.mas.transcript.episodes_summary` plus the decoding speed)."""
 
-    episodes: list[Any]
+    episodes: list[Episode]
     transcripts: list[str]
     summary: dict[str, float]
     json_path: Path | None
@@ -53,30 +59,18 @@ class RolloutJob(Job):
     json_out: str | None = Field(None, description="write episode records (JSON lines) here")
 
     def run(self) -> RolloutResult:
-        from components.data.prepare import load_split
-        from components.mas.engine import RolloutEngine
-        from components.mas.environment import Environment
-        from components.mas.transcript import episodes_summary, format_transcript
-        from components.models import load_policy
-        from components.reward.reward import apply_rewards
-
         cfg = self._with_mas_options()
         if self.limit * self.group_size > ROLLOUT_MAX_EPISODES:
             raise UserError(f"--limit {self.limit} x --group-size {self.group_size} = {self.limit * self.group_size} "
                             f"episodes in one batch; at most {ROLLOUT_MAX_EPISODES} (use `agent-gspo evaluate` "
                             "for more)")
         if self.json_out:
-            from components.io import check_output_file
-
             check_output_file(self.json_out, "episode records (--json)")
         data_dir = Path(self.data or cfg.data.out_dir)
         items = load_split(data_dir, self.benchmark, self.split, cfg.data)[: self.limit]
         model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
                                  silence_marker=cfg.mas.silence_marker)
         if self.silence_prior:  # the policy train starts from (step 0): the base model plus the silence row
-            from components.data.train_items import load_train_items
-            from components.mas.prior import apply_silence_prior
-
             if cfg.model.silence_prior <= 0:
                 raise UserError("--silence-prior: model.silence_prior is 0 in this config; set it (e.g. --set "
                                 "model.silence_prior=0.1) or choose a profile that does (results, proof)")
@@ -93,8 +87,6 @@ class RolloutJob(Job):
         summary = episodes_summary(episodes) | {"generated_tokens_per_s": engine.last_stats.tokens_per_s}
         json_path = None
         if self.json_out:
-            from components.io import write_text_atomic
-
             json_path = Path(self.json_out)
             write_text_atomic(json_path, "".join(json.dumps(ep.to_dict()) + "\n" for ep in episodes))
         return RolloutResult(episodes, [format_transcript(ep, tok) for ep in episodes], summary, json_path)

@@ -13,12 +13,17 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+import optuna
 from pydantic import Field
 
+from components.comparison import ItemScore
 from components.config import Config
+from components.evaluation import EvalRequest, evaluate
+from components.io import check_not_pipeline_input, check_output_file
 from components.jobs.base import Job
+from components.runtime.training_run import train
+from components.search import SearchResult, SearchSpace, TrialOutcome, Worker, mlflow_tracker_factory, run_search
 
 
 def release_memory() -> None:
@@ -47,12 +52,7 @@ class SearchTrial:
 
     data_dir: Path | None = None
 
-    def __call__(self, trial_cfg: Config, trial: Any) -> Any:
-        from components.comparison import ItemScore
-        from components.evaluation import evaluate
-        from components.runtime.training_run import train
-        from components.search import TrialOutcome
-
+    def __call__(self, trial_cfg: Config, trial: optuna.Trial) -> TrialOutcome:
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix=f"trial-{trial.number}-") as tmp:
             result = train(trial_cfg, max_steps=trial_cfg.search.trial_steps, out_dir=Path(tmp) / "run",
@@ -65,8 +65,8 @@ class SearchTrial:
             accs, tokens, n, spent, items = [], 0.0, 0, 0, {}
             for bench, split in (("aqua", "dev"), ("mmlu", "val")):
                 one = ev_cfg.model_copy(update={"eval": ev_cfg.eval.model_copy(update={"benchmarks": [bench]})})
-                rep = evaluate(one, model=str(result.final_model), limit=trial_cfg.search.dev_items, baselines=[],
-                               out_dir=Path(tmp) / f"eval-{bench}", data_dir=self.data_dir, split=split)
+                rep = evaluate(one, EvalRequest(model=str(result.final_model), limit=trial_cfg.search.dev_items,
+                               baselines=[], out_dir=Path(tmp) / f"eval-{bench}", data_dir=self.data_dir, split=split))
                 s = rep.summary["agent_gspo"]
                 accs.append(float(s["accuracy"]))
                 tokens += float(s["tokens_completion"])
@@ -91,22 +91,17 @@ class SearchJob(Job):
     def check_outputs(self) -> None:
         """Refuse (exit 2, before any trial) a best-params file or sqlite study that is an input of
         the pipeline: ``--set search.out_params=params.yaml`` replaced the params file."""
-        from components.io import check_not_pipeline_input, check_output_file
-
         check_output_file(self.cfg.search.out_params, "best-params file (search.out_params)")
         url = self.storage or self.cfg.search.storage or ""
         if url.startswith("sqlite:///"):
             check_not_pipeline_input(url[len("sqlite:///"):].split("?", 1)[0],
                                      "Optuna storage (--storage / search.storage)")
 
-    def run(self) -> Any:
+    def run(self) -> SearchResult:
         """:class:`components.search.SearchResult` of the whole study."""
-        from components.search import SearchSpace, mlflow_tracker_factory, run_search
-
         cfg = self.cfg
         self.check_outputs()
-        tokens = self.budget_tokens if self.budget_tokens is not None else (cfg.search.budget_tokens or None)
-        return run_search(cfg, SearchTrial(Path(cfg.data.out_dir)), trials=self.trials, budget_tokens=tokens,
-                          budget_seconds=cfg.search.budget_seconds or None, storage=self.storage,
-                          space=SearchSpace.within(cfg), tracker_factory=mlflow_tracker_factory(cfg) if self.track
-                          else None)
+        flags = {k: v for k, v in (("trials", self.trials), ("budget_tokens", self.budget_tokens)) if v is not None}
+        study_cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update=flags)})  # = --set search.<key>
+        worker = Worker(storage=self.storage, tracker_factory=mlflow_tracker_factory(cfg) if self.track else None)
+        return run_search(study_cfg, SearchTrial(Path(cfg.data.out_dir)), space=SearchSpace.within(cfg), worker=worker)

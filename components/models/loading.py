@@ -16,6 +16,7 @@ the first generated token).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,20 +111,29 @@ def _from_pretrained(source: str | Path, name: str, dtype: torch.dtype) -> tuple
     return model, tokenizer
 
 
-def load_policy(name: str, *, cache_dir: str | Path = "~/.cache/agent-gspo/models",
+@dataclass(frozen=True)
+class PolicyInit:
+    """What a load draws at random: ``seed`` seeds the init of ``tiny-random`` and of LoRA adapters
+    (peft draws LoRA-A from torch's global RNG; it is forked so the caller's RNG stream is
+    untouched), so two loads with the same seed give identical weights; ``lora_rank > 0`` wraps
+    the model with :func:`components.models.lora.apply_lora` (``model.lora_rank`` / ``lora_alpha``)."""
+
+    seed: int = 0
+    lora_rank: int = 0
+    lora_alpha: int = 16
+
+
+def load_policy(name: str, init: PolicyInit | None = None, *, cache_dir: str | Path = "~/.cache/agent-gspo/models",
                 dtype: str | torch.dtype = "auto", device: str | torch.device = "cpu",
-                lora_rank: int = 0, lora_alpha: int = 16, seed: int = 0,
                 silence_marker: str | None = "<silent>") -> tuple[Any, Any]:
     """Return ``(model, tokenizer)`` ready for generation and training.
 
     ``silence_marker`` (``mas.silence_marker``) becomes one special token of the tokenizer and the
     model (:func:`components.models.silence.ensure_silence_token`; a saved policy already has it);
-    None leaves the vocabulary as loaded.
-    ``seed`` seeds the random init of ``tiny-random`` and of LoRA adapters (peft draws LoRA-A
-    from torch's global RNG; we fork it so the caller's RNG stream is untouched), so two calls
-    with the same seed give identical weights.
-    ``lora_rank > 0`` wraps the model with :func:`components.models.lora.apply_lora`.
+    None leaves the vocabulary as loaded. ``init``: seed and LoRA shape (:class:`PolicyInit`).
     """
+    init = init or PolicyInit()
+    seed, lora_rank, lora_alpha = init.seed, init.lora_rank, init.lora_alpha
     if not isinstance(name, str) or not name.strip():
         raise ModelNotFoundError(f"model.name: must be a non-empty alias, folder or hub id (got {name!r})")
     if lora_rank < 0:

@@ -34,11 +34,11 @@ form worth the dependency.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 from components.config import BudgetConfig, RewardConfig
 from components.errors import UserError
+from components.numbers import finite_float
 
 STATE_VERSION = 3
 """2 adds ``kp`` and ``integral``, 3 adds ``mode``; version-1 states (pure dual ascent) load with
@@ -51,13 +51,7 @@ class BudgetError(UserError):
 
 
 def _finite(name: str, value: float) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError) as exc:
-        raise BudgetError(f"{name} must be a number (got {value!r})") from exc
-    if not math.isfinite(out):
-        raise BudgetError(f"{name} must be finite (got {value!r})")
-    return out
+    return finite_float(value, name, BudgetError)
 
 
 class DualBudgetController:
@@ -69,8 +63,12 @@ class DualBudgetController:
     history is still recorded (the ablation "fixed λ").
     """
 
-    def __init__(self, target: float, lr: float, lambda_init: float, lambda_min: float = 0.0,
-                 lambda_max: float = 10.0, enabled: bool = True, kp: float = 0.0, mode: str = "cap") -> None:
+    def __init__(self, budget: BudgetConfig, lambda_init: float) -> None:
+        """``budget``: the ``budget`` section (its gains, bounds and mode); ``lambda_init``: λ's
+        start (``reward.lambda_tok``). The values are checked here too: a checkpoint's state
+        (:meth:`load_state_dict`) arrives as an unvalidated section."""
+        target, lr, lambda_min, lambda_max, kp, mode = (budget.target, budget.lr, budget.lambda_min,
+                                                         budget.lambda_max, budget.kp, budget.mode)
         if mode not in MODES:
             raise BudgetError(f"budget.mode: unknown {mode!r} (allowed: {', '.join(MODES)})")
         self.mode = mode
@@ -100,16 +98,14 @@ class DualBudgetController:
         self.lambda_tok = lam
         self.integral = lam
         """the dual-ascent iterate I (equal to λ when k_p = 0)"""
-        self.enabled = bool(enabled)
+        self.enabled = bool(budget.enabled)
         self.step = 0
         self.history: list[dict[str, float]] = []
 
     @classmethod
     def from_config(cls, budget: BudgetConfig, reward: RewardConfig) -> DualBudgetController:
         """Controller from ``budget.*`` with λ starting at ``reward.lambda_tok``."""
-        return cls(target=budget.target, lr=budget.lr, lambda_init=reward.lambda_tok,
-                   lambda_min=budget.lambda_min, lambda_max=budget.lambda_max, enabled=budget.enabled,
-                   kp=budget.kp, mode=budget.mode)
+        return cls(budget, reward.lambda_tok)
 
     def update(self, mean_tokens: float) -> float:
         """One projected dual-ascent step from a batch's mean tokens per episode; returns the new λ."""
@@ -155,9 +151,10 @@ class DualBudgetController:
         if state["version"] not in range(1, STATE_VERSION + 1):
             raise BudgetError(f"budget controller state: version {state['version']!r} "
                               f"(this code reads 1 to {STATE_VERSION})")
-        fresh = DualBudgetController(state["target"], state["lr"], state["lambda_tok"], state["lambda_min"],
-                                     state["lambda_max"], state["enabled"], state.get("kp", 0.0),
-                                     state.get("mode", "cap"))
+        section = BudgetConfig.model_construct(  # unvalidated: the constructor's checks raise BudgetError
+            target=state["target"], lr=state["lr"], lambda_min=state["lambda_min"], lambda_max=state["lambda_max"],
+            enabled=state["enabled"], kp=state.get("kp", 0.0), mode=state.get("mode", "cap"))
+        fresh = DualBudgetController(section, state["lambda_tok"])
         fresh.integral = _finite("integral", state.get("integral", state["lambda_tok"]))
         self.__dict__.update(fresh.__dict__)
         self.step = int(state["step"])

@@ -17,13 +17,13 @@ same penalty rather than inventing a new one.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from components.config import RewardConfig
 from components.errors import UserError
 from components.mas.records import TOKEN_MEASURES, Episode, Message, measured_tokens
+from components.numbers import finite_float
 from components.reward.repetition import episode_repetition, message_repetitions
 
 PART_KEYS = ("task", "tokens_penalty", "turn_penalty", "repetition_penalty", "tokens")
@@ -60,13 +60,7 @@ class RewardBreakdown:
 
 
 def _check_lambda(lambda_tok: float) -> float:
-    try:
-        value = float(lambda_tok)
-    except (TypeError, ValueError) as exc:
-        raise RewardError(f"lambda_tok must be a number (got {lambda_tok!r})") from exc
-    if not math.isfinite(value):
-        raise RewardError(f"lambda_tok must be finite (got {lambda_tok!r})")
-    return value
+    return finite_float(lambda_tok, "lambda_tok", RewardError)
 
 
 def message_tokens(message: Message, measure: str) -> int:

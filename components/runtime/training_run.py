@@ -39,7 +39,7 @@ from components.io import atomic_dir, check_writable_dir, naming_environment_err
 from components.mas.engine import RolloutEngine
 from components.mas.environment import Environment
 from components.mas.prior import apply_silence_prior
-from components.models import default_device, load_policy
+from components.models import PolicyInit, default_device, load_policy
 from components.progress import leaf, log_to_stderr
 from components.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.runtime.distributed import (
@@ -164,9 +164,10 @@ def train(cfg: Config, **options: Unpack[TrainOptions]) -> TrainResult:
 def _build(cfg: Config, out: Path, items: list[Item], info: DistInfo) -> _Run:
     """The policy (silence token added, prior applied), its engine and the trainer over them."""
     device = default_device()
-    model, tokenizer = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype,
-                                   device=device, lora_rank=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
-                                   seed=cfg.gspo.seed, silence_marker=cfg.mas.silence_marker)
+    model, tokenizer = load_policy(cfg.model.name, PolicyInit(lora_rank=cfg.model.lora_rank,
+                                   lora_alpha=cfg.model.lora_alpha, seed=cfg.gspo.seed),
+                                   cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
+                                   silence_marker=cfg.mas.silence_marker)
     if cfg.model.silence_prior > 0:  # the step-0 policy explores silence (a resume overwrites the weights)
         reached = apply_silence_prior(model, tokenizer, cfg.mas, items, cfg.model.silence_prior,
                                       cfg.model.silence_calibration)

@@ -14,11 +14,11 @@ from components.search.space import (
     apply_overrides,
     suggest,
 )
-from components.search.study import SearchResult, TrialOutcome, run_search, select_best
+from components.search.study import SearchResult, TrialOutcome, Worker, run_search, select_best
 from components.search.tracking import mlflow_tracker_factory
 
 __all__ = [
     "DEFAULT_SPACE", "Budget", "CategoricalParam", "FloatParam", "IntParam", "Ledger", "SearchError",
-    "SearchResult", "SearchSpace", "SearchSpaceError", "TiedParam", "TrialOutcome", "apply_overrides",
+    "SearchResult", "SearchSpace", "SearchSpaceError", "TiedParam", "TrialOutcome", "Worker", "apply_overrides",
     "load_best_params", "mlflow_tracker_factory", "run_search", "select_best", "suggest", "write_best_params",
 ]

@@ -38,14 +38,13 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from components.comparison import ItemScore
 from components.config import Config
 from components.errors import Terminated
 from components.progress import leaf
@@ -53,11 +52,13 @@ from components.redact import redact as redact_text
 from components.search import budget as B
 from components.search import candidate, study_config
 from components.search.errors import SearchError
+from components.search.outcome import SearchResult, TrialFn, TrialOutcome, Worker
 from components.search.params_file import write_best_params
 from components.search.sampler import TrialSeededSampler
 from components.search.space import SearchSpace, apply_overrides
 from components.search.storage import close_storage, open_study, redact
-from components.search.tracking import TrackerFactory, log_search_metrics
+from components.search.tracking import ParentRun, log_search_metrics
+from components.tracking.errors import TrackingError
 
 log = logging.getLogger(__name__)
 
@@ -65,57 +66,6 @@ ATTR_ERROR = B.ATTR_ERROR
 """user attribute of a failed trial: the exception, type and message (URI passwords redacted)"""
 OPTUNA_TRIAL_LOGGER = "optuna.study._optimize"
 """Optuna's logger of "Trial N failed ..." warnings (:class:`_QuietInterrupts` filters it)"""
-
-
-@dataclass(frozen=True)
-class TrialOutcome:
-    """What one trial (short training + dev evaluation) reports back."""
-
-    dev_accuracy: float
-    """Objective, in [0, 1]; maximised."""
-    mean_tokens_per_episode: float
-    """Constrained: must be <= search.max_tokens_per_episode."""
-    tokens_spent: int
-    """All rollout tokens the trial consumed (training + dev), charged to budget_tokens."""
-    seconds: float
-    """Wall-clock of the trial."""
-    items: Mapping[str, Sequence[ItemScore]] | None = None
-    """Per benchmark, one result per dev item: what the best trial is compared with the baseline on
-    (:mod:`components.search.candidate`); None: this trial can never become the candidate."""
-
-
-TrialFn = Callable[[Config, optuna.Trial], TrialOutcome]
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    """Summary over the whole study (all workers), plus why this worker stopped."""
-
-    study_name: str
-    storage: str
-    """Storage URL with any password removed."""
-    best_trial: int
-    best_overrides: list[str]
-    best_dev_accuracy: float
-    best_mean_tokens_per_episode: float
-    best_constraint: float
-    best_feasible: bool
-    """False: no trial met the token limit; the best is the least-violating one."""
-    n_complete: int
-    n_failed: int
-    """Trials whose trial function raised (not counted toward ``trials``)."""
-    tokens_spent: int
-    seconds_elapsed: float
-    stopped_by: str
-    """``trials``, ``budget_tokens``, ``budget_seconds`` or ``failures``."""
-    params_path: str
-    trials_this_worker: list[int] = field(default_factory=list)
-    n_interrupted: int = 0
-    """Trials ended by Ctrl-C / SIGTERM or abandoned by a dead worker (not counted toward ``trials``)."""
-    written: bool = False
-    """True: the best trial beat the profile's parameters and ``params_path`` was (re)written."""
-    verdict: str = ""
-    """The paired comparison's one line (:mod:`components.search.candidate`)."""
 
 
 class _Refused(Exception):
@@ -196,37 +146,31 @@ def select_best(trials: list[FrozenTrial]) -> FrozenTrial | None:
     return min(done, key=lambda t: (violation(t), -float(t.value), t.number))  # type: ignore[arg-type]
 
 
-def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, budget_tokens: int | None = None,
-               budget_seconds: float | None = None, storage: str | optuna.storages.BaseStorage | None = None,
-               study_name: str | None = None, tracker_factory: TrackerFactory | None = None,
-               space: SearchSpace | None = None, sampler: optuna.samplers.BaseSampler | None = None,
-               reserve_tokens: int = 0, out_params: str | None = None) -> SearchResult:
+def run_search(cfg: Config, trial_fn: TrialFn, *, space: SearchSpace | None = None,
+               worker: Worker | None = None) -> SearchResult:
     """Run (or join) the study; write the best feasible parameters to ``cfg.search.out_params`` only
     when they beat the profile's own beyond noise (:mod:`components.search.candidate`).
 
-    ``trials``/``budget_tokens``/``budget_seconds``/``storage``/``study_name``/``out_params``
-    default to ``cfg.search``; a budget of 0 means no limit. ``trial_fn(trial_cfg, trial)`` gets
-    ``cfg`` with the trial's overrides applied. ``tracker_factory()`` opens this worker's
-    parent MLflow run; each trial becomes a nested run with its overrides as params.
-    ``storage`` may also be an Optuna storage object (tests pass an ``InMemoryStorage``).
-    ``sampler`` defaults to TPE (``constant_liar``) seeded per trial from ``cfg.gspo.seed`` and the
-    trial number (:class:`components.search.sampler.TrialSeededSampler`: concurrent workers and
-    resumed runs sample new points, a lone fresh run is reproducible). ``reserve_tokens`` is the
-    per-trial token reservation used before any trial has finished (see :mod:`components.search.budget`).
+    The study's bookkeeping is ``cfg.search``: ``trials``, ``budget_tokens``, ``budget_seconds``
+    (0 = no limit), ``storage`` (unless ``worker.storage``), ``study_name``, ``out_params`` (these
+    keys are left out of the study's config hash, :mod:`components.search.study_config`).
+    ``trial_fn(trial_cfg, trial)`` gets ``cfg`` with the trial's overrides applied; ``space``
+    defaults to :class:`SearchSpace`; ``worker``: see :class:`Worker`.
     Raises :class:`components.search.study_config.ConfigMismatchError` (a :class:`SearchError`)
     when the study was created under another config.
     """
+    worker = worker or Worker()
+    storage, tracker_factory, sampler, reserve_tokens = (worker.storage, worker.tracker_factory, worker.sampler,
+                                                         worker.reserve_tokens)
     s = cfg.search
-    n_trials = s.trials if trials is None else trials
-    tok = s.budget_tokens if budget_tokens is None else budget_tokens
-    sec = s.budget_seconds if budget_seconds is None else budget_seconds
+    n_trials, tok, sec = s.trials, s.budget_tokens, s.budget_seconds
     if n_trials < 1 or tok < 0 or sec < 0 or reserve_tokens < 0:
         raise SearchError(f"search: trials must be >= 1 and budgets >= 0 (got trials={n_trials}, "
                           f"budget_tokens={tok}, budget_seconds={sec}, reserve_tokens={reserve_tokens})")
     # failures: cap them, since a failed trial does not count toward `trials` (see budget.py)
     limits = B.Budget(trials=n_trials, tokens=tok or None, seconds=sec or None, failures=n_trials)
     url = storage if storage is not None else s.storage
-    name = study_name or s.study_name
+    name = s.study_name
     space = space or SearchSpace()
     limit = s.max_tokens_per_episode
     sampler = sampler or TrialSeededSampler(cfg.gspo.seed)
@@ -250,7 +194,7 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
             study.stop()
             raise _Refused(f"{why} before trial {trial.number} could start")
 
-        def objective(trial: optuna.Trial, parent: Any) -> float:
+        def objective(trial: optuna.Trial, parent: ParentRun | None) -> float:
             try:
                 return run_trial(trial, parent)
             except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (components.errors.Terminated)
@@ -262,7 +206,7 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
 
         progress = leaf("search", n_trials, "trials")  # lines inside a trial (components.progress)
 
-        def run_trial(trial: optuna.Trial, parent: Any) -> float:
+        def run_trial(trial: optuna.Trial, parent: ParentRun | None) -> float:
             before = used(before=trial.number)
             reason = B.exhausted(before, limits)
             if reason is not None:
@@ -305,8 +249,6 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
                 if outcome.items is not None:
                     trial.set_user_attr(candidate.ATTR_ITEMS, candidate.items_to_attr(outcome.items))
                 if run is not None:
-                    from components.tracking.errors import TrackingError  # lazy: mlflow only with a tracker
-
                     try:
                         log_search_metrics(run, {
                             "search/dev_accuracy": outcome.dev_accuracy,
@@ -347,7 +289,7 @@ def run_search(cfg: Config, trial_fn: TrialFn, *, trials: int | None = None, bud
                 conflict.append(late)  # overwritten during this worker's last trial: its best is not ours to write
             if conflict:
                 raise conflict[0]
-            result = _finish(study, cfg, url, name, used(), stopped_by, mine, out_params or s.out_params, trial_fn)
+            result = _finish(_Run(study, cfg, url, name, trial_fn), used(), stopped_by, mine)
             if parent is not None:
                 _log_result(parent, result)
         return result
@@ -364,9 +306,20 @@ def _spent(usage: B.Ledger, limits: B.Budget, running: int = 0) -> str:
     return f"budget spent: {tokens} tokens, {seconds} s, {usage.admitted}/{limits.trials} trials"
 
 
-def _finish(study: optuna.Study, cfg: Config, url: str | optuna.storages.BaseStorage, name: str,
-            usage: B.Ledger, stopped_by: list[str], mine: list[int], out_params: str,
-            trial_fn: TrialFn) -> SearchResult:
+@dataclass(frozen=True)
+class _Run:
+    """The study one :func:`run_search` call works on, for its closing steps."""
+
+    study: optuna.Study
+    cfg: Config
+    url: str | optuna.storages.BaseStorage
+    name: str
+    trial_fn: TrialFn
+
+
+def _finish(run: _Run, usage: B.Ledger, stopped_by: list[str], mine: list[int]) -> SearchResult:
+    study, cfg, url, name, trial_fn = run.study, run.cfg, run.url, run.name, run.trial_fn
+    out_params = cfg.search.out_params
     all_trials = study.get_trials(deepcopy=False)
     best = select_best(study_config.own_trials(study, all_trials, name))
     if best is None:
@@ -402,7 +355,7 @@ def _finish(study: optuna.Study, cfg: Config, url: str | optuna.storages.BaseSto
                           for t in all_trials))
 
 
-def _log_result(parent: Any, result: SearchResult) -> None:
+def _log_result(parent: ParentRun, result: SearchResult) -> None:
     parent.log_params({f"best.{o.split('=', 1)[0]}": o.split("=", 1)[1] for o in result.best_overrides})
     parent.set_tags({"best_trial": result.best_trial, "best_feasible": result.best_feasible,
                      "stopped_by": result.stopped_by})

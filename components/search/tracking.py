@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from components.config import Config
+from components.tracking.metric_names import is_metric_name
 
 SEARCH_METRICS: frozenset[str] = frozenset({
     "search/dev_accuracy", "search/mean_tokens_per_episode", "search/constraint", "search/tokens_spent",
@@ -50,10 +51,8 @@ TrackerFactory = Callable[[], contextlib.AbstractContextManager[ParentRun]]
 """Zero-argument callable returning the parent run's context manager."""
 
 
-def log_search_metrics(run: Any, metrics: Mapping[str, float], step: int | None = None) -> None:
+def log_search_metrics(run: TrialRun, metrics: Mapping[str, float], step: int | None = None) -> None:
     """Log ``metrics`` on ``run``: vocabulary names via ``log_metrics``, ``search/*`` via the client."""
-    from components.tracking.metric_names import is_metric_name  # lazy: the package imports mlflow
-
     unknown = sorted(k for k in metrics if not is_metric_name(k) and k not in SEARCH_METRICS)
     if unknown:
         raise ValueError(f"unknown search metric name(s) {unknown}; allowed: {sorted(SEARCH_METRICS)}")

@@ -27,8 +27,9 @@ from components.config import load_config
 from components.errors import run_command
 from components.search.errors import SearchError
 from components.search.sampler import TrialSeededSampler
-from components.search.study import TrialFn, run_search
+from components.search.study import TrialFn, Worker, run_search
 from components.search.synthetic import SyntheticTrial
+from components.search.tracking import mlflow_tracker_factory
 
 
 def _import_trial_fn(spec: str) -> TrialFn:
@@ -76,14 +77,14 @@ def _work(args: argparse.Namespace) -> int:
     trial_fn: TrialFn = SyntheticTrial(args.sleep) if args.synthetic else _import_trial_fn(args.trial_fn)
     factory = None
     if args.mlflow:
-        from components.search.tracking import mlflow_tracker_factory
-
         factory = mlflow_tracker_factory(cfg)
-    result = run_search(cfg, trial_fn, trials=args.trials, budget_tokens=args.budget_tokens,
-                        budget_seconds=args.budget_seconds, storage=args.storage,
-                        study_name=args.study_name, tracker_factory=factory,
-                        sampler=TrialSeededSampler(args.seed),
-                        reserve_tokens=args.reserve_tokens, out_params=args.out_params)
+    flags = {k: v for k, v in (("trials", args.trials), ("budget_tokens", args.budget_tokens),
+                               ("budget_seconds", args.budget_seconds), ("study_name", args.study_name),
+                               ("out_params", args.out_params)) if v is not None and v != ""}
+    study_cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update=flags)})  # = --override search.<key>
+    result = run_search(study_cfg, trial_fn, worker=Worker(storage=args.storage, tracker_factory=factory,
+                                                            sampler=TrialSeededSampler(args.seed),
+                                                            reserve_tokens=args.reserve_tokens))
     print(json.dumps(dataclasses.asdict(result), sort_keys=True))
     return 0
 

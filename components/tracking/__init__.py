@@ -1,32 +1,33 @@
 """MLflow tracking for Agent-GSPO: run logging with a fixed metric vocabulary, the policy logged as
-the multi-agent system it was trained as, registry versions and URIs, and the promotion gate."""
+the multi-agent system it was trained as, registry versions and URIs, and the promotion gate.
 
-from components.tracking.errors import ModelUriError, PromotionError, TrackingError
-from components.tracking.gate import EvidenceMismatch, GateResult, read_result, write_result
-from components.tracking.metric_names import METRIC_NAMES, flatten_params, is_metric_name, validate_metrics
-from components.tracking.mlflow_logging import (
-    Tracker,
-    check_reachable,
-    configure_http_retries,
-    git_commit,
-    log_policy_model,
-    resolve_model_uri,
-)
-from components.tracking.promotion import (
-    CandidateNotEvaluated,
-    ChampionNotEvaluated,
-    GateRule,
-    PromotionDecision,
-    promote,
-)
-from components.tracking.registry import promotion_lock
-from components.tracking.versions import VersionRef, registry_client, resolve_version
+The names below load on first use (as in :mod:`components.jobs`): most modules here import mlflow
+(~4 s), which ``components.tracking.errors`` and ``components.tracking.metric_names`` (what a
+search without a tracker or a grader needs) do not.
+"""
 
-__all__ = [
-    "METRIC_NAMES", "CandidateNotEvaluated", "ChampionNotEvaluated", "EvidenceMismatch", "GateResult", "GateRule",
-    "ModelUriError",
-    "PromotionDecision", "PromotionError", "Tracker", "TrackingError", "VersionRef", "check_reachable",
-    "configure_http_retries", "flatten_params", "git_commit", "is_metric_name", "log_policy_model", "promote",
-    "promotion_lock", "read_result", "registry_client", "resolve_model_uri", "resolve_version", "validate_metrics",
-    "write_result",
-]
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "ModelUriError": "errors", "PromotionError": "errors", "TrackingError": "errors",
+    "EvidenceMismatch": "gate", "GateResult": "gate", "read_result": "gate", "write_result": "gate",
+    "METRIC_NAMES": "metric_names", "flatten_params": "metric_names", "is_metric_name": "metric_names",
+    "validate_metrics": "metric_names",
+    "Tracker": "mlflow_logging", "check_reachable": "mlflow_logging", "configure_http_retries": "mlflow_logging",
+    "git_commit": "mlflow_logging", "log_policy_model": "mlflow_logging", "resolve_model_uri": "mlflow_logging",
+    "Resume": "mlflow_logging",
+    "CandidateNotEvaluated": "promotion", "ChampionNotEvaluated": "promotion", "GateRule": "promotion",
+    "GateSpec": "promotion",
+    "PromotionDecision": "promotion", "promote": "promotion",
+    "promotion_lock": "registry",
+    "VersionRef": "versions", "registry_client": "versions", "resolve_version": "versions",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'components.tracking' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"components.tracking.{_WHERE[name]}"), name)

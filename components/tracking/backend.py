@@ -20,6 +20,7 @@ import sqlalchemy.exc
 from mlflow.exceptions import MlflowException
 
 from components.env import TRACKING_DEFAULTS
+from components.redact import redact
 from components.tracking.errors import RegistryRefusal, TrackingError
 
 HTTP_RETRY_DEFAULTS: dict[str, str] = {
@@ -129,8 +130,6 @@ def one_line(exc: BaseException) -> str:
     """``exc``'s text as one line: SQLAlchemy's link and statement lines dropped, the rest joined, cut
     to :data:`MAX_ERROR_CHARS` (saying how much was left out). Redacted before the cut, which could
     otherwise leave a password without the ``@`` that marks it."""
-    from components.redact import redact
-
     lines = [line.strip() for line in str(exc).splitlines()]
     text = redact("; ".join(line for line in lines if line and not line.startswith(_NOISE)) or type(exc).__name__)
     if len(text) > MAX_ERROR_CHARS:

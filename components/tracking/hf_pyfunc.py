@@ -22,6 +22,8 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.pyfunc import PythonModel
 
+from components.tracking.served import RequestError, ServedSystem
+
 
 class MultiAgentSystemModel(PythonModel):
     """Input: rows with ``question`` (and optionally ``answer_type``, ``choices``). Output: one object
@@ -29,16 +31,12 @@ class MultiAgentSystemModel(PythonModel):
     ``rounds``, ``max_new_tokens``, ``temperature``, ``seed``."""
 
     def load_context(self, context: Any) -> None:
-        from components.tracking.served import ServedSystem
-
         self.system = ServedSystem.load(context.artifacts["hf_model"], context.artifacts["system"])
 
     # ``pd.DataFrame`` tells MLflow not to infer a schema from the hint (the signature logged with
     # the model, with its params schema, is the contract).
     def predict(self, context: Any, model_input: pd.DataFrame,
                 params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        from components.tracking.served import RequestError
-
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
         records = [{k: (None if _missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")]
         try:

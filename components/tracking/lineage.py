@@ -22,12 +22,16 @@ import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelInput
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
+from components.io import file_sha256
+
+if TYPE_CHECKING:
+    from components.config import Config
 from components.tracking.backend import guarded
 from components.tracking.errors import TrackingError
 
@@ -52,8 +56,6 @@ def _manifest(data_dir: Path) -> Mapping[str, Any]:
 
 def prepared_datasets(data_dir: str | os.PathLike[str], splits: Iterable[tuple[str, str]]) -> list[Dataset]:
     """One MLflow dataset per ``(benchmark, split)`` prepared under ``data_dir`` (module docstring)."""
-    from components.io import file_sha256
-
     root = Path(data_dir)
     manifest = _manifest(root)
     out: list[Dataset] = []
@@ -81,7 +83,7 @@ def log_lineage(client: MlflowClient, uri: str, run_id: str, *, datasets: Sequen
                 lambda: client.log_inputs(run_id, datasets=inputs or None, models=models or None))
 
 
-def log_training_inputs(cfg: Any, run_id: str | None) -> bool:
+def log_training_inputs(cfg: Config, run_id: str | None) -> bool:
     """The training splits (``data.train_sources`` under ``data.out_dir``) as inputs of ``run_id``.
 
     Called once training is over (its run ended, its model registered), from the process that

@@ -28,9 +28,10 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import mlflow
 from mlflow import MlflowClient
@@ -47,6 +48,7 @@ from components.tracking.backend import (
     guarded,
 )
 from components.tracking.errors import ModelUriError, PromotionError, TrackingError
+from components.tracking.lineage import log_lineage
 from components.tracking.metric_names import (
     EVAL_METRIC_RE,
     METRIC_NAMES,
@@ -55,6 +57,9 @@ from components.tracking.metric_names import (
     validate_metrics,
 )
 from components.tracking.policy_model import log_policy_model, resolve_model_uri
+
+if TYPE_CHECKING:
+    from components.config import Config
 
 try:  # MLflow's own limits; the fallbacks are the values of MLflow 3.17.
     from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH, MAX_TAG_VAL_LENGTH
@@ -89,6 +94,16 @@ def _without_store_tracebacks() -> Iterator[None]:
         store_log.setLevel(level)
 
 
+@dataclass(frozen=True)
+class Resume:
+    """A run a :class:`Tracker` continues (a resumed training job) instead of starting one."""
+
+    run_id: str
+    new_run_if_missing: bool = False
+    """a run this server does not have (deleted, or logged to another server) starts a new run,
+    tagged :data:`RESUMED_FROM_TAG`, with a warning; else that is a :class:`TrackingError`"""
+
+
 class Tracker:
     """One MLflow run as a context manager.
 
@@ -99,8 +114,9 @@ class Tracker:
     """
 
     def __init__(self, uri: str, experiment: str, run_name: str | None = None,
-                 tags: Mapping[str, Any] | None = None, nested: bool = False, run_id: str | None = None,
-                 new_run_if_missing: bool = False) -> None:
+                 tags: Mapping[str, Any] | None = None, nested: bool = False, resume: Resume | None = None) -> None:
+        run_id = resume.run_id if resume is not None else None
+        new_run_if_missing = resume.new_run_if_missing if resume is not None else False
         self.uri = uri
         self.experiment = experiment
         self.run_name = run_name
@@ -117,15 +133,16 @@ class Tracker:
         self.experiment_id: str | None = None
 
     @classmethod
-    def from_config(cls, config: Any, run_name: str | None = None, tags: Mapping[str, Any] | None = None,
+    def from_config(cls, config: Config, run_name: str | None = None, tags: Mapping[str, Any] | None = None,
                     nested: bool = False, run_id: str | None = None, new_run_if_missing: bool = False) -> Tracker:
         """A Tracker at ``config.tracking.uri`` / ``config.tracking.experiment``, tagged with the
         config hash and profile (``config`` is :class:`components.config.Config`)."""
         base = {"config.sha256": config.hash(), "config.profile": config.profile}
         if sha := git_commit():
             base["git.commit"] = sha
+        resume = Resume(run_id, new_run_if_missing) if run_id is not None else None
         return cls(config.tracking.uri, config.tracking.experiment, run_name, {**base, **(tags or {})}, nested,
-                   run_id=run_id, new_run_if_missing=new_run_if_missing)
+                   resume)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Tracker:
@@ -239,8 +256,6 @@ class Tracker:
     def log_inputs(self, *, datasets: Sequence[Any] = (), context: str = "", model_ids: Sequence[str] = ()) -> None:
         """Record MLflow ``Dataset`` entities (used as ``context``: training, evaluation) and logged
         models as inputs of the run (:mod:`components.tracking.lineage`)."""
-        from components.tracking.lineage import log_lineage
-
         client, run_id = self._require()
         log_lineage(client, self.uri, run_id, datasets=datasets, context=context, model_ids=model_ids)
 

@@ -27,11 +27,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.redact import redact
 from components.tracking.errors import RegistryRefusal, TrackingError
 from components.tracking.metric_names import validate_metrics
+
+if TYPE_CHECKING:
+    from components.tracking.mlflow_logging import Tracker
 
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 LAST_TRY_S = 1.0
@@ -79,7 +82,7 @@ def one_line(exc: BaseException, limit: int = 400) -> str:
 class MetricOutbox:
     """Queue of metric rows for one tracker run (``tracker.log_metric_rows`` does the sending)."""
 
-    def __init__(self, tracker: Any, *, backoff_s: tuple[float, ...] = BACKOFF_S,
+    def __init__(self, tracker: Tracker, *, backoff_s: tuple[float, ...] = BACKOFF_S,
                  log: Callable[[str], None] | None = None) -> None:
         self._tracker = tracker
         self._backoff = backoff_s

@@ -136,14 +136,25 @@ def _evidence(client: MlflowClient, name: str, version: str, key: str, text: str
     return evidence
 
 
-def promote(client: MlflowClient, name: str, candidate_version: str | int, *, setting_key: str, rule: GateRule,
-            setting_text: str = "", lock: LockKind = "auto", lock_timeout_s: float = 60.0) -> PromotionDecision:
-    """Decide and apply the alias for ``name`` v``candidate_version`` under ``setting_key`` (module doc).
+@dataclass(frozen=True)
+class GateSpec:
+    """What the gate decides under: the evaluation setting's key (and its description, for
+    messages) whose per-item records it compares, and the rule deciding."""
+
+    setting_key: str
+    rule: GateRule
+    setting_text: str = ""
+
+
+def promote(client: MlflowClient, name: str, candidate_version: str | int, *, gate: GateSpec,
+            lock: LockKind = "auto", lock_timeout_s: float = 60.0) -> PromotionDecision:
+    """Decide and apply the alias for ``name`` v``candidate_version`` under ``gate`` (module doc).
 
     Raises :class:`PromotionError` (missing version, evaluation or evidence; edited tags),
     :class:`TrackingError` (registry down)."""
     uri = str(getattr(client, "_registry_uri", None) or client.tracking_uri)
     version = str(candidate_version)
+    setting_key, setting_text = gate.setting_key, gate.setting_text
 
     def _run() -> PromotionDecision:
         mv = get_version(client, name, version)  # fail fast, before taking the lock
@@ -158,7 +169,7 @@ def promote(client: MlflowClient, name: str, candidate_version: str | int, *, se
                 f"{setting_key} ({setting_text or 'see eval.* tags'}; it has: {have}); run `agent-gspo evaluate "
                 f"--model models:/{name}/{version}` with the same --profile/--set/--limit first")
         with promotion_lock(client, name, kind=lock, timeout_s=lock_timeout_s) as handle:
-            return _decide_and_apply(client, name, version, cand, setting_key, setting_text, handle, rule)
+            return _decide_and_apply(client, name, version, cand, gate, handle)
 
     return guarded(uri, f"promote {name!r} v{version}", _run)
 
@@ -224,9 +235,10 @@ def _judge(cand: Evidence, ref: Evidence | None, rule: GateRule) -> tuple[Decisi
     return (CHAMPION if verdict.wins else CHALLENGER), verdict.reason, verdict
 
 
-def _decide_and_apply(client: MlflowClient, name: str, version: str, cand: Evidence, key: str, text: str,
-                      handle: LockHandle, rule: GateRule) -> PromotionDecision:
+def _decide_and_apply(client: MlflowClient, name: str, version: str, cand: Evidence, gate: GateSpec,
+                      handle: LockHandle) -> PromotionDecision:
     """The critical section: aliases, history and the candidate's promotion tags are read under the lock."""
+    key, text, rule = gate.setting_key, gate.setting_text, gate.rule
     old_tags = get_version(client, name, version).tags
     champ_mv = alias_version(client, name, CHAMPION)
     if champ_mv is not None and str(champ_mv.status) != READY:

@@ -14,8 +14,11 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from components.config import MasConfig
+from components.config_sections import protocol_of
 from components.tracking.errors import TrackingError
 from components.tracking.served import SETTINGS_FILE, read_settings
+from components.tracking.versions import download_version_artifacts, registry_client
 
 log = logging.getLogger(__name__)
 SHOWN_KEYS = ("agents", "rounds", "topology", "protocol")
@@ -26,8 +29,6 @@ def recorded_mas(name: str, version: str, *, uri: str) -> dict[str, Any] | None:
     """The ``mas`` settings ``name`` v``version`` records for serving, or None when it records none
     (a version not logged by this project) or they cannot be read (logged at INFO, never an error:
     only a warning depends on them)."""
-    from components.tracking.versions import download_version_artifacts, registry_client
-
     with tempfile.TemporaryDirectory(prefix="agent-gspo-settings-") as tmp:
         try:
             path = download_version_artifacts(registry_client(uri), name, version, tmp, uri=uri,
@@ -42,9 +43,6 @@ def protocol_differences(evaluated: Mapping[str, Any], recorded: Mapping[str, An
     """``key evaluated->recorded`` for each protocol setting that differs (the keys of ``evaluated``:
     an evaluation setting's ``protocol``; ``recorded``: a version's ``mas``, completed with today's
     defaults). The best-known keys come first."""
-    from components.config import MasConfig
-    from components.config_sections import protocol_of
-
     served = protocol_of(MasConfig.model_validate(dict(recorded)))
     keys = [k for k in SHOWN_KEYS if k in evaluated] + sorted(k for k in evaluated if k not in SHOWN_KEYS)
     return [f"{k} {evaluated[k]}->{served.get(k)}" for k in keys if k in served and evaluated[k] != served[k]]

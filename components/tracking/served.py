@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from components.config import MasConfig
+from components.mas.voting import vote
+from components.scoring.grader import extract
 from components.tracking.served_inputs import (
     ANSWER_TYPES,
     DEFAULT_ANSWER_TYPE,
@@ -65,17 +67,16 @@ def read_settings(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def run_rollout(model: Any, tokenizer: Any, mas: MasConfig, items: list[Any], *, seed: int, greedy: bool,
-                device: str) -> list[Any]:
+def run_rollout(system: ServedSystem, mas: MasConfig, items: list[Any], *, seed: int, greedy: bool) -> list[Any]:
     """One episode per item, as in training and evaluation: the rollout engine, then the team's vote.
 
     The only place the served model touches the engine: a change of the engine's API is adapted
     here. There is no gold answer, so nothing is graded. Returns ``Episode`` objects in item order.
     """
-    from components.mas.engine import RolloutEngine
-    from components.mas.voting import vote
+    from components.mas.engine import RolloutEngine  # lazy: torch (promote reads the settings without it)
 
-    episodes = RolloutEngine(model, tokenizer, mas, device=device).rollout(items, 1, seed=seed, greedy=greedy)
+    engine = RolloutEngine(system.model, system.tokenizer, mas, device=system.device)
+    episodes = engine.rollout(items, 1, seed=seed, greedy=greedy)
     vote(episodes, items, mas)
     return episodes
 
@@ -152,12 +153,9 @@ class ServedSystem:
         items = request_items(records, limits)
         if not items:
             return []
-        from components.scoring.grader import extract
-
         if greedy:  # one batched rollout: a greedy row's answer does not depend on the other rows
-            episodes = run_rollout(self.model, self.tokenizer, mas, items, seed=seed, greedy=True, device=self.device)
+            episodes = run_rollout(self, mas, items, seed=seed, greedy=True)
         else:  # sampled rows share one random stream in a batch: one rollout per row, each from `seed`
-            episodes = [ep for item in items for ep in run_rollout(self.model, self.tokenizer, mas, [item], seed=seed,
-                                                                    greedy=False, device=self.device)]
+            episodes = [ep for item in items for ep in run_rollout(self, mas, [item], seed=seed, greedy=False)]
         return [_response(ep, extract(item, ep.final_answer) if ep.final_answer else None)
                 for item, ep in zip(items, episodes, strict=True)]

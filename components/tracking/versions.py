@@ -19,6 +19,8 @@ from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
+from components.io import write_json_atomic
+from components.redact import redact
 from components.tracking.backend import check_reachable, configure_http_retries, guarded
 from components.tracking.errors import ModelUriError, TrackingError
 
@@ -150,8 +152,6 @@ def registry_identity(uri: str) -> str:
     """``uri`` without its credentials: the user-info (``user:password@``) dropped and secret query
     values masked (:func:`components.redact.redact`). Two spellings of one registry compare equal
     whether the password is in the URI or in ``$MLFLOW_TRACKING_PASSWORD``."""
-    from components.redact import redact
-
     return USERINFO_RE.sub(r"\1", redact(uri))
 
 
@@ -159,9 +159,6 @@ def write_registration(folder: str | Path, ref: VersionRef, *, uri: str, run_id:
     """Record in a policy folder which registry version it became (see :data:`REGISTERED_FILE`).
 
     The URI is stored redacted: the folder is a pipeline output that gets copied and shared."""
-    from components.io import write_json_atomic
-    from components.redact import redact
-
     path = Path(folder) / REGISTERED_FILE
     write_json_atomic(path, {"name": ref.name, "version": ref.version, "tracking_uri": redact(uri),
                              "run_id": run_id})

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from components.config import BENCHMARKS, Config
-from components.evaluation import evaluate
+from components.evaluation import EvalRequest, evaluate
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,8 +29,8 @@ def _cfg() -> Config:
 
 
 def test_tiny_random_seven_benchmarks_all_baselines_reproducible(tmp_path, one_thread, data_dir):
-    a = evaluate(_cfg(), data_dir=data_dir, out_dir=tmp_path / "a")
-    b = evaluate(_cfg(), limit=2, data_dir=data_dir, out_dir=tmp_path / "b")
+    a = evaluate(_cfg(), EvalRequest(data_dir=data_dir, out_dir=tmp_path / "a"))
+    b = evaluate(_cfg(), EvalRequest(limit=2, data_dir=data_dir, out_dir=tmp_path / "b"))
 
     systems = ["agent_gspo", "single_cot", "self_consistency", "mas_untrained"]
     assert [(r.system, r.benchmark) for r in a.table] == [(s, bm) for s in systems for bm in BENCHMARKS]

@@ -48,7 +48,7 @@ from components.config import load_config
 from components.data.item import Item
 from components.evaluation.items import records_of
 from components.evaluation.runner import MAIN_SYSTEM
-from components.tracking import GateRule, promote
+from components.tracking import GateRule, GateSpec, promote
 
 mlflow_uri = test_tracking_helpers.mlflow_uri  # fixture: a fresh sqlite registry in tmp_path
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.usefixtures("one_thread")]
@@ -102,7 +102,7 @@ def test_trained_policy_is_promoted_and_its_untrained_twin_is_not(mlflow_uri: st
         return v
 
     def gate(v: str):
-        d = promote(client, NAME, v, setting_key=gh.KEY, rule=rule)
+        d = promote(client, NAME, v, gate=GateSpec(gh.KEY, rule))
         print(d.block())
         return d
 

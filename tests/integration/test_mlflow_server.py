@@ -27,10 +27,10 @@ from helpers.servers import OFFLINE_ENV
 from mlflow import MlflowClient
 
 from components.comparison import ComparisonRule
-from components.tracking import GateRule, Tracker, TrackingError, promote, resolve_model_uri
+from components.tracking import GateRule, GateSpec, Tracker, TrackingError, promote, resolve_model_uri
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-RULE = {"rule": GateRule(ComparisonRule(min_items=20), min_accuracy=0.1), "setting_key": "s1"}
+RULE = {"gate": GateSpec("s1", GateRule(ComparisonRule(min_items=20), min_accuracy=0.1))}
 
 
 def _unit_helper(name: str):

@@ -17,6 +17,11 @@ def tokens_at(lam: float, rng: random.Random, noise: float = 10.0) -> float:
     return max(0.0, 800.0 * math.exp(-1.5 * lam) + rng.gauss(0.0, noise))
 
 
+def _ctrl(lambda_init: float, **budget: object) -> DualBudgetController:
+    """A controller from ``budget.*`` values as given (unvalidated: its own checks are under test)."""
+    return DualBudgetController(BudgetConfig.model_construct(**budget), lambda_init)
+
+
 def run_loop(ctrl: DualBudgetController, steps: int, seed: int = 0, env=tokens_at) -> list[float]:
     rng = random.Random(seed)
     observed = []
@@ -28,7 +33,7 @@ def run_loop(ctrl: DualBudgetController, steps: int, seed: int = 0, env=tokens_a
 
 
 def test_update_rule_is_projected_dual_ascent():
-    c = DualBudgetController(target=400.0, lr=0.1, lambda_init=0.2, lambda_min=0.0, lambda_max=1.0)
+    c = _ctrl(target=400.0, lr=0.1, lambda_init=0.2, lambda_min=0.0, lambda_max=1.0)
     assert c.update(600.0) == pytest.approx(0.2 + 0.1 * 0.5)       # over budget -> λ up
     assert c.update(200.0) == pytest.approx(0.25 - 0.1 * 0.5)      # under budget -> λ down
     assert c.update(400.0) == pytest.approx(0.2)                   # on budget -> unchanged
@@ -60,7 +65,7 @@ def test_closed_loop_tracks_budget():
 
 
 def test_bounds_hold_when_budget_unreachable():
-    ctrl = DualBudgetController(target=100.0, lr=0.5, lambda_init=1.0, lambda_min=0.2, lambda_max=3.0)
+    ctrl = _ctrl(target=100.0, lr=0.5, lambda_init=1.0, lambda_min=0.2, lambda_max=3.0)
     run_loop(ctrl, 200, env=lambda lam, rng: 800.0)                  # never under budget
     assert ctrl.lambda_tok == 3.0
     assert all(0.2 <= h["lambda"] <= 3.0 for h in ctrl.history)
@@ -75,10 +80,10 @@ def test_disabled_controller_keeps_lambda_but_records():
 
 
 def test_state_dict_round_trip_is_exact():
-    a = DualBudgetController(target=400.0, lr=0.05, lambda_init=0.1)
+    a = _ctrl(target=400.0, lr=0.05, lambda_init=0.1)
     run_loop(a, 37, seed=3)
     state = json.loads(json.dumps(a.state_dict()))                  # through a JSON checkpoint
-    b = DualBudgetController(target=1.0, lr=1.0, lambda_init=0.0)
+    b = _ctrl(target=1.0, lr=1.0, lambda_init=0.0)
     b.load_state_dict(state)
     assert b.state_dict() == a.state_dict()
     assert b.lambda_tok == a.lambda_tok and b.step == 37
@@ -93,14 +98,14 @@ def test_state_dict_round_trip_is_exact():
 
 def test_bad_settings_and_states_raise_user_errors():
     with pytest.raises(BudgetError, match="budget.target"):
-        DualBudgetController(target=0.0, lr=0.1, lambda_init=0.0)
+        _ctrl(target=0.0, lr=0.1, lambda_init=0.0)
     with pytest.raises(BudgetError, match="budget.lr"):
-        DualBudgetController(target=10.0, lr=-1.0, lambda_init=0.0)
+        _ctrl(target=10.0, lr=-1.0, lambda_init=0.0)
     with pytest.raises(BudgetError, match="lambda_min"):
-        DualBudgetController(target=10.0, lr=0.1, lambda_init=0.0, lambda_min=2.0, lambda_max=1.0)
+        _ctrl(target=10.0, lr=0.1, lambda_init=0.0, lambda_min=2.0, lambda_max=1.0)
     with pytest.raises(BudgetError, match="reward.lambda_tok"):
-        DualBudgetController(target=10.0, lr=0.1, lambda_init=20.0)
-    c = DualBudgetController(target=10.0, lr=0.1, lambda_init=0.0)
+        _ctrl(target=10.0, lr=0.1, lambda_init=20.0)
+    c = _ctrl(target=10.0, lr=0.1, lambda_init=0.0)
     for bad in (math.nan, -1.0, "many"):
         with pytest.raises(BudgetError, match="mean_tokens"):
             c.update(bad)  # type: ignore[arg-type]
@@ -113,20 +118,20 @@ def test_bad_settings_and_states_raise_user_errors():
 def test_proportional_term_reacts_at_once_and_integral_carries_the_rest():
     """λ = clip(I + k_p·e): one step over budget by 50 % gives I = λ0 + η/2 and λ = I + k_p/2; an
     on-budget step then leaves I and drops the proportional part."""
-    c = DualBudgetController(target=100, lr=0.2, lambda_init=1.0, kp=2.0)
+    c = _ctrl(target=100, lr=0.2, lambda_init=1.0, kp=2.0)
     assert c.update(150) == pytest.approx(1.0 + 0.1 + 1.0)
     assert c.integral == pytest.approx(1.1)
     assert c.update(100) == pytest.approx(1.1)
-    plain = DualBudgetController(target=100, lr=0.2, lambda_init=1.0)
+    plain = _ctrl(target=100, lr=0.2, lambda_init=1.0)
     assert plain.update(150) == pytest.approx(1.1) and plain.integral == plain.lambda_tok
     with pytest.raises(BudgetError, match="budget.kp"):
-        DualBudgetController(target=100, lr=0.2, lambda_init=1.0, kp=-1)
+        _ctrl(target=100, lr=0.2, lambda_init=1.0, kp=-1)
 
 
 def test_state_round_trip_keeps_the_integral_and_reads_version_1():
-    c = DualBudgetController(target=100, lr=0.2, lambda_init=1.0, kp=2.0)
+    c = _ctrl(target=100, lr=0.2, lambda_init=1.0, kp=2.0)
     c.update(150)
-    d = DualBudgetController(target=1, lr=1, lambda_init=0.0)
+    d = _ctrl(target=1, lr=1, lambda_init=0.0)
     d.load_state_dict(json.loads(json.dumps(c.state_dict())))
     assert (d.kp, d.integral, d.lambda_tok) == (c.kp, c.integral, c.lambda_tok)
     old = {k: v for k, v in c.state_dict().items() if k not in ("kp", "integral")} | {"version": 1}
@@ -141,11 +146,11 @@ def floor_env(lam: float, rng: random.Random) -> float:
 
 
 def test_cap_mode_leaves_a_slack_budget_slack_target_mode_reaches_it():
-    cap = DualBudgetController(target=13.2, lr=0.5, lambda_init=0.5, lambda_max=0.5)
+    cap = _ctrl(target=13.2, lr=0.5, lambda_init=0.5, lambda_max=0.5)
     tail = run_loop(cap, steps=200, env=floor_env)[-64:]
     assert sum(tail) / len(tail) < 0.9 * 13.2                 # 16 % under B, as measured on SmolLM2
     assert cap.lambda_tok == 0.0                              # λ* = 0: the constraint is slack
-    target = DualBudgetController(target=13.2, lr=0.5, lambda_init=0.5, lambda_max=0.5, mode="target")
+    target = _ctrl(target=13.2, lr=0.5, lambda_init=0.5, lambda_max=0.5, mode="target")
     tail = run_loop(target, steps=200, env=floor_env)[-64:]
     assert abs(sum(tail) / len(tail) / 13.2 - 1.0) < 0.05
     assert target.lambda_tok < 0.0
@@ -153,15 +158,15 @@ def test_cap_mode_leaves_a_slack_budget_slack_target_mode_reaches_it():
 
 
 def test_target_mode_bounds_and_config():
-    c = DualBudgetController(target=10.0, lr=1.0, lambda_init=0.0, lambda_max=0.3, mode="target")
+    c = _ctrl(target=10.0, lr=1.0, lambda_init=0.0, lambda_max=0.3, mode="target")
     c.update(0.0)
     assert c.lambda_tok == -0.3                               # clipped at −λ_max, not at 0
     c.update(1000.0)
     assert c.lambda_tok == 0.3
     with pytest.raises(BudgetError, match="budget.mode"):
-        DualBudgetController(target=10.0, lr=1.0, lambda_init=0.0, mode="ceiling")
+        _ctrl(target=10.0, lr=1.0, lambda_init=0.0, mode="ceiling")
     with pytest.raises(BudgetError, match="lambda_min"):
-        DualBudgetController(target=10.0, lr=1.0, lambda_init=0.2, lambda_min=0.1, mode="target")
+        _ctrl(target=10.0, lr=1.0, lambda_init=0.2, lambda_min=0.1, mode="target")
     from pydantic import ValidationError
     with pytest.raises(ValidationError, match="lambda_min"):
         BudgetConfig(mode="target", lambda_min=0.1)
@@ -170,10 +175,10 @@ def test_target_mode_bounds_and_config():
 
 
 def test_target_mode_state_round_trip_and_old_states_load_as_cap():
-    c = DualBudgetController(target=10.0, lr=0.5, lambda_init=0.0, lambda_max=1.0, mode="target")
+    c = _ctrl(target=10.0, lr=0.5, lambda_init=0.0, lambda_max=1.0, mode="target")
     c.update(2.0)
     state = json.loads(json.dumps(c.state_dict()))
-    d = DualBudgetController(target=99.0, lr=0.1, lambda_init=0.0)
+    d = _ctrl(target=99.0, lr=0.1, lambda_init=0.0)
     d.load_state_dict(state)
     assert (d.mode, d.lambda_tok, d.lower) == ("target", c.lambda_tok, -1.0) and d.lambda_tok < 0
     old = {k: v for k, v in state.items() if k != "mode"} | {"version": 2, "lambda_tok": 0.2, "integral": 0.2}

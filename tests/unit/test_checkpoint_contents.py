@@ -269,21 +269,21 @@ def test_a_resumed_run_whose_mlflow_run_is_gone_goes_on_in_a_new_run(mlflow_uri:
     from mlflow import MlflowClient
 
     from components.tracking import Tracker, TrackingError
-    from components.tracking.mlflow_logging import RESUMED_FROM_TAG
+    from components.tracking.mlflow_logging import RESUMED_FROM_TAG, Resume
 
     with Tracker(mlflow_uri, "exp", "train") as first:
         old = first.run_id
     client = MlflowClient(mlflow_uri)
     client.delete_run(old)
     with pytest.raises(TrackingError, match="start run failed"):
-        with Tracker(mlflow_uri, "exp", "train", run_id=old):
+        with Tracker(mlflow_uri, "exp", "train", resume=Resume(old)):
             pass
     for gone in (old, "0" * 32):  # deleted here; never logged here
-        with Tracker(mlflow_uri, "exp", "train", run_id=gone, new_run_if_missing=True) as again:
+        with Tracker(mlflow_uri, "exp", "train", resume=Resume(gone, new_run_if_missing=True)) as again:
             assert again.run_id != gone and again.resumed_from == gone
         assert client.get_run(again.run_id).data.tags[RESUMED_FROM_TAG] == gone
         err = capsys.readouterr().err
         assert f"MLflow run {gone} is not on {mlflow_uri}" in err and f"new run {again.run_id}" in err
         assert "metrics of the earlier steps stay" in err
-    with Tracker(mlflow_uri, "exp", "train", run_id=again.run_id, new_run_if_missing=True) as same:
+    with Tracker(mlflow_uri, "exp", "train", resume=Resume(again.run_id, new_run_if_missing=True)) as same:
         assert same.run_id == again.run_id and same.resumed_from is None  # still there: continued

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from helpers.prepared import record_in_manifest
 
+from components.config import DataConfig
 from components.data.expectations import validate, validate_frame
 from components.data.prepare import load_manifest, load_split, prepare, prepare_benchmark, records_to_table
 from components.data.spec import BENCHMARK_NAMES, DataError, DataValidationError
@@ -227,7 +228,7 @@ def test_the_same_inputs_typed_two_ways_give_one_manifest(tmp_path, monkeypatch)
 
     monkeypatch.chdir(MIRROR.parent)
     relative, absolute = tmp_path / "relative", tmp_path / "absolute"
-    prepare(["aqua"], mirror=Path(MIRROR.name), out_dir=relative, progress=False, use_hub=False)
-    prepare(["aqua"], mirror=MIRROR.resolve(), out_dir=absolute, progress=False, use_hub=False)
+    prepare(["aqua"], mirror=Path(MIRROR.name), out_dir=relative, progress=False, data=DataConfig(use_hub=False))
+    prepare(["aqua"], mirror=MIRROR.resolve(), out_dir=absolute, progress=False, data=DataConfig(use_hub=False))
     assert manifest_sha256(relative) == manifest_sha256(absolute) is not None
     assert load_manifest(relative)["benchmarks"]["aqua"]["source"] == "mirror"

@@ -20,7 +20,7 @@ from test_data_robustness import humaneval_rows, multiarith_items, snapshot, wri
 
 import components.data.outputs as outputs
 from components.cli import main
-from components.config import load_config
+from components.config import DataConfig, load_config
 from components.data.outputs import StagedBenchmark
 from components.data.prepare import load_split, prepare
 from components.data.sources import load_benchmark
@@ -28,6 +28,9 @@ from components.data.spec import DataError, DataWriteError
 from components.errors import UserError
 from components.io import staging_dir, swap_in
 from components.jobs import PrepareJob
+
+OFFLINE = DataConfig(use_hub=False)
+"""the mirror only: prepare never asks the hub"""
 
 ROOT = Path(__file__).resolve().parents[2]
 MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
@@ -46,7 +49,7 @@ def run_cli(*args: str, mirror: Path, out: Path, report_dir: Path, benchmarks: s
 def prepared(tmp_path: Path) -> Path:
     """A valid prepared folder (multiarith + humaneval) from a synthetic mirror."""
     good = write_mirror(tmp_path / "good", multiarith_items(), humaneval_rows())
-    prepare(["multiarith", "humaneval"], mirror=good, out_dir=tmp_path / "out", use_hub=False, progress=False)
+    prepare(["multiarith", "humaneval"], mirror=good, out_dir=tmp_path / "out", data=OFFLINE, progress=False)
     return tmp_path / "out"
 
 
@@ -110,7 +113,7 @@ def test_a_refused_write_while_staging_replaces_no_benchmark(prepared: Path, cha
     assert snapshot(prepared) == before and _leftovers(prepared) == []  # multiarith and the manifest too
 
     monkeypatch.undo()
-    prepare(["multiarith", "humaneval"], mirror=changed, out_dir=prepared, use_hub=False, progress=False)
+    prepare(["multiarith", "humaneval"], mirror=changed, out_dir=prepared, data=OFFLINE, progress=False)
     assert snapshot(prepared) != before  # the same prepare goes through once the disk takes it
 
 
@@ -125,7 +128,7 @@ def test_a_refused_manifest_write_replaces_no_benchmark(prepared: Path, changed:
 
     monkeypatch.setattr(Path, "write_text", write_text)
     with pytest.raises(DataWriteError, match=re.escape(f"cannot write {prepared / 'manifest.json'}: No space left")):
-        prepare(["multiarith", "humaneval"], mirror=changed, out_dir=prepared, use_hub=False, progress=False)
+        prepare(["multiarith", "humaneval"], mirror=changed, out_dir=prepared, data=OFFLINE, progress=False)
     assert snapshot(prepared) == before and _leftovers(prepared) == []
 
 
@@ -290,4 +293,4 @@ def test_a_repeated_benchmark_is_refused(tmp_path: Path, capsys) -> None:
     assert "multiarith listed more than once" in _one_line_error(capsys)
     assert not (tmp_path / "out").exists()
     with pytest.raises(UserError, match="multiarith listed more than once"):
-        prepare(["multiarith", "multiarith"], mirror=mirror, out_dir=tmp_path / "out", use_hub=False, progress=False)
+        prepare(["multiarith", "multiarith"], mirror=mirror, out_dir=tmp_path / "out", data=OFFLINE, progress=False)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from components.cli import main
+from components.config import DataConfig
 from components.data.adapters import load_mirror
 from components.data.expectations import validate, validate_frame
 from components.data.prepare import prepare, records_to_table
@@ -19,6 +20,9 @@ from components.data.sources import load_benchmark
 from components.data.spec import DataError, DataSourceError, DataValidationError
 from components.errors import UserError
 from components.io import atomic_dir, recover_leftovers
+
+OFFLINE = DataConfig(use_hub=False)
+"""the mirror only: prepare never asks the hub"""
 
 MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", Path(__file__).resolve().parents[2].parent / "shared"
                              / "benchmarks"))
@@ -55,7 +59,7 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
 def prepared(tmp_path: Path) -> Path:
     """A valid prepared folder (multiarith + humaneval) from a synthetic mirror."""
     good = write_mirror(tmp_path / "good", multiarith_items(), humaneval_rows())
-    prepare(["multiarith", "humaneval"], mirror=good, out_dir=tmp_path / "out", use_hub=False, progress=False)
+    prepare(["multiarith", "humaneval"], mirror=good, out_dir=tmp_path / "out", data=OFFLINE, progress=False)
     return tmp_path / "out"
 
 
@@ -69,7 +73,7 @@ def test_failed_multi_benchmark_prepare_leaves_every_output_untouched(prepared: 
     # humaneval changed but valid, multiarith one row short: neither may be written
     bad = write_mirror(tmp_path / "bad", multiarith_items(599), humaneval_rows(variant=" (changed)"))
     with pytest.raises(DataValidationError, match=r"multiarith: .*nothing was written") as err:
-        prepare(["humaneval", "multiarith"], mirror=bad, out_dir=prepared, use_hub=False, progress=False)
+        prepare(["humaneval", "multiarith"], mirror=bad, out_dir=prepared, data=OFFLINE, progress=False)
     assert snapshot(prepared) == before  # humaneval/test.parquet and the manifest too
     assert "| humaneval | test | 164 | 164 | ok |" in err.value.report  # all requested were checked
 
@@ -85,7 +89,7 @@ def test_a_failing_suite_in_prepare_writes_the_report(prepared: Path, tmp_path: 
     items = multiarith_items()
     write_mirror(bad, items[:579] + [items[3]] * 21)  # 21 repeats; the upstream data has 20
     with pytest.raises(DataValidationError):
-        prepare(["multiarith"], mirror=bad, out_dir=prepared, use_hub=False, progress=False,
+        prepare(["multiarith"], mirror=bad, out_dir=prepared, data=OFFLINE, progress=False,
                 report_path=reports / "validation.md")
     assert "example rows: multiarith/test/" in (reports / "validation.md").read_text()
 

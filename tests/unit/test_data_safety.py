@@ -14,12 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from components.config import DataConfig
 from components.data.expectations import validate, validate_frame
 from components.data.item import as_items
 from components.data.prepare import load_manifest, prepare, records_to_table
 from components.data.sources import load_benchmark
 from components.io import file_lock
 from components.scoring import score_predictions_file
+
+OFFLINE = DataConfig(use_hub=False)
+"""the mirror only: prepare never asks the hub"""
 
 ROOT = Path(__file__).resolve().parents[2]
 MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
@@ -47,8 +51,10 @@ def test_a_duplicated_record_fails_validation(name: str, split: str) -> None:
 
 def _prepare_in_child(out: Path, names: list[str], fault: str = "") -> subprocess.CompletedProcess:
     """``prepare(names)`` in a child process; ``fault`` is code run first (e.g. a SIGKILL trap)."""
-    code = (f"import os, signal, sys\n{fault}\nfrom components.data.prepare import prepare\n"
-            f"prepare({names!r}, mirror={str(MIRROR)!r}, out_dir={str(out)!r}, use_hub=False, progress=False)\n")
+    code = (f"import os, signal, sys\n{fault}\nfrom components.config import DataConfig\n"
+            "from components.data.prepare import prepare\n"
+            f"prepare({names!r}, mirror={str(MIRROR)!r}, out_dir={str(out)!r}, data=DataConfig(use_hub=False), "
+            "progress=False)\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
 
@@ -79,7 +85,7 @@ def _leftovers(out: Path) -> list[str]:
 @needs_mirror
 def test_killed_prepares_leave_nothing_behind(tmp_path: Path) -> None:
     out = tmp_path / "data"
-    prepare(["aqua", "svamp"], mirror=MIRROR, out_dir=out, use_hub=False, progress=False)
+    prepare(["aqua", "svamp"], mirror=MIRROR, out_dir=out, data=OFFLINE, progress=False)
     before = (out / "aqua" / "test.parquet").read_bytes()
 
     killed = _prepare_in_child(out, ["aqua"], KILL_BETWEEN_RENAMES)
@@ -89,7 +95,7 @@ def test_killed_prepares_leave_nothing_behind(tmp_path: Path) -> None:
     assert killed.returncode == -9 and any(n.endswith(".staging") for n in _leftovers(out))
 
     # a later prepare of *another* benchmark finishes the cut swap and clears the staging folder
-    prepare(["gsm8k"], mirror=MIRROR, out_dir=out, use_hub=False, progress=False)
+    prepare(["gsm8k"], mirror=MIRROR, out_dir=out, data=OFFLINE, progress=False)
     assert _leftovers(out) == []
     assert (out / "aqua" / "test.parquet").read_bytes() == before
     assert set(load_manifest(out)["benchmarks"]) == {"aqua", "gsm8k", "svamp"}
@@ -102,8 +108,9 @@ def test_concurrent_prepares_lose_no_manifest_entry(tmp_path: Path) -> None:
     out = tmp_path / "data"
     names = ["aqua", "svamp", "multiarith", "math500"]
     procs = [subprocess.Popen([sys.executable, "-c", (
-        "from components.data.prepare import prepare\n"
-        f"prepare([{n!r}], mirror={str(MIRROR)!r}, out_dir={str(out)!r}, use_hub=False, progress=False)\n")],
+        "from components.config import DataConfig\nfrom components.data.prepare import prepare\n"
+        f"prepare([{n!r}], mirror={str(MIRROR)!r}, out_dir={str(out)!r}, data=DataConfig(use_hub=False), "
+        "progress=False)\n")],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True) for n in names]
     for proc in procs:
         _, err = proc.communicate(timeout=300)
@@ -117,7 +124,7 @@ def test_the_manifest_lock_is_honoured(tmp_path: Path) -> None:
     out = tmp_path / "data"
     done = threading.Event()
     with file_lock(out / ".manifest.lock"):
-        worker = threading.Thread(target=lambda: (prepare(["aqua"], mirror=MIRROR, out_dir=out, use_hub=False,
+        worker = threading.Thread(target=lambda: (prepare(["aqua"], mirror=MIRROR, out_dir=out, data=OFFLINE,
                                                           progress=False), done.set()))
         worker.start()
         time.sleep(3.0)

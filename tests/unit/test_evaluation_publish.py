@@ -16,7 +16,7 @@ import components.plotting
 from components.evaluation.plots import plot_accuracy_vs_tokens, plot_silence_heatmap
 from components.evaluation.publish import OUTPUT_NAMES, check_out_dir, publish
 from components.evaluation.report import write_reports
-from components.evaluation.runner import System, evaluate
+from components.evaluation.runner import EvalRequest, System, evaluate
 
 NAMES = ["gsm8k.json", "aqua.json", "summary.json", "report.md", "accuracy_vs_tokens.png",
          "silence_by_agent_round.png", "items.jsonl"]
@@ -28,7 +28,7 @@ def data(tmp_path):
 
 
 def _run(data, out, limit, benchmarks=("gsm8k", "aqua")):
-    return evaluate(_cfg(benchmarks=list(benchmarks)), limit=limit, data_dir=data, out_dir=out,
+    return evaluate(_cfg(benchmarks=list(benchmarks)), EvalRequest(limit=limit, data_dir=data, out_dir=out),
                     systems=[System("agent_gspo", FakeEngine()), System("single_cot", FakeEngine(right=False))])
 
 
@@ -192,7 +192,8 @@ def test_an_unusable_output_folder_fails_before_the_evaluation_runs(data, tmp_pa
     (tmp_path / "file").write_text("x")
     engine = FakeEngine()
     with pytest.raises(UserError, match="evaluation output folder .* is not a folder"):
-        evaluate(_cfg(), limit=2, data_dir=data, out_dir=tmp_path / "file", systems=[System("agent_gspo", engine)])
+        evaluate(_cfg(), EvalRequest(limit=2, data_dir=data, out_dir=tmp_path / "file"), systems=[System("agent_gspo",
+                 engine)])
     assert engine.calls == []
 
 

@@ -6,7 +6,7 @@ import pytest
 from helpers.prepared import write_prepared
 
 from components.config import Config, MasConfig
-from components.evaluation.runner import EvalInputError, System, eval_metrics, evaluate
+from components.evaluation.runner import EvalInputError, EvalRequest, System, eval_metrics, evaluate
 from components.machine import describe, machine_fingerprint
 from components.mas.records import Episode, Message
 from components.tracking.metric_names import validate_metrics
@@ -97,7 +97,8 @@ def test_evaluate_with_injected_systems(data, tmp_path):
     main, cot = FakeEngine(), FakeEngine(right=False)
     systems = [System("agent_gspo", main), System("self_consistency", cot, greedy=False)]
     tracker = FakeTracker()
-    rep = evaluate(_cfg(), limit=5, data_dir=data, out_dir=tmp_path / "eval", systems=systems, tracker=tracker)
+    rep = evaluate(_cfg(), EvalRequest(limit=5, data_dir=data, out_dir=tmp_path / "eval"), systems=systems,
+                   tracker=tracker)
     assert [(r.system, r.benchmark) for r in rep.table] == [
         ("agent_gspo", "gsm8k"), ("agent_gspo", "aqua"), ("self_consistency", "gsm8k"), ("self_consistency", "aqua")]
     ids = rep.meta["item_ids"]["gsm8k"]
@@ -136,25 +137,26 @@ def test_evaluate_with_injected_systems(data, tmp_path):
 
 
 def test_same_inputs_same_sample_and_numbers(data, tmp_path):
-    runs = [evaluate(_cfg(), limit=3, data_dir=data, out_dir=tmp_path / f"e{k}",
+    runs = [evaluate(_cfg(), EvalRequest(limit=3, data_dir=data, out_dir=tmp_path / f"e{k}"),
                      systems=[System("agent_gspo", FakeEngine())]) for k in range(2)]
     assert runs[0].table == runs[1].table and runs[0].meta["item_ids"] == runs[1].meta["item_ids"]
 
 
 def test_bad_inputs_are_user_errors(data, tmp_path):
     with pytest.raises(EvalInputError, match="unknown baseline"):
-        evaluate(_cfg(), baselines=["oracle"], data_dir=data, out_dir=tmp_path)
+        evaluate(_cfg(), EvalRequest(baselines=["oracle"], data_dir=data, out_dir=tmp_path))
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match="gsm9k"):  # the schema refuses it before any evaluation
         _cfg(benchmarks=["gsm9k"])
     with pytest.raises(EvalInputError, match="unique names"):
-        evaluate(_cfg(), data_dir=data, out_dir=tmp_path,
-                 systems=[System("a", FakeEngine()), System("a", FakeEngine())])
+        evaluate(_cfg(), EvalRequest(data_dir=data, out_dir=tmp_path), systems=[System("a", FakeEngine()), System("a",
+                 FakeEngine())])
     from components.errors import UserError
 
     with pytest.raises(UserError, match="not found"):
-        evaluate(_cfg(benchmarks=["svamp"]), data_dir=data, out_dir=tmp_path, systems=[System("a", FakeEngine())])
+        evaluate(_cfg(benchmarks=["svamp"]), EvalRequest(data_dir=data, out_dir=tmp_path), systems=[System("a",
+                 FakeEngine())])
 
 
 def test_eval_metrics_names():
@@ -174,7 +176,8 @@ def test_real_mlflow_tracker_gets_contract_metrics_nested_runs_and_artifacts(dat
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     systems = [System("agent_gspo", FakeEngine()), System("single_cot", FakeEngine(right=False))]
     with Tracker(uri, "eval-test", "evaluate") as tracker:
-        rep = evaluate(_cfg(), limit=3, data_dir=data, out_dir=tmp_path / "eval", systems=systems, tracker=tracker)
+        rep = evaluate(_cfg(), EvalRequest(limit=3, data_dir=data, out_dir=tmp_path / "eval"), systems=systems,
+                       tracker=tracker)
         run_id = tracker.run_id
     client = MlflowClient(uri)
     run = client.get_run(run_id)
@@ -195,7 +198,8 @@ def test_progress_is_logged_per_batch_with_counts(data, tmp_path, caplog, monkey
     monkeypatch.setenv("AGENT_GSPO_PROGRESS_S", "0")
     caplog.set_level("INFO", logger="components")
     monkeypatch.setattr("tqdm.auto.tqdm", None)  # a bar would interleave with the lines
-    evaluate(_cfg(), limit=3, data_dir=data, out_dir=tmp_path / "eval", systems=[System("agent_gspo", FakeEngine())])
+    evaluate(_cfg(), EvalRequest(limit=3, data_dir=data, out_dir=tmp_path / "eval"), systems=[System("agent_gspo",
+             FakeEngine())])
     lines = [r.getMessage() for r in caplog.records if r.name == "components.evaluation.runner"]
     assert "evaluate agent_gspo (pooled): 6 items in 3 batch(es) of up to 2" in lines
     assert any(line.startswith("evaluate agent_gspo (pooled): 6 items done in") for line in lines), lines
@@ -212,7 +216,8 @@ def test_every_evaluation_keeps_its_items(data, tmp_path):
 
     tracker = FakeTracker()
     systems = [System("agent_gspo", FakeEngine()), System("single_cot", FakeEngine(right=False))]
-    rep = evaluate(_cfg(), limit=4, data_dir=data, out_dir=tmp_path / "eval", systems=systems, tracker=tracker)
+    rep = evaluate(_cfg(), EvalRequest(limit=4, data_dir=data, out_dir=tmp_path / "eval"), systems=systems,
+                   tracker=tracker)
     path = tmp_path / "eval" / "items.jsonl"
     rows = read_items(path)
     assert len(rows) == 2 * 8 and [r["system"] for r in rows] == ["agent_gspo"] * 8 + ["single_cot"] * 8
@@ -235,7 +240,8 @@ def test_every_evaluation_keeps_its_items(data, tmp_path):
     table = tracker.client.tables["eval_items.json"]
     assert len(table["transcript"]) == 16 and json.loads(table["transcript"][0]) == first["transcript"]
     # the same inputs give the same bytes
-    again = evaluate(_cfg(), limit=4, data_dir=data, out_dir=tmp_path / "again", systems=systems[:1] + systems[1:])
+    again = evaluate(_cfg(), EvalRequest(limit=4, data_dir=data, out_dir=tmp_path / "again"),
+                     systems=systems[:1] + systems[1:])
     assert again.meta["items_sha256"] == sha
     # re-grading with the one grader agrees with what was recorded; a flipped grade is found
     items = {(b, i.id): i for b in ("gsm8k", "aqua") for i in load_split(data, b, "test")}

@@ -42,7 +42,7 @@ def fixed_setting(monkeypatch: pytest.MonkeyPatch):
     def planned(cfg, *, limit=None, split="test", data_dir=None):
         return setting_of(cfg, {"gsm8k": ["gsm8k-1"]}, split=split, limit=1, data_manifest_sha256="d" * 64)
 
-    monkeypatch.setattr("components.evaluation.setting.planned_setting", planned)
+    monkeypatch.setattr("components.jobs.promote.planned_setting", planned)  # imported there at module level
     return planned
 
 

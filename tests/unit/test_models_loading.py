@@ -25,6 +25,7 @@ from components.models import (
     DeviceError,
     LoraError,
     ModelNotFoundError,
+    PolicyInit,
     apply_lora,
     disabled_adapters,
     has_adapters,
@@ -98,7 +99,7 @@ def test_find_gguf_uses_distribution_file_list(monkeypatch, tmp_path):
 
 
 def test_tiny_alias_dispatches_with_seed(fake_tiny, tmp_path):
-    model, tok = load_policy("tiny-random", cache_dir=tmp_path, seed=7)
+    model, tok = load_policy("tiny-random", PolicyInit(seed=7), cache_dir=tmp_path)
     assert fake_tiny == [{"seed": 7, "arch": "llama"}]
     assert model.dtype == torch.float32
     assert tok.pad_token == tok.eos_token == "</s>" and tok.padding_side == "left"
@@ -236,8 +237,8 @@ def test_cached_folder_waits_for_a_conversion_in_progress_and_reuses_it(monkeypa
 def test_lora_adapters_and_disabled_reference(fake_tiny):
     with warnings.catch_warnings():  # peft's read of transformers' deprecated alias stays quiet
         warnings.simplefilter("error", FutureWarning)
-        model, _ = load_policy("tiny-random", lora_rank=4, lora_alpha=8, seed=1, silence_marker=None)
-    again, _ = load_policy("tiny-random", lora_rank=4, lora_alpha=8, seed=1, silence_marker=None)
+        model, _ = load_policy("tiny-random", PolicyInit(lora_rank=4, lora_alpha=8, seed=1), silence_marker=None)
+    again, _ = load_policy("tiny-random", PolicyInit(lora_rank=4, lora_alpha=8, seed=1), silence_marker=None)
     assert has_adapters(model)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from components.models import ModelNotFoundError, disabled_adapters, load_policy, smollm2
+from components.models import ModelNotFoundError, PolicyInit, disabled_adapters, load_policy, smollm2
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def test_save_pretrained_round_trip(converted, tmp_path):
 
 def test_lora_on_real_model_reference_is_base(converted):
     cache, _, tok, base, *_ = converted
-    lora, _ = load_policy("smollm2-135m-instruct", cache_dir=cache, lora_rank=8, lora_alpha=16, seed=0)
+    lora, _ = load_policy("smollm2-135m-instruct", PolicyInit(lora_rank=8, lora_alpha=16, seed=0), cache_dir=cache)
     ids = torch.tensor([tok.encode("What is 2+3?")])
     with torch.no_grad():
         for n, p in lora.named_parameters():

@@ -13,7 +13,7 @@ from helpers.prepared import write_prepared
 from components.config import Config, MasConfig
 from components.data.item import Item
 from components.data.prepare import load_split, records_to_table
-from components.evaluation.runner import System, evaluate
+from components.evaluation.runner import EvalRequest, System, evaluate
 from components.mas.environment import Environment
 from components.mas.records import Episode, Message
 from components.mas.voting import majority
@@ -88,7 +88,7 @@ def test_vote_reward_evaluation_and_score_agree(cases, prepared_data, tmp_path):
             (data / b).mkdir(parents=True, exist_ok=True)
             write_prepared(data, b, "test", records_to_table([it.to_record() for it in its]))
         cfg = Config.model_validate({"eval": {"benchmarks": BENCHMARKS, "baselines": [], "batch_size": 4}})
-        report = evaluate(cfg, limit=None, data_dir=data, out_dir=tmp_path / "eval",
+        report = evaluate(cfg, EvalRequest(limit=None, data_dir=data, out_dir=tmp_path / "eval"),
                           systems=[System("agent_gspo", ScriptedEngine(texts))])
         for b, its in by_bench.items():
             direct = sum(g.correct for g in grade_many([(it, texts[it.id]) for it in its]))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_data_robustness import humaneval_rows, multiarith_items, write_mirror
 
-from components.progress import INTERVAL_ENV, Progress, leaf, report
+from components.progress import INTERVAL_ENV, Pace, Progress, leaf, report
 
 
 class Clock:
@@ -28,7 +28,7 @@ def log(caplog):
 
 def test_a_line_at_most_every_interval_with_counts_elapsed_and_time_left(log) -> None:
     clock = Clock()
-    with report("evaluate", 10, "batches", clock=clock, interval_s=20) as p:
+    with report("evaluate", 10, "batches", Pace(20, clock)) as p:
         for _ in range(10):
             clock.t += 7  # one batch every 7 s: a line at 21 s, 42 s, 63 s (each >= 20 s after the last)
             p.advance(detail="x items")
@@ -40,7 +40,7 @@ def test_a_line_at_most_every_interval_with_counts_elapsed_and_time_left(log) ->
 
 def test_nested_reports_share_one_throttle_and_write_one_line(log) -> None:
     clock = Clock()
-    with report("train", 2, "steps", clock=clock, interval_s=20) as steps:
+    with report("train", 2, "steps", Pace(20, clock)) as steps:
         with report("rollout", 4, "calls") as calls:
             calls.detail = "4 episodes"
             for _ in range(4):
@@ -63,7 +63,7 @@ def test_nested_reports_share_one_throttle_and_write_one_line(log) -> None:
 
 def test_time_left_counts_the_open_unit() -> None:
     clock = Clock()
-    outer = Progress("train", 2, "steps", clock=clock, interval_s=1e9)
+    outer = Progress("train", 2, "steps", pace=Pace(1e9, clock))
     with outer.active():
         inner = leaf("rollout", 4, "calls")
         inner.advance(2)

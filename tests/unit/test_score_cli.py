@@ -27,8 +27,11 @@ def _numeric(i: int) -> dict:
 def _score(monkeypatch: pytest.MonkeyPatch, records: list[dict], argv: list[str]) -> int:
     """Run ``agent-gspo score`` on ``records`` (given as the split, no prepared data needed)."""
     import components.data.prepare as prepare
+    import components.evaluation.items as evaluation_items
 
-    monkeypatch.setattr(prepare, "load_split", lambda *a, **k: as_items(records))
+    split = lambda *a, **k: as_items(records)  # noqa: E731
+    monkeypatch.setattr(prepare, "load_split", split)  # `score --benchmark` (imported in the command)
+    monkeypatch.setattr(evaluation_items, "load_split", split)  # `score --items` (module-level import)
     return main(["score", "--params", str(ROOT / "params.yaml"), *argv])
 
 

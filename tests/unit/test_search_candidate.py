@@ -9,10 +9,11 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
+from search_helpers import searching
 
 from components.comparison import ItemScore
 from components.config import Config
-from components.search import TrialOutcome, load_best_params, run_search
+from components.search import TrialOutcome, Worker, load_best_params, run_search
 from components.search.candidate import STUDY_BASELINE, BaselineTrial, comparison_rule
 from components.search.synthetic import SyntheticTrial
 
@@ -46,7 +47,7 @@ def test_a_tied_search_writes_nothing_and_says_why(tmp_path: Path, capsys: pytes
         seen.append(trial.number)
         return _outcome([False] * 50)  # every trial and the baseline: identical results
 
-    result = run_search(cfg, tied, trials=2, storage=optuna.storages.InMemoryStorage())
+    result = run_search(searching(cfg, trials=2), tied, worker=Worker(storage=optuna.storages.InMemoryStorage()))
     assert seen == [0, 1, "baseline"]
     assert Path(cfg.search.out_params).read_text() == OLD  # left exactly as it was
     assert not result.written
@@ -65,7 +66,7 @@ def test_a_real_improvement_writes_the_candidate(tmp_path: Path) -> None:
         return _outcome(baseline if isinstance(trial, BaselineTrial) else improved)
 
     storage = optuna.storages.InMemoryStorage()
-    result = run_search(cfg, objective, trials=2, storage=storage)
+    result = run_search(searching(cfg, trials=2), objective, worker=Worker(storage=storage))
     assert result.written and "better: more accurate beyond noise" in result.verdict
     assert sorted(load_best_params(cfg.search.out_params)) == sorted(result.best_overrides)
     assert "verdict: 'trial" in Path(cfg.search.out_params).read_text()
@@ -79,7 +80,7 @@ def test_too_few_dev_items_decide_nothing(tmp_path: Path) -> None:
     def objective(trial_cfg: Config, trial: object) -> TrialOutcome:
         return _outcome([False] * 10 if isinstance(trial, BaselineTrial) else [True] * 10)
 
-    result = run_search(cfg, objective, trials=1, storage=optuna.storages.InMemoryStorage())
+    result = run_search(searching(cfg, trials=1), objective, worker=Worker(storage=optuna.storages.InMemoryStorage()))
     assert not result.written and "too few items: 10 < min_items 40" in result.verdict
     assert not Path(cfg.search.out_params).exists()
 
@@ -90,7 +91,7 @@ def test_a_trial_function_without_items_never_writes(tmp_path: Path) -> None:
     def bare(trial_cfg: Config, trial: object) -> TrialOutcome:
         return TrialOutcome(dev_accuracy=0.9, mean_tokens_per_episode=10.0, tokens_spent=1, seconds=0.0)
 
-    result = run_search(cfg, bare, trials=1, storage=optuna.storages.InMemoryStorage())
+    result = run_search(searching(cfg, trials=1), bare, worker=Worker(storage=optuna.storages.InMemoryStorage()))
     assert not result.written and "could not be evaluated" in result.verdict
     assert not Path(cfg.search.out_params).exists()
 
@@ -126,10 +127,10 @@ def test_a_copy_of_the_db_file_alone_holds_every_trial(tmp_path: Path, ending: s
     cfg = _cfg(tmp_path)
     url = f"sqlite:///{db}"
     if ending == "normal":
-        run_search(cfg, SyntheticTrial(), trials=3, storage=url)
+        run_search(searching(cfg, trials=3), SyntheticTrial(), worker=Worker(storage=url))
     else:
         with pytest.raises(KeyboardInterrupt):
-            run_search(cfg, _Interrupt(), trials=3, storage=url)
+            run_search(searching(cfg, trials=3), _Interrupt(), worker=Worker(storage=url))
     copy = tmp_path / "elsewhere" / "optuna.db"
     copy.parent.mkdir()
     shutil.copy(db, copy)  # the .db file only, no -wal / -shm

@@ -20,10 +20,11 @@ import optuna
 import pytest
 from helpers.params import defaults_params
 from optuna.trial import TrialState
+from search_helpers import searching
 
 from components.config import Config
 from components.errors import Terminated
-from components.search import TrialOutcome, run_search
+from components.search import TrialOutcome, Worker, run_search
 from components.search import budget as B
 from components.search.synthetic import SyntheticTrial
 
@@ -70,7 +71,7 @@ def test_an_interrupted_trial_is_quiet_and_does_not_count(
         raise interrupt()
 
     with pytest.raises(interrupt):
-        run_search(_cfg(tmp_path), stopped, trials=2, storage=url)
+        run_search(searching(_cfg(tmp_path), trials=2), stopped, worker=Worker(storage=url))
     assert not [m for m in optuna_log.messages if "failed" in m], optuna_log.messages
     err = capsys.readouterr().err  # progress lines may be there (a CLI logger); Optuna's report may not
     assert "Traceback" not in err and "failed" not in err and "KeyboardInterrupt" not in err, err
@@ -79,7 +80,7 @@ def test_an_interrupted_trial_is_quiet_and_does_not_count(
     assert trial.state == TrialState.FAIL and trial.user_attrs[B.ATTR_INTERRUPTED] == (
         "SIGTERM" if interrupt is Terminated else "SIGINT")
 
-    again = run_search(_cfg(tmp_path), SyntheticTrial(), trials=2, storage=url)
+    again = run_search(searching(_cfg(tmp_path), trials=2), SyntheticTrial(), worker=Worker(storage=url))
     assert again.n_complete == 2 and again.trials_this_worker == [1, 2]
     assert again.n_failed == 0 and again.n_interrupted == 1 and again.stopped_by == "trials"
 
@@ -123,7 +124,7 @@ def test_a_signalled_worker_prints_one_line_and_its_trial_is_not_counted(
     assert proc.returncode == code
     lines = [line for line in err.splitlines() if not line.startswith("[I ")]  # Optuna's own INFO lines
     assert lines == [f"agent-gspo search worker: interrupted ({name})"], err
-    again = run_search(_cfg(tmp_path), SyntheticTrial(), trials=2, storage=url)
+    again = run_search(searching(_cfg(tmp_path), trials=2), SyntheticTrial(), worker=Worker(storage=url))
     assert again.n_complete == 2 and len(again.trials_this_worker) == 2
 
 
@@ -131,7 +132,8 @@ def test_each_trial_is_reported_once(tmp_path: Path, optuna_log: _Records, caplo
     """The project's "trial i/n done" line, not Optuna's "Trial N finished with value ..." echo of it
     too (Optuna's verbosity is given back as it was)."""
     caplog.set_level(logging.INFO, logger="components")
-    run_search(_cfg(tmp_path), SyntheticTrial(), trials=2, storage=optuna.storages.InMemoryStorage())
+    run_search(searching(_cfg(tmp_path), trials=2), SyntheticTrial(),
+               worker=Worker(storage=optuna.storages.InMemoryStorage()))
     assert optuna.logging.get_verbosity() == optuna.logging.INFO
     assert not [m for m in optuna_log.messages if "finished with value" in m], optuna_log.messages
     done = [m.split(" done")[0] for m in caplog.messages if m.startswith("trial ") and " done in " in m]

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import optuna
 from helpers.params import defaults_params
+from search_helpers import searching
 
 from components.config import Config
-from components.search import TrialOutcome, run_search
+from components.search import TrialOutcome, Worker, run_search
 from components.search.synthetic import SyntheticTrial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -32,8 +33,8 @@ def _params(storage: str | optuna.storages.BaseStorage) -> list[tuple[tuple[str,
 
 def test_a_resumed_study_samples_new_parameters(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    run_search(_cfg(tmp_path), SyntheticTrial(), trials=2, storage=url)
-    more = run_search(_cfg(tmp_path), SyntheticTrial(), trials=4, storage=url)
+    run_search(searching(_cfg(tmp_path), trials=2), SyntheticTrial(), worker=Worker(storage=url))
+    more = run_search(searching(_cfg(tmp_path), trials=4), SyntheticTrial(), worker=Worker(storage=url))
     params = _params(url)
     assert more.trials_this_worker == [2, 3] and len(params) == 4
     assert len(set(params)) == 4  # the resumed run did not repeat trials 0 and 1
@@ -57,7 +58,8 @@ def test_concurrent_workers_sample_different_parameters(tmp_path: Path) -> None:
 
     def worker(tag: str) -> None:
         try:
-            results[tag] = run_search(_cfg(tmp_path, f"{tag}.yaml"), trial_fn, trials=4, storage=storage)
+            results[tag] = run_search(searching(_cfg(tmp_path, f"{tag}.yaml"), trials=4), trial_fn,
+                                      worker=Worker(storage=storage))
         except BaseException as exc:  # surfaced by the assert below
             results[tag] = exc
 
@@ -73,12 +75,14 @@ def test_concurrent_workers_sample_different_parameters(tmp_path: Path) -> None:
 
 
 def test_a_fresh_run_is_reproducible_from_its_seed(tmp_path: Path) -> None:
-    a = run_search(_cfg(tmp_path), SyntheticTrial(), trials=3, storage=optuna.storages.InMemoryStorage())
-    b = run_search(_cfg(tmp_path), SyntheticTrial(), trials=3, storage=optuna.storages.InMemoryStorage())
+    a = run_search(searching(_cfg(tmp_path), trials=3), SyntheticTrial(),
+                   worker=Worker(storage=optuna.storages.InMemoryStorage()))
+    b = run_search(searching(_cfg(tmp_path), trials=3), SyntheticTrial(),
+                   worker=Worker(storage=optuna.storages.InMemoryStorage()))
     assert a.best_overrides == b.best_overrides
     cfg = _cfg(tmp_path)
     cfg.gspo = cfg.gspo.model_copy(update={"seed": cfg.gspo.seed + 1})
-    c = run_search(cfg, SyntheticTrial(), trials=3, storage=optuna.storages.InMemoryStorage())
+    c = run_search(searching(cfg, trials=3), SyntheticTrial(), worker=Worker(storage=optuna.storages.InMemoryStorage()))
     assert c.best_overrides != a.best_overrides
 
 

@@ -9,11 +9,13 @@ import optuna
 import pytest
 from helpers.params import defaults_params
 from optuna.trial import TrialState, create_trial
+from search_helpers import searching
 
 from components.config import Config, load_config
 from components.search import (
     SearchError,
     TrialOutcome,
+    Worker,
     load_best_params,
     run_search,
 )
@@ -37,7 +39,7 @@ def test_search_picks_the_most_accurate_feasible_trial(tmp_path: Path) -> None:
     storage = optuna.storages.InMemoryStorage()
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)  # no deprecated constraints_func anywhere
-        result = run_search(_cfg(tmp_path), SyntheticTrial(), trials=25, storage=storage)
+        result = run_search(searching(_cfg(tmp_path), trials=25), SyntheticTrial(), worker=Worker(storage=storage))
     trials = [t for t in _study(storage).trials if t.state == TrialState.COMPLETE]
     assert result.n_complete == len(trials) == 25 and result.stopped_by == "trials"
     for t in trials:  # constraint recorded with the Optuna 5 API: c = mean tokens - limit
@@ -54,7 +56,8 @@ def test_search_picks_the_most_accurate_feasible_trial(tmp_path: Path) -> None:
 
 def test_no_feasible_trial_gives_the_least_violating_one_flagged(tmp_path: Path) -> None:
     storage = optuna.storages.InMemoryStorage()
-    result = run_search(_cfg(tmp_path, max_tokens_per_episode=5.0), SyntheticTrial(), trials=8, storage=storage)
+    result = run_search(searching(_cfg(tmp_path, max_tokens_per_episode=5.0), trials=8), SyntheticTrial(),
+                        worker=Worker(storage=storage))
     trials = [t for t in _study(storage).trials if t.state == TrialState.COMPLETE]
     assert not result.best_feasible and result.best_constraint > 0
     assert result.best_mean_tokens_per_episode == min(t.user_attrs[B.ATTR_MEAN_TOKENS] for t in trials)
@@ -66,7 +69,8 @@ def test_no_feasible_trial_gives_the_least_violating_one_flagged(tmp_path: Path)
 def test_token_budget_stops_the_study_within_one_trial(tmp_path: Path) -> None:
     storage = optuna.storages.InMemoryStorage()
     budget = 1_000_000
-    result = run_search(_cfg(tmp_path), SyntheticTrial(), trials=200, budget_tokens=budget, storage=storage)
+    result = run_search(searching(_cfg(tmp_path), trials=200, budget_tokens=budget), SyntheticTrial(),
+                        worker=Worker(storage=storage))
     trials = sorted(_study(storage).trials, key=lambda t: t.number)
     spent = [t.user_attrs[B.ATTR_TOKENS] for t in trials]
     assert result.stopped_by == "budget_tokens" and len(trials) < 200
@@ -77,8 +81,8 @@ def test_token_budget_stops_the_study_within_one_trial(tmp_path: Path) -> None:
 
 def test_seconds_budget_starts_no_trial_after_the_deadline(tmp_path: Path) -> None:
     storage = optuna.storages.InMemoryStorage()
-    result = run_search(_cfg(tmp_path), SyntheticTrial(sleep_s=0.12), trials=200, budget_seconds=0.5,
-                        storage=storage)
+    result = run_search(searching(_cfg(tmp_path), trials=200, budget_seconds=0.5), SyntheticTrial(sleep_s=0.12),
+                        worker=Worker(storage=storage))
     study = _study(storage)
     started = study.user_attrs[B.STUDY_STARTED_AT]
     trials = study.trials
@@ -108,7 +112,8 @@ def test_a_deadline_passed_between_trials_refuses_the_next_one_before_it_runs(
 
     monkeypatch.setattr(study_module.B, "exhausted", exhausted_from_the_fourth_check)
     storage = optuna.storages.InMemoryStorage()
-    result = run_search(_cfg(tmp_path), SyntheticTrial(), trials=10, budget_seconds=3600, storage=storage)
+    result = run_search(searching(_cfg(tmp_path), trials=10, budget_seconds=3600), SyntheticTrial(),
+                        worker=Worker(storage=storage))
     trials = _study(storage).trials
     assert [t.user_attrs.get(B.ATTR_ADMITTED) for t in trials] == [True, False]
     assert trials[1].user_attrs[B.ATTR_REFUSED] == "budget_seconds" and B.ATTR_SECONDS not in trials[1].user_attrs
@@ -117,7 +122,8 @@ def test_a_deadline_passed_between_trials_refuses_the_next_one_before_it_runs(
 
 
 def test_params_file_round_trips_through_load_config(tmp_path: Path) -> None:
-    result = run_search(_cfg(tmp_path), SyntheticTrial(), trials=6, storage=optuna.storages.InMemoryStorage())
+    result = run_search(searching(_cfg(tmp_path), trials=6), SyntheticTrial(),
+                        worker=Worker(storage=optuna.storages.InMemoryStorage()))
     overrides = load_best_params(result.params_path)
     assert sorted(overrides) == sorted(result.best_overrides)
     cfg = load_config(defaults_params(tmp_path), overrides=overrides)
@@ -140,11 +146,11 @@ def test_load_best_params_names_the_bad_file(tmp_path: Path) -> None:
 
 def test_rejoining_a_finished_study_runs_nothing_and_running_trials_count(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    first = run_search(_cfg(tmp_path), SyntheticTrial(), trials=3, storage=url)
-    again = run_search(_cfg(tmp_path), SyntheticTrial(), trials=3, storage=url)
+    first = run_search(searching(_cfg(tmp_path), trials=3), SyntheticTrial(), worker=Worker(storage=url))
+    again = run_search(searching(_cfg(tmp_path), trials=3), SyntheticTrial(), worker=Worker(storage=url))
     assert again.trials_this_worker == [] and again.best_trial == first.best_trial
     foreign = optuna.load_study(study_name="agent-gspo", storage=url).ask()  # another worker's running trial
-    more = run_search(_cfg(tmp_path), SyntheticTrial(), trials=6, storage=url)
+    more = run_search(searching(_cfg(tmp_path), trials=6), SyntheticTrial(), worker=Worker(storage=url))
     assert len(more.trials_this_worker) == 2 and foreign.number not in more.trials_this_worker
 
 
@@ -154,11 +160,13 @@ def test_bad_trial_outcome_and_bad_storage_are_user_errors(tmp_path: Path, monke
         return TrialOutcome(dev_accuracy=1.5, mean_tokens_per_episode=10, tokens_spent=1, seconds=0.0)
 
     with pytest.raises(SearchError, match=r"trial 0: trial_fn returned dev_accuracy=1.5"):
-        run_search(_cfg(tmp_path), broken, trials=2, storage=optuna.storages.InMemoryStorage())
+        run_search(searching(_cfg(tmp_path), trials=2), broken,
+                   worker=Worker(storage=optuna.storages.InMemoryStorage()))
     with pytest.raises(SearchError, match=r"search.storage 'optuna.db'"):
-        run_search(_cfg(tmp_path), SyntheticTrial(), trials=1, storage="optuna.db")
+        run_search(searching(_cfg(tmp_path), trials=1), SyntheticTrial(), worker=Worker(storage="optuna.db"))
     with pytest.raises(SearchError, match=r"postgresql\+psycopg://u:\*\*\*@127.0.0.1:1/x"):
-        run_search(_cfg(tmp_path), SyntheticTrial(), trials=1, storage="postgresql+psycopg://u:secret@127.0.0.1:1/x")
+        run_search(searching(_cfg(tmp_path), trials=1), SyntheticTrial(),
+                   worker=Worker(storage="postgresql+psycopg://u:secret@127.0.0.1:1/x"))
 
 
 def _trial(number: int, state: TrialState, **attrs: object) -> optuna.trial.FrozenTrial:
@@ -235,7 +243,7 @@ def test_a_failing_trial_is_recorded_and_the_worker_goes_on(tmp_path: Path) -> N
             raise MemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return SyntheticTrial()(cfg, trial)
 
-    result = run_search(_cfg(tmp_path), fails_once, trials=3, storage=storage)
+    result = run_search(searching(_cfg(tmp_path), trials=3), fails_once, worker=Worker(storage=storage))
     assert calls == [0, 1, 2, 3, "baseline"]
     assert (result.n_complete, result.n_failed, result.stopped_by) == (3, 1, "trials")
     (failed,) = [t for t in _study(storage).trials if t.state == TrialState.FAIL]
@@ -246,7 +254,7 @@ def test_as_many_failures_as_trials_end_the_study(tmp_path: Path) -> None:
     """The failure cap keeps a trial function that keeps failing from looping forever."""
     storage = optuna.storages.InMemoryStorage()
     flaky = _Flaky()
-    result = run_search(_cfg(tmp_path), flaky, trials=9, storage=storage)
+    result = run_search(searching(_cfg(tmp_path), trials=9), flaky, worker=Worker(storage=storage))
     trials = _study(storage).trials
     assert flaky.calls == 14 and len(trials) == 13  # F F ok x4, then the ninth failure; then the baseline (fails)
     assert not result.written and "could not be evaluated" in result.verdict and "s3cret" not in result.verdict
@@ -263,13 +271,14 @@ def test_only_failures_end_with_the_trial_errors_named(tmp_path: Path) -> None:
         raise RuntimeError("no GPU left on this node")
 
     with pytest.raises(SearchError, match=r"no completed trial.*RuntimeError: no GPU left on this node"):
-        run_search(_cfg(tmp_path), always, trials=3, storage=optuna.storages.InMemoryStorage())
+        run_search(searching(_cfg(tmp_path), trials=3), always,
+                   worker=Worker(storage=optuna.storages.InMemoryStorage()))
 
 
 def test_each_trial_logs_its_progress_and_the_budget_spent(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO", logger="components.search.study")
-    run_search(_cfg(tmp_path), SyntheticTrial(), trials=3, budget_tokens=10**9,
-               storage=optuna.storages.InMemoryStorage())
+    run_search(searching(_cfg(tmp_path), trials=3, budget_tokens=10**9), SyntheticTrial(),
+               worker=Worker(storage=optuna.storages.InMemoryStorage()))
     lines = [r.getMessage() for r in caplog.records if r.name == "components.search.study"]
     assert [line.split(":")[0] for line in lines if " started" in line] == [f"trial {i}/3 started" for i in (1, 2, 3)]
     done = [line for line in lines if " done in " in line]

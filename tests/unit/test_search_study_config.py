@@ -12,10 +12,11 @@ from pathlib import Path
 import optuna
 import pytest
 from helpers.params import defaults_params
+from search_helpers import searching
 
 from components.config import Config
 from components.errors import UserError
-from components.search import SearchError, run_search
+from components.search import SearchError, Worker, run_search
 from components.search.synthetic import SyntheticTrial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -29,9 +30,10 @@ def _cfg(tmp_path: Path, **search: object) -> Config:
 
 def test_joining_a_study_made_under_another_config_is_refused(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    run_search(_cfg(tmp_path), SyntheticTrial(), trials=1, storage=url)
+    run_search(searching(_cfg(tmp_path), trials=1), SyntheticTrial(), worker=Worker(storage=url))
     with pytest.raises(SearchError) as caught:
-        run_search(_cfg(tmp_path, max_tokens_per_episode=50.0), SyntheticTrial(), trials=2, storage=url)
+        run_search(searching(_cfg(tmp_path, max_tokens_per_episode=50.0), trials=2), SyntheticTrial(),
+                   worker=Worker(storage=url))
     msg = str(caught.value)
     assert isinstance(caught.value, UserError)  # the CLI exits 2 with this one message
     assert "'agent-gspo'" in msg and url in msg
@@ -43,12 +45,12 @@ def test_joining_a_study_made_under_another_config_is_refused(tmp_path: Path) ->
 
 def test_bookkeeping_settings_may_change_between_joins(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    run_search(_cfg(tmp_path), SyntheticTrial(), trials=1, storage=url)
+    run_search(searching(_cfg(tmp_path), trials=1), SyntheticTrial(), worker=Worker(storage=url))
     cfg = _cfg(tmp_path, trials=9, budget_tokens=10**9, budget_seconds=3600.0, enabled=True,
                out_params=str(tmp_path / "other.yaml"), storage="sqlite:///elsewhere.db")
     cfg.tracking = cfg.tracking.model_copy(update={"uri": "http://u:pw@mlflow:5000", "experiment": "x"})
     cfg.profile = "renamed"
-    again = run_search(cfg, SyntheticTrial(), trials=2, storage=url)
+    again = run_search(searching(cfg, trials=2), SyntheticTrial(), worker=Worker(storage=url))
     assert again.n_complete == 2
 
 
@@ -79,11 +81,11 @@ def test_a_study_from_before_config_hashes_is_adopted_with_a_warning(
     storage = optuna.storages.InMemoryStorage()
     old = optuna.create_study(storage=storage, study_name="agent-gspo", direction="maximize")
     old.tell(old.ask(), 0.1)  # a trial recorded by an older version: no config hash on the study
-    result = run_search(_cfg(tmp_path), SyntheticTrial(), trials=2, storage=storage)
+    result = run_search(searching(_cfg(tmp_path), trials=2), SyntheticTrial(), worker=Worker(storage=storage))
     assert result.n_complete == 2
     assert "no recorded config" in capsys.readouterr().err
     with pytest.raises(SearchError, match="another config"):  # from now on the study is checked
-        run_search(_cfg(tmp_path, dev_items=3), SyntheticTrial(), trials=3, storage=storage)
+        run_search(searching(_cfg(tmp_path, dev_items=3), trials=3), SyntheticTrial(), worker=Worker(storage=storage))
 
 
 def test_a_worker_that_lost_the_race_to_record_its_config_stops(tmp_path: Path) -> None:
@@ -100,7 +102,7 @@ def test_a_worker_that_lost_the_race_to_record_its_config_stops(tmp_path: Path) 
         return SyntheticTrial()(cfg, trial)
 
     with pytest.raises(SearchError, match="another config"):
-        run_search(_cfg(tmp_path), trial_fn, trials=5, storage=storage)
+        run_search(searching(_cfg(tmp_path), trials=5), trial_fn, worker=Worker(storage=storage))
     assert calls == [0]
 
 
@@ -119,9 +121,9 @@ def test_a_trial_run_under_the_losing_config_is_never_the_best(tmp_path: Path, c
         return TrialOutcome(dev_accuracy=1.0, mean_tokens_per_episode=1.0, tokens_spent=10, seconds=0.0)
 
     with pytest.raises(SearchError, match="another config"):
-        run_search(_cfg(tmp_path), loser_trial, trials=5, storage=storage)
+        run_search(searching(_cfg(tmp_path), trials=5), loser_trial, worker=Worker(storage=storage))
     capsys.readouterr()
-    result = run_search(winner, SyntheticTrial(), trials=2, storage=storage)
+    result = run_search(searching(winner, trials=2), SyntheticTrial(), worker=Worker(storage=storage))
     assert result.best_trial != 0 and result.best_dev_accuracy < 1.0  # the loser's perfect trial is left out
     assert "trial(s) 0 ran under another config" in capsys.readouterr().err
 
@@ -138,5 +140,5 @@ def test_a_worker_whose_record_is_overwritten_during_its_last_trial_writes_no_be
         return SyntheticTrial()(cfg, trial)
 
     with pytest.raises(SearchError, match="another config"):
-        run_search(_cfg(tmp_path), trial_fn, trials=1, storage=storage)
+        run_search(searching(_cfg(tmp_path), trials=1), trial_fn, worker=Worker(storage=storage))
     assert not (tmp_path / "best.yaml").exists()

@@ -8,9 +8,10 @@ import optuna
 import pytest
 import test_tracking_helpers
 from mlflow import MlflowClient
+from search_helpers import searching
 
 from components.config import Config
-from components.search import mlflow_tracker_factory, run_search
+from components.search import Worker, mlflow_tracker_factory, run_search
 from components.search.synthetic import SyntheticTrial
 from components.search.tracking import log_search_metrics
 
@@ -22,8 +23,9 @@ def test_trials_are_nested_runs_with_params_and_metrics(tmp_path: Path, mlflow_u
     cfg.tracking = cfg.tracking.model_copy(update={"uri": mlflow_uri, "experiment": "search-test"})
     cfg.search = cfg.search.model_copy(update={"out_params": str(tmp_path / "best.yaml")})
     cfg.gspo = cfg.gspo.model_copy(update={"lr": 1e-3})  # a profile the search beats: its file is logged
-    result = run_search(cfg, SyntheticTrial(), trials=3, storage=optuna.storages.InMemoryStorage(),
-                        tracker_factory=mlflow_tracker_factory(cfg))
+    result = run_search(searching(cfg, trials=3), SyntheticTrial(),
+                        worker=Worker(storage=optuna.storages.InMemoryStorage(),
+                        tracker_factory=mlflow_tracker_factory(cfg)))
     client = MlflowClient(mlflow_uri)
     exp = client.get_experiment_by_name("search-test")
     runs = client.search_runs([exp.experiment_id])

@@ -27,6 +27,7 @@ from components.tracking import (
 )
 from components.tracking import promote as _promote
 from components.tracking.decision_log import crownings, experiment_name
+from components.tracking.promotion import GateSpec
 
 mlflow_uri = test_tracking_helpers.mlflow_uri  # shared pytest fixture
 RULE = GateRule(ComparisonRule(min_items=20), min_accuracy=0.5)
@@ -34,7 +35,7 @@ KEY = gh.KEY
 
 
 def promote(client: MlflowClient, name: str, version: str, **kw) -> PromotionDecision:
-    return _promote(client, name, version, setting_key=kw.pop("setting_key", KEY), rule=kw.pop("rule", RULE), **kw)
+    return _promote(client, name, version, gate=GateSpec(kw.pop("setting_key", KEY), kw.pop("rule", RULE)), **kw)
 
 
 def _alias(client: MlflowClient, name: str, alias: str) -> str | None:

@@ -19,7 +19,11 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from components.errors import ProcessFailed, UserError
+from components.io import check_not_pipeline_input, check_output_file
 from components.jobs.base import ConfigSource, Job
+from components.jobs.metrics import SERIES_FILE, train_metrics, write_metrics, write_series
+from components.runtime.launch import hosts_rank_zero, launch_training
+from components.runtime.training_dtype import check_training_dtype_setting
 
 if TYPE_CHECKING:
     from components.runtime.training_run import TrainResult
@@ -61,38 +65,29 @@ class TrainJob(Job):
         return out
 
     def run(self) -> TrainResult:
-        from components.io import check_not_pipeline_input, check_output_file
-
         # refused before training, not after it: an output that is a pipeline input (params.yaml, a manifest)
         check_not_pipeline_input(self.out_dir or self.cfg.gspo.out_dir, "run folder (--out / gspo.out_dir)")
         if self.metrics_file:
             check_output_file(self.metrics_file, "metrics file (--metrics)")
         result = self._train()
         if result.history:  # the per-step series, a DVC plot (x = step); none on a multi-node worker
-            from components.jobs.metrics import SERIES_FILE, write_series
-
             write_series(Path(result.out_dir) / SERIES_FILE, result.history)
         if self.track and result.run_id is not None:  # the prepared splits it read, as the run's inputs
             from components.tracking.lineage import log_training_inputs
 
             log_training_inputs(self.cfg, result.run_id)  # a warning, not a failure: the model is registered
         if self.metrics_file:
-            from components.jobs.metrics import train_metrics, write_metrics
-
             write_metrics(self.metrics_file, train_metrics(result.history))
         return result
 
     def _train(self) -> TrainResult:
         cfg = self.cfg
         if cfg.deepspeed.launcher == "none" and not self.isolate:
-            from components.runtime.training_dtype import check_training_dtype_setting
             from components.runtime.training_run import train
 
             check_training_dtype_setting(cfg.model.dtype)
             return train(cfg, resume=self.resume, overwrite=self.overwrite, max_steps=self.max_steps,
                          out_dir=self.out_dir, track=self.track)
-        from components.runtime.launch import hosts_rank_zero, launch_training
-
         final: dict = {}
 
         def on_line(line: str) -> bool | None:

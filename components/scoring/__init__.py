@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from components.data.item import Item
-from components.io import atomic_path
+from components.io import atomic_path, check_output_file
 from components.scoring.choice import extract_choice
 from components.scoring.grader import extract, grade, grade_many
 from components.scoring.math_grader import extract_math_answer
@@ -45,8 +45,6 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _check_out(out: Path, predictions: Path, protected: tuple[str | os.PathLike[str] | None, ...]) -> None:
     """``--out`` must be a writable regular file (not a folder, device or FIFO: ``/dev/null`` would be
     replaced by a file), not the predictions file, and outside the ``protected`` folders."""
-    from components.io import check_output_file
-
     if out.is_dir():
         raise ScoringError(f"--out {out}: is a folder; give the path of a JSON-lines file to write")
     check_output_file(out, "--out")

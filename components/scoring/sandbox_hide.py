@@ -15,6 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
+from components.config import load_config
+
 _CHECKOUT = Path(__file__).resolve().parents[2]
 _EXTRA_HIDDEN: set[str] = set()
 _EXTRA_LOCK = threading.Lock()
@@ -44,8 +46,6 @@ def _static_hidden() -> tuple[str, ...]:
     except (ImportError, ValueError):
         pass
     try:
-        from components.config import load_config
-
         data = load_config().data
         found += [p for p in (data.mirror, data.out_dir) if p]
     except Exception:  # noqa: BLE001 - no or a broken params file: the allow-list still hides them

@@ -8,6 +8,16 @@ import pytest
 import components  # noqa: F401  (applies components.env offline defaults on import)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (CI runs ``-n 2``) each worker computes with one torch thread: two workers of
+    two threads each on a 2-core machine would oversubscribe it, and tiny-model work is dominated by
+    per-op overhead anyway (see ``one_thread``). Subprocesses the tests start set their own threads."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _restore_mlflow_tracking_uri():
     """``mlflow.set_tracking_uri`` also sets ``$MLFLOW_TRACKING_URI``, which ``load_config`` honours:

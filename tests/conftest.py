@@ -8,16 +8,35 @@ import pytest
 import components  # noqa: F401  (applies components.env offline defaults on import)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (CI runs ``-n 2``) each worker computes with one torch thread: two workers of
+    two threads each on a 2-core machine would oversubscribe it, and tiny-model work is dominated by
+    per-op overhead anyway (see ``one_thread``). Subprocesses the tests start set their own threads."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
+# Process-global settings a test may leave behind: ``mlflow.set_tracking_uri`` sets
+# $MLFLOW_TRACKING_URI (which ``load_config`` honours); ``init_distributed`` fills the launcher's
+# variables (MASTER_PORT: a port its process group may still hold). A subprocess a later test starts
+# inherits them: under pytest-xdist a worker's earlier in-process test made a later `dvc repro`
+# stage's rank bind that MASTER_PORT (EADDRINUSE).
+_RESTORED_ENV = ("MLFLOW_TRACKING_URI", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
 @pytest.fixture(autouse=True)
-def _restore_mlflow_tracking_uri():
-    """``mlflow.set_tracking_uri`` also sets ``$MLFLOW_TRACKING_URI``, which ``load_config`` honours:
-    restore it after every test so one test's tracking server never leaks into the next."""
-    before = os.environ.get("MLFLOW_TRACKING_URI")
+def _restore_process_env():
+    """Restore the variables of ``_RESTORED_ENV`` after every test, so one test's tracking server or
+    process group never leaks into the next test or the subprocesses it starts."""
+    before = {name: os.environ.get(name) for name in _RESTORED_ENV}
     yield
-    if before is None:
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
-    else:
-        os.environ["MLFLOW_TRACKING_URI"] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.servers import group_gone
+from helpers.servers import free_port, group_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def _wait_for_training(out: Path, proc: subprocess.Popen, timeout: float = 300.0
 ])
 def test_an_interrupted_torchrun_training_ends_with_one_line(prepared_data, tmp_path, sig, to_group, code, name):
     out = tmp_path / "run"
-    proc = _train(prepared_data, out, 29651 if to_group else 29653)
+    proc = _train(prepared_data, out, free_port())
     try:
         _wait_for_training(out, proc)
         (os.killpg if to_group else os.kill)(proc.pid, sig)
@@ -66,7 +66,7 @@ def test_ctrl_c_on_a_deepspeed_launch_returns_after_every_launched_process(prepa
     """Was: the DeepSpeed runner exited on Ctrl-C at once, and its `launch.py` (stopping the rank)
     outlived the command by ~2.8 s: a `--resume` typed right away raced the old training."""
     out = tmp_path / "run"
-    proc = _train(prepared_data, out, 29655, launcher="deepspeed")
+    proc = _train(prepared_data, out, free_port(), launcher="deepspeed")
     try:
         _wait_for_training(out, proc)
         os.killpg(proc.pid, signal.SIGINT)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.servers import free_port
 from safetensors.torch import load_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -80,7 +81,7 @@ def test_two_cpu_ranks_under_launcher(data_dir, tmp_path, launcher):
     cmd = [sys.executable, "-m", "components.cli", "train", "--no-track", "--out", str(out),
            *_overrides(data_dir, steps=2, engine=engine), "--set", f"deepspeed.launcher={launcher}",
            "--set", "deepspeed.nproc_per_node=2", "--set", "deepspeed.zero_stage=2",
-           "--set", "deepspeed.master_port=29611"]
+           "--set", f"deepspeed.master_port={free_port()}"]
     res = subprocess.run(cmd, cwd=ROOT, env=_env(), timeout=900, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "step 2/2" in res.stdout

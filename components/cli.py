@@ -10,7 +10,7 @@ level": its dispatch stays lazy, so that ``agent-gspo --help`` and ``agent-gspo 
 (about 0.3 s) load none of torch, MLflow, Prefect, optuna, scipy or pyarrow. The jobs are reached
 through :mod:`components.jobs`, whose names load on first use (a job module imports what its
 command needs at its own module level); the few imports left inside a command say what they
-defer. tests/unit/test_module_level_imports.py allowlists this file for that reason and checks
+defer. tests/integration/test_module_level_imports.py allowlists this file for that reason and checks
 that ``--help`` stays light.
 """
 

@@ -302,7 +302,7 @@ def model_name_problem(name: str) -> str | None:
 
     MLflow's rules (``mlflow.utils.validation._validate_model_name``: not blank, no ``/`` or ``:``,
     nothing a path normalisation changes such as ``..`` or ``./x``), checked here without importing
-    MLflow (~3 s on every config load); ``tests/unit/test_registry_names.py`` holds the two rule
+    MLflow (~3 s on every config load); ``tests/unit/tracking/test_registry_names.py`` holds the two rule
     sets together. Also refused: ``@`` (``models:/<name>@<alias>`` would read it as an alias) and
     surrounding whitespace (a name that looks like another)."""
     if not name.strip():

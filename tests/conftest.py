@@ -1,9 +1,9 @@
 """Shared test setup: offline-safety defaults before any test imports transformers/datasets/mlflow."""
-
 import os
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 
 import components  # noqa: F401  (applies components.env offline defaults on import)
 
@@ -39,7 +39,7 @@ def _restore_process_env():
             os.environ[name] = value
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
 
 

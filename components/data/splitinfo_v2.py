@@ -117,7 +117,7 @@ DESIGN: dict[str, dict[str, tuple[Any, ...]]] = {
     },
 }
 """split -> axis -> the families (or team sizes) its items draw from; train and test are disjoint on
-every axis (tests/unit/test_data_splitinfo_v2.py). The benchmark spec records it too."""
+every axis (tests/unit/data/test_data_splitinfo_v2.py). The benchmark spec records it too."""
 MAX_TEAM = max(max(d["team_size"]) for d in DESIGN.values())
 """the largest team of any item: ``mas.agents`` must be at least this to play every item"""
 

@@ -20,7 +20,7 @@ sampling temperature ``T``. Two fits of the row ``w`` (``model.silence_calibrati
   direction and ``s`` putting the mean of ``h_i · w`` on the mean target. Silence probability is
   convex in the logit and SmolLM2's prompts spread widely along ``d``, so the realised rate is
   uneven (0.000 to 0.94 over 24 first-round prompts at ``p`` = 0.1,
-  ``tests/unit/test_models_smollm2.py``).
+  ``tests/integration/test_models_smollm2.py``).
 
 Measured by ``bench/silence_prior.py`` on SmolLM2-135M (bf16, ``p`` = 0.1, T 0.5), on the
 first-round prompts of 32 training items that neither fit used (mean / median / 10th / 90th

@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT, find_under_tests
 
 from components.data.prepare import load_split
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -90,8 +91,7 @@ def _sqlite_registry(tmp_path: Path, request) -> str:
     import importlib.util
     import shutil
 
-    spec = importlib.util.spec_from_file_location("test_tracking_helpers", ROOT / "tests" / "unit" /
-                                                  "test_tracking_helpers.py")
+    spec = importlib.util.spec_from_file_location("test_tracking_helpers", find_under_tests("test_tracking_helpers.py"))
     helpers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helpers)
     db = tmp_path / "mlflow.db"

@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 from dvc_checks import stale_lock
+from helpers.paths import REPO_ROOT
 from helpers.repo_copy import copy_checkout
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
 TINY_SMOKE = {"model": {"name": "tiny-random"}, "gspo": {"steps": 1}, "mas": {"max_message_tokens": 4},
               "eval": {"limit": 1, "baselines": [], "benchmarks": ["gsm8k", "aqua"]}}

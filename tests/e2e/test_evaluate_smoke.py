@@ -2,17 +2,17 @@
 
 Prepares the seven benchmarks from the mirror into a temporary folder first (a few seconds).
 """
-
 import json
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 
 from components.config import BENCHMARKS, Config
 from components.evaluation import EvalRequest, evaluate
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 @pytest.fixture(scope="module")

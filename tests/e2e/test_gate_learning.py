@@ -1,7 +1,7 @@
 """The promotion gate on real evidence: a really trained policy beats its untrained twin on the
 tiny learning task (tests/helpers/learning_env.py), and the untrained twin does not beat it back.
 
-The gate's own tests (tests/unit/test_tracking_promotion.py) fabricate per-item records; here the
+The gate's own tests (tests/unit/tracking/test_tracking_promotion.py) fabricate per-item records; here the
 records come from rollouts of the tiny policy before and after GSPO training on the silence task
 (agent 1's messages never help, λ_tok = 0.5: agent 1 learns to stay silent, the helper keeps
 talking). Both policies play the same held-out items with the same sampling seed through the same
@@ -39,16 +39,18 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import gate_helpers as gh
 from helpers.learning_env import ITEMS, make_run
+from helpers.paths import load_test_module
 from mlflow import MlflowClient
-from unit import gate_helpers as gh  # tests/ is on sys.path (pyproject: pythonpath)
-from unit import test_tracking_helpers
 
 from components.config import load_config
 from components.data.item import Item
 from components.evaluation.items import records_of
 from components.evaluation.runner import MAIN_SYSTEM
 from components.tracking import GateRule, GateSpec, promote
+
+test_tracking_helpers = load_test_module("test_tracking_helpers")
 
 mlflow_uri = test_tracking_helpers.mlflow_uri  # fixture: a fresh sqlite registry in tmp_path
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.usefixtures("one_thread")]

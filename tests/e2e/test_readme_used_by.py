@@ -33,11 +33,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 from helpers.readme import used_by_commands
 from helpers.servers import mlflow_template_db
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
 TINY = ["--set", "model.name=tiny-random"]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.experiments_fixtures import SETTINGS, baselines, cell, make_results  # noqa: E402
+from helpers.paths import REPO_ROOT
 
 from components.config import Config, ConfigError, load_config  # noqa: E402
 from experiments import runner as runner_mod  # noqa: E402
@@ -25,7 +26,7 @@ from experiments.results import load_results  # noqa: E402
 from experiments.runner import RunRequest  # noqa: E402
 from experiments.schema import study_section  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 PARAMS = ROOT / "params.yaml"
 NAMES = ["baselines", "gspo_b50", "gspo_b25", "lambda0", "no_adv_norm", "grpo_token", "gspo_b25_choice",
          "gspo_b25_code", "gspo_b25_answer", "gspo_b25_mc_answer", "gspo_b25_mix_answer", "gspo_b25_mix_answer_s1",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers.experiments_fixtures import SETTINGS, cell, columns, make_results
+from helpers.paths import REPO_ROOT
 from pydantic import ValidationError
 
 from components.config import Config, load_config
@@ -17,7 +18,7 @@ from experiments.definitions import ExperimentError, experiment_config, select, 
 from experiments.results import ResultsFile, load_results, write_results
 from experiments.runner import RunRequest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 MACHINE = {"cpu": "AMD EPYC", "cores": 2, "torch": "2.13.0+cpu", "torch_threads": 2}
 MANIFEST = "d" * 64
 ALL = ["single_cot", "self_consistency", "mas_untrained", "mas_prior"]

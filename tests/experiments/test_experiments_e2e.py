@@ -12,15 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT, find_under_tests
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def _template_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
-    """The migrated empty MLflow DB of tests/unit/test_tracking_helpers.py (copied: migrating takes seconds)."""
+    """The migrated empty MLflow DB of tests/unit/tracking/test_tracking_helpers.py (copied: migrating
+    takes seconds)."""
     spec = importlib.util.spec_from_file_location("test_tracking_helpers",
-                                                  ROOT / "tests" / "unit" / "test_tracking_helpers.py")
+                                                  find_under_tests("test_tracking_helpers.py"))
     helpers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helpers)  # type: ignore[union-attr]
     cache = getattr(request.config, "cache", None)

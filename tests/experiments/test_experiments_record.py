@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from helpers.experiments_fixtures import baselines, history, trained
+from helpers.paths import REPO_ROOT
 
 from components.config import ConfigError, load_config
 from experiments.claims import Record, claim_f
@@ -15,7 +16,7 @@ from experiments.report import build_report
 from experiments.results import write_results
 from experiments.schema import study_section
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 MIX = Record(b25="gspo_b25_mix", b50="gspo_b50_mix", lambda0="lambda0_mix", no_adv_norm="no_adv_norm_mix",
              grpo_token="grpo_token_mix", rules="v1")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers.experiments_fixtures import baselines, cell, history, trained  # noqa: E402
+from helpers.paths import REPO_ROOT
 
 from experiments.report import (
     accuracy_cell,  # noqa: E402
@@ -352,7 +353,7 @@ def test_committed_report_is_regenerated_byte_for_byte_from_the_committed_result
     from components.config import load_config
     from experiments.schema import study_section
 
-    root = Path(__file__).resolve().parents[2]
+    root = REPO_ROOT
     argv = shlex.split(yaml.safe_load((root / "experiments/dvc.yaml").read_text())["stages"][stage]["cmd"])
     assert argv[:4] == ["python", "-m", "experiments", "report"], argv
     pairs = list(zip(argv[4::2], argv[5::2], strict=True))  # every option of the stage takes a value

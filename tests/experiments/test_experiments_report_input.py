@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 from helpers.experiments_fixtures import baselines, history, trained
+from helpers.paths import REPO_ROOT
 
 from experiments.cli import main
 from experiments.results import write_results
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 @pytest.fixture

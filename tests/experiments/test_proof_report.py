@@ -6,15 +6,15 @@ Built on the committed results file's shape, histories crafted."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 
 from experiments.proof import ProofResults
 from experiments.proof_report import proof_claims
 from experiments.rules import V1
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def _proof(tokens: list[float], lam: list[float], *, flat: bool, mode: str = "target") -> ProofResults:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers.experiments_fixtures import baselines
+from helpers.paths import REPO_ROOT
 
 from components.errors import UserError
 from experiments.claims import DEFAULT_RECORD, Record
@@ -17,7 +18,7 @@ from experiments.report import build_report
 from experiments.results import write_results
 from experiments.rules import RULES, V1, rules_block, rules_of
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 PINNED = {
     "v1": "0a5fd1a9d9d187e24c00a744fda98a8a4a6ab6144e9697853d48ca8c34970cb6",
 }

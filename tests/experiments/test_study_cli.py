@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.paths import REPO_ROOT
 
 import components.cli as product_cli
 from components.config import ConfigError, load_config
 from experiments.cli import main
 from experiments.schema import study_section
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 PARAMS = ROOT / "params.yaml"
 
 

@@ -6,7 +6,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 
 
 def copy_checkout(dest: Path) -> Path:

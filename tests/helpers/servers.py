@@ -25,6 +25,8 @@ from pathlib import Path
 
 import requests
 
+from helpers.paths import find_under_tests
+
 # MLFLOW_SERVER_ENABLE_JOB_EXECUTION: MLflow 3.x's server otherwise starts a huey job consumer
 # (GenAI evaluation jobs, unused here) whose queue lives in a fresh ``/dev/shm/tmp*`` folder that
 # it never removes: one leaked folder per server start, and one more process per test server.
@@ -95,7 +97,7 @@ def mlflow_template_db(cache_dir: Path) -> Path:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "test_tracking_helpers", Path(__file__).parents[1] / "unit" / "test_tracking_helpers.py")
+        "test_tracking_helpers", find_under_tests("test_tracking_helpers.py"))
     helpers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helpers)
     return helpers.template_db(cache_dir)

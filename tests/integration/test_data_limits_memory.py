@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 from helpers.prepared import write_prepared
 
 from components.data.prepare import load_split, records_to_table
 
 pytestmark = [pytest.mark.slow]  # the session fixture prepares every benchmark first
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 PEAK_LIMIT_KB = 2 * 1024 * 1024  # 2 GiB
 RUN = ("import resource, sys\nfrom components.cli import main\nrc = main(sys.argv[1:])\n"
        "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(rc)\n")

@@ -28,11 +28,12 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import dist_worker
+from helpers.paths import REPO_ROOT
 
 from components.config_sections import GspoConfig
 from components.runtime.distributed import free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 WORKER = Path(dist_worker.__file__)
 ENGINES = "torch,torch:0:2,deepspeed:2,deepspeed:3"
 TIMEOUT_S = 420

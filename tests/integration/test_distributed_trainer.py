@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 from helpers import trainer_worker
+from helpers.paths import REPO_ROOT
 
 from components.runtime.distributed import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 TIMEOUT_S = 300
 
 

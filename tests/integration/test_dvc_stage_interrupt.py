@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 from helpers.servers import group_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def _stage_repo(repo: Path, data_dir: Path, out: Path) -> None:

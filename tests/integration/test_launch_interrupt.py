@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 from helpers.servers import free_port, group_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def _train(data_dir: Path, out: Path, port: int, launcher: str = "torchrun") -> subprocess.Popen:

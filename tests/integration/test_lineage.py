@@ -17,6 +17,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from helpers.paths import REPO_ROOT, find_under_tests
 from mlflow import MlflowClient
 from mlflow.models.utils import _enforce_schema
 
@@ -24,9 +25,9 @@ from components.config import load_config
 from components.jobs import EvaluateJob, TrainJob
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 _spec = importlib.util.spec_from_file_location(
-    "test_tracking_helpers", Path(__file__).parents[1] / "unit" / "test_tracking_helpers.py")
+    "test_tracking_helpers", find_under_tests("test_tracking_helpers.py"))
 helpers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(helpers)
 mlflow_uri = helpers.mlflow_uri  # the shared fixture: a migrated sqlite store in tmp_path (also the cwd)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from helpers.paths import find_under_tests
 from helpers.servers import OFFLINE_ENV
 from mlflow import MlflowClient
 
@@ -34,7 +35,7 @@ RULE = {"gate": GateSpec("s1", GateRule(ComparisonRule(min_items=20), min_accura
 
 
 def _unit_helper(name: str):
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "unit" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, find_under_tests(f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

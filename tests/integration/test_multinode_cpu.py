@@ -22,11 +22,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.paths import REPO_ROOT
 
 from components.runtime.distributed import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 TIMEOUT_S = 600
 TRAIN = {"model": {"name": "tiny-random"},
          "gspo": {"steps": 2, "checkpoint_every": 1, "questions_per_step": 2, "group_size": 2, "minibatches": 2,

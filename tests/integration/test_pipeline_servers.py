@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 from helpers.servers import (
     MlflowServer,
     PrefectServer,
@@ -40,7 +41,7 @@ from helpers.servers import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
 PARAMS = str(ROOT / "params.yaml")
 BENCHES = ["gsm8k", "aqua"]

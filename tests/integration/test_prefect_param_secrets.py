@@ -21,10 +21,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 from helpers.servers import prefect_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 PASSWORD = "Pa55wordNeverStored77"
 
 CLIENT = r"""

@@ -35,10 +35,11 @@ import psutil
 import pytest
 import requests
 import yaml
+from helpers.paths import REPO_ROOT
 from helpers.servers import PrefectServer, prefect_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 AUTOMATION = ROOT / "infra" / "prefect" / "zombie-runs.yaml"
 PREFECT_YAML = ROOT / "prefect.yaml"
 HEARTBEAT_S = 30  # what prefect.yaml's job variables set (and Prefect's minimum)

@@ -18,18 +18,19 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from helpers import gate_helpers
+from helpers.paths import REPO_ROOT, find_under_tests
 from helpers.servers import mlflow_server, mlflow_template_db
-from unit import gate_helpers  # tests/ is on sys.path (pyproject: pythonpath)
 
 from components.config import load_config
 from components.evaluation.setting import planned_setting
 from components.tracking.policy_model import log_policy_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 NAME = "agent-gspo-policy"
 _spec = importlib.util.spec_from_file_location(
-    "test_tracking_helpers", Path(__file__).parents[1] / "unit" / "test_tracking_helpers.py")
+    "test_tracking_helpers", find_under_tests("test_tracking_helpers.py"))
 helpers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(helpers)
 

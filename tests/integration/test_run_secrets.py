@@ -17,10 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 from helpers.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
 PASSWORD = "Pa55wordNeverStored42"
 

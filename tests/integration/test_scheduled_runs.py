@@ -18,11 +18,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 from helpers.repo_copy import copy_checkout
 from helpers.servers import mlflow_template_db, prefect_server, run_worker_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 MIRROR = Path(os.environ.get("AGENT_GSPO_DATA_MIRROR", ROOT.parent / "shared" / "benchmarks"))
 SMALLEST = ["model.name=tiny-random", "gspo.steps=1", "gspo.questions_per_step=1", "gspo.group_size=2",
             "gspo.minibatches=1", "gspo.grad_accum=1", "gspo.checkpoint_every=1", "gspo.keep_checkpoints=1",

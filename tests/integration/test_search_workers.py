@@ -16,6 +16,7 @@ from pathlib import Path
 import optuna
 import pytest
 from helpers.params import defaults_params
+from helpers.paths import REPO_ROOT
 from optuna.trial import TrialState
 
 from components.config import Config
@@ -24,7 +25,7 @@ from components.search.study import select_best
 from components.search.synthetic import synthetic_outcome
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 
 
 def _run_workers(tmp_path: Path, *extra: str, n: int = 2) -> tuple[list[dict], list[optuna.trial.FrozenTrial]]:

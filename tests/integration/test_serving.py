@@ -17,19 +17,20 @@ from pathlib import Path
 
 import pytest
 import requests
+from helpers.paths import REPO_ROOT, find_under_tests
 from helpers.servers import OFFLINE_ENV, free_port, mlflow_template_db, stop_group, wait_healthy
 from mlflow import MlflowClient
 
 from components.tracking import log_policy_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def _helpers():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("test_tracking_helpers", ROOT / "tests/unit/test_tracking_helpers.py")
+    spec = importlib.util.spec_from_file_location("test_tracking_helpers", find_under_tests("test_tracking_helpers.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

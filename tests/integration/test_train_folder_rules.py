@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 
 from components.runtime.checkpoint import list_checkpoints, read_meta
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def _sets(data_dir: Path, out: Path) -> list[str]:

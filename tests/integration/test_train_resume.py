@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.paths import REPO_ROOT
 from helpers.servers import free_port
 from safetensors.torch import load_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.paths import REPO_ROOT
 
 from components.cli import main
 from components.config import Config, ConfigError, load_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 PARAMS = ROOT / "params.yaml"
 
 

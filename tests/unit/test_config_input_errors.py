@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 
 from components.cli import main
 from components.config import ConfigError, load_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 CUSTOM = ["mas.topology=custom", "mas.agents=2"]
 
 

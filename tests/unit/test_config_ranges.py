@@ -8,17 +8,17 @@ import copy
 import math
 import types
 import typing
-from pathlib import Path
 
 import annotated_types as at
 import pytest
 import yaml
+from helpers.paths import REPO_ROOT
 from pydantic import BaseModel, ValidationError
 
 from components.config import Config, ConfigError, format_errors, load_config, set_override
 from components.errors import run_command
 
-PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
+PARAMS = REPO_ROOT / "params.yaml"
 UNBOUNDED_OK = {
     "mas.adjacency": "a 0/1 matrix: MasConfig's validator refuses any other entry and any other shape",
 }

@@ -10,11 +10,12 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
+from helpers.paths import REPO_ROOT
 from helpers.readme import used_by_commands
 
 from components.cli import build_parser
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 README = ROOT / "README.md"
 MAX_README_LINES = 250
 

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import grimp
 import pytest
+from helpers.paths import REPO_ROOT
 from importlinter.api import read_configuration
 from importlinter.application.use_cases import lint_imports
 from importlinter.contracts.acyclic_siblings import AcyclicSiblingsContract
 from importlinter.contracts.forbidden import ForbiddenContract
 from importlinter.contracts.layers import LayersContract
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 PYPROJECT = ROOT / "pyproject.toml"
 TYPES = {"layers": LayersContract, "forbidden": ForbiddenContract, "acyclic_siblings": AcyclicSiblingsContract}
 

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.paths import REPO_ROOT
 
 from components.cli import main
 from components.config import load_config
 from components.errors import UserError
 from components.io import check_not_pipeline_input, check_output_file
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 
 
 @pytest.fixture()

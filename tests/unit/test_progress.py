@@ -7,9 +7,13 @@ import logging
 from pathlib import Path
 
 import pytest
-from test_data_robustness import humaneval_rows, multiarith_items, write_mirror
+from helpers.paths import load_test_module
 
 from components.progress import INTERVAL_ENV, Pace, Progress, leaf, report
+
+humaneval_rows = load_test_module("test_data_robustness").humaneval_rows
+multiarith_items = load_test_module("test_data_robustness").multiarith_items
+write_mirror = load_test_module("test_data_robustness").write_mirror
 
 
 class Clock:

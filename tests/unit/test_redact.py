@@ -1,9 +1,9 @@
 """A password or token planted in a URI never reaches params, tags, messages, logs or results."""
-
 import traceback
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO_ROOT
 from mlflow.exceptions import MlflowException
 
 from components.config import load_config
@@ -15,7 +15,7 @@ from components.tracking.errors import TrackingError
 
 SECRET = "S3cr/et@:pw"  # '/', '@' and ':' inside the password, unencoded as users paste them
 STORAGE = f"postgresql+psycopg://agent:{SECRET}@db.invalid:5432/optuna"
-PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
+PARAMS = REPO_ROOT / "params.yaml"
 
 
 @pytest.mark.parametrize("text, expected", [

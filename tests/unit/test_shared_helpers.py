@@ -9,7 +9,7 @@ from pathlib import Path
 
 import filelock
 import pytest
-from test_reward import episode, msg
+from helpers.paths import load_test_module
 
 from components.config import load_config
 from components.config_sections import EPS_HIGH, EPS_LOW, GspoConfig
@@ -24,6 +24,9 @@ from components.runtime.run_folder import exclusive
 from components.tracking.errors import PromotionError
 from components.tracking.registry import _promotion_running
 from experiments.definitions import Experiment, budget_overrides, experiment_config
+
+episode = load_test_module("test_reward").episode
+msg = load_test_module("test_reward").msg
 
 
 def held(path: Path) -> filelock.FileLock:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 LIMIT = 6
 
 

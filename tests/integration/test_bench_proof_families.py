@@ -1,0 +1,71 @@
+"""bench/proof_families.py: the per-family breakdown counts what each item records (scripted
+episodes), and the script runs end to end on the tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.paths import REPO_ROOT
+
+from bench.proof_families import breakdown, with_ratio
+from components.data.item import Item
+from components.data.splitinfo_v2 import generate_split
+from components.mas.records import Episode, Message
+from components.scoring.result import ScoreResult
+
+ROOT = REPO_ROOT
+
+
+def _episode(item: Item, spoken: dict[int, str], final: str) -> Episode:
+    msgs = [Message(item.id, 0, a, "solver", 0, [1, 2], [3] if a not in spoken else [4, 5, 6], [0.0], a not in spoken,
+                    [], spoken.get(a, "<silent>"), private=a in item.meta["informed"])
+            for a in range(item.meta["agents"])]
+    return Episode(item.id, 0, item.benchmark, msgs, final_answer=final,
+                   grade=ScoreResult(final.endswith(item.answer), None, None))
+
+
+def test_breakdown_counts_silence_distractors_and_accuracy_per_group():
+    records = generate_split("test", n=60)
+    items = [Item.from_record(r) for r in records]
+    one = next(i for i in items if len(i.meta["informed"]) == 1 and i.meta["distractor"])
+    holder = one.meta["informed"][0]
+    decoy = one.meta["note_kinds"].index("distractor")
+    value = one.meta["distractor_values"][0]
+    # the holder answers; the distractor's holder says its number; everyone else is silent
+    spoken = {holder: f"The answer is {one.answer}", decoy: f"The answer is {value}"}
+    ep = _episode(one, spoken, f"The answer is {value}")
+    out = breakdown([one], [ep])
+    everything = out["all"]["all"]
+    n_uninformed = one.meta["agents"] - 1
+    assert everything["items"] == everything["answerable"] == 1 and everything["accuracy"] == 0.0
+    assert everything["silence_informed"] == 0.0
+    assert everything["silence_uninformed"] == pytest.approx(round((n_uninformed - 1) / n_uninformed, 4))
+    assert everything["distractor_said"] == pytest.approx(round(1 / one.meta["note_kinds"].count("distractor"), 4))
+    assert everything["final_distractor"] == 1.0
+    assert out["family"][one.meta["family"]]["items"] == 1 and out["team_size"][str(one.meta["agents"])]["items"] == 1
+    nobody = next(i for i in items if not i.meta["informed"])
+    out = breakdown([nobody], [_episode(nobody, {}, "")])
+    assert out["family"] == {"nobody_informed": out["all"]["all"]} and out["all"]["all"]["accuracy"] is None
+    assert out["all"]["all"]["silence_uninformed"] == 1.0 and out["all"]["all"]["silence_informed"] is None
+    ratio = with_ratio(json.loads(json.dumps(out)), out)
+    assert ratio["all"]["all"]["tokens_vs_untrained"] == 1.0
+
+
+@pytest.mark.slow
+def test_runs_end_to_end_on_the_tiny_model(tmp_path: Path):
+    from components.data.prepare import prepare
+
+    prepare(["splitinfo2"], mirror=None, out_dir=tmp_path / "data", progress=False)
+    out = tmp_path / "families.json"
+    res = subprocess.run([sys.executable, "bench/proof_families.py", "--model", "tiny-random", "--limit", "4",
+                          "--data", str(tmp_path / "data"), "--out", str(out), "--params", "params.yaml",
+                          "--profile", "proof_v2"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    numbers = json.loads(out.read_text())
+    assert numbers["all"]["all"]["items"] == 4 and "| group | items |" in res.stdout

@@ -47,10 +47,12 @@ from components.items_file import (  # noqa: F401  (re-exported: the record's fo
 from components.scoring.grader import grade_many
 
 if TYPE_CHECKING:
+    from components.evaluation.metrics import EpisodeStats
+    from components.mas.records import Episode
     from components.tracking.mlflow_logging import Tracker
 
 
-def item_record(system: str, benchmark: str, item: Item, episode: Any) -> dict[str, Any]:
+def item_record(system: str, benchmark: str, item: Item, episode: Episode | EpisodeStats) -> dict[str, Any]:
     """One line of the record from a graded episode (an ``Episode`` or its ``EpisodeStats``)."""
     messages = list(episode.messages)
     return {

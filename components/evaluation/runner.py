@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from components.config import ALL_BENCHMARKS, BASELINE_NAMES, Config
 from components.data.item import Item
@@ -71,7 +71,15 @@ from components.models import ALIASES, PolicyInit, default_device, load_policy
 from components.progress import report
 
 if TYPE_CHECKING:
+    from components.mas.records import Episode
     from components.tracking.mlflow_logging import Tracker
+
+
+class Rollouts(Protocol):
+    """What evaluation needs of an engine: the multi-agent :class:`components.mas.engine.RolloutEngine`
+    and the single-agent baselines all have it."""
+
+    def rollout(self, items: Sequence[Item], group_size: int, *, seed: int, greedy: bool) -> list[Episode]: ...
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +99,8 @@ class System:
     """A named system to evaluate: an engine plus how to decode with it."""
 
     name: str
-    engine: Any
-    """a RolloutEngine (anything with ``rollout(items, group_size, seed=, greedy=) -> list[Episode]``)"""
+    engine: Rollouts
+    """a RolloutEngine, or a baseline's engine (anything with :class:`Rollouts`' ``rollout``)"""
     greedy: bool = True
 
 

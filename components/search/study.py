@@ -40,7 +40,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -113,7 +113,7 @@ def _optuna_warnings_only() -> Iterator[None]:
         optuna.logging.set_verbosity(before)
 
 
-def _check_outcome(outcome: Any, number: int) -> TrialOutcome:
+def _check_outcome(outcome: object, number: int) -> TrialOutcome:
     where = f"trial {number}: trial_fn returned"
     if not isinstance(outcome, TrialOutcome):
         raise SearchError(f"{where} {type(outcome).__name__}, expected TrialOutcome")

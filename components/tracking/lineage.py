@@ -22,7 +22,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelInput
@@ -102,7 +102,14 @@ def log_training_inputs(cfg: Config, run_id: str | None) -> bool:
     return True
 
 
-def log_evaluation_inputs(tracker: Any, meta: Mapping[str, Any], model_id: str | None) -> None:
+class InputsLogger(Protocol):
+    """What :func:`log_evaluation_inputs` needs of a run: ``Tracker.log_inputs`` (a protocol, not the
+    class: the tracker imports this module)."""
+
+    def log_inputs(self, *, datasets: Sequence[Any] = (), context: str = "", model_ids: Sequence[str] = ()) -> None: ...
+
+
+def log_evaluation_inputs(tracker: InputsLogger, meta: Mapping[str, Any], model_id: str | None) -> None:
     """The evaluated splits (``meta``: an evaluation report's ``data_dir``, ``item_ids`` per benchmark
     and ``split``) and the evaluated version's logged model as inputs of the tracker's run."""
     benches = list(meta.get("item_ids", {}))

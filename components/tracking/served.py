@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.config import MasConfig
+from components.config import Config, MasConfig
 from components.mas.voting import vote
 from components.scoring.grader import extract
 from components.tracking.served_inputs import (
@@ -50,8 +50,8 @@ PARAM_KEYS = {"agents": "agents", "rounds": "rounds", "max_new_tokens": "max_mes
 """request param -> ``mas`` key it overrides (``temperature`` and ``seed`` are handled apart)"""
 
 
-def system_settings(cfg: Any, *, git_commit: str | None = None) -> dict[str, Any]:
-    """What a registered version records about how its policy was trained (``cfg``: a Config)."""
+def system_settings(cfg: Config, *, git_commit: str | None = None) -> dict[str, Any]:
+    """What a registered version records about how its policy was trained."""
     return {"format": SETTINGS_FORMAT, "mas": cfg.mas.model_dump(mode="json"),
             "reward": cfg.reward.model_dump(mode="json"),
             "model": {"base": cfg.model.name, "dtype": cfg.model.dtype},

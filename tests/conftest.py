@@ -1,5 +1,7 @@
 """Shared test setup: offline-safety defaults before any test imports transformers/datasets/mlflow."""
 import os
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,29 @@ def _restore_process_env():
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers(request: pytest.FixtureRequest):
+    """Every test starts with Python's own SIGINT / SIGTERM handlers and leaves them so.
+
+    A handler set to SIG_IGN is inherited by every process started afterwards (exec keeps an
+    ignored signal ignored): in a CI run on two xdist workers, the four Ctrl-C tests that ran
+    after some earlier test in the same worker saw `agent-gspo` ignore SIGINT (exit 0 or 1, not
+    130). Which test leaves a handler changed is printed, so it can be fixed at its source."""
+    for sig in _SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, _DEFAULT_HANDLERS[sig])
+    yield
+    for sig in _SIGNALS:
+        if signal.getsignal(sig) is not _DEFAULT_HANDLERS[sig]:
+            print(f"\nconftest: {request.node.nodeid} left {signal.Signals(sig).name} handled by "
+                  f"{signal.getsignal(sig)!r}; restored", file=sys.stderr)
+            signal.signal(sig, _DEFAULT_HANDLERS[sig])
 
 
 ROOT = REPO_ROOT

@@ -14,8 +14,9 @@ import sys
 import threading
 import time
 
+from sandbox_probe import become_nobody, drop_sys_admin
+
 from components.scoring.sandbox import SandboxLimits, SandboxUnavailable, memory_bound_mb, run_program
-from helpers.sandbox_probe import become_nobody, drop_sys_admin
 
 MEMORY_MB = 256
 LIMITS = SandboxLimits(memory_mb=MEMORY_MB)

@@ -44,7 +44,7 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -65,7 +65,7 @@ def _seed(text: str) -> int:
     return value
 
 
-def _names(text: str) -> list[str]:
+def comma_names(text: str) -> list[str]:
     """A comma list that must name something: an empty one would silently mean "all"."""
     names = _csv(text)
     if not names:
@@ -81,7 +81,7 @@ def _known(names: list[str], allowed: Sequence[str], what: str) -> list[str]:
 
 
 def _benchmarks(text: str) -> list[str]:
-    return _known(_names(text), ALL_BENCHMARKS, "benchmark")
+    return _known(comma_names(text), ALL_BENCHMARKS, "benchmark")
 
 
 def _baselines(text: str) -> list[str]:
@@ -157,12 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("rollout")
     p.add_argument("--benchmark", required=True, choices=ALL_BENCHMARKS, help="benchmark to draw questions from")
     p.add_argument("--split", default="test", help="split of the prepared benchmark (default test)")
-    p.add_argument("--limit", type=_positive, default=8, help="questions (first N of the split)")
-    p.add_argument("--agents", type=_positive, default=None, help="agents per team (default mas.agents)")
-    p.add_argument("--rounds", type=_positive, default=None, help="communication rounds (default mas.rounds)")
+    p.add_argument("--limit", type=positive_int, default=8, help="questions (first N of the split)")
+    p.add_argument("--agents", type=positive_int, default=None, help="agents per team (default mas.agents)")
+    p.add_argument("--rounds", type=positive_int, default=None, help="communication rounds (default mas.rounds)")
     p.add_argument("--topology", default=None, choices=["complete", "chain", "star", "layered", "debate"],
                    help="who hears whom (default mas.topology)")
-    p.add_argument("--group-size", type=_positive, default=1,
+    p.add_argument("--group-size", type=positive_int, default=1,
                    help=f"episodes per question (--limit x --group-size <= {ROLLOUT_MAX_EPISODES})")
     p.add_argument("--seed", type=_seed, default=0, help="sampling seed (default 0)")
     p.add_argument("--silence-prior", action="store_true",
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     p.add_argument("--overwrite", action="store_true",
                    help="delete the checkpoints and outputs in --out, start over (a fresh run refuses a used folder)")
-    p.add_argument("--max-steps", type=_positive, default=None, help="stop after N steps (default gspo.steps)")
+    p.add_argument("--max-steps", type=positive_int, default=None, help="stop after N steps (default gspo.steps)")
     p.add_argument("--out", default=None, help="run folder (default gspo.out_dir)")
     p.add_argument("--no-track", action="store_true", help=NO_TRACK_HELP)
     p.add_argument("--best-params", default=None, help="apply a search's best-params file (search.out_params)")
@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("evaluate")
     p.add_argument("--model", default=None, help="local folder, HF id, alias, or models:/<name>[/<v>|@<alias>]")
-    p.add_argument("--limit", type=_positive, default=None, help="items per benchmark (seeded sample)")
+    p.add_argument("--limit", type=positive_int, default=None, help="items per benchmark (seeded sample)")
     p.add_argument("--baselines", type=_baselines, default=None,
                    help=f"comma list of {','.join(BASELINE_NAMES)} (empty string: none)")
     p.add_argument("--out", default=None, help="output folder (default eval.out_dir)")
@@ -195,13 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("search")
     p.add_argument("--budget-tokens", type=int, default=None, help="stop after this many tokens (all workers)")
-    p.add_argument("--trials", type=_positive, default=None, help="trials to run (default search.trials)")
+    p.add_argument("--trials", type=positive_int, default=None, help="trials to run (default search.trials)")
     p.add_argument("--storage", default=None, help="Optuna storage URL (sqlite:///..., postgresql+psycopg://...)")
     p.add_argument("--no-track", action="store_true", help=NO_TRACK_HELP)
 
     p = command("promote")
     p.add_argument("--candidate", default=None, help="models:/<name>[/<version>|@<alias>] (default: newest version)")
-    p.add_argument("--limit", type=_positive, default=None, help="items per benchmark of the compared evaluations "
+    p.add_argument("--limit", type=positive_int, default=None, help="items per benchmark of the compared evaluations "
                    "(default eval.limit; as given to evaluate)")
     p.add_argument("--evaluate-champion", action="store_true", help="evaluate @champion first when it has no "
                    "results under the same setting")

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from components.cli_parser import EXIT_CODES
+from components.cli_parser import EXIT_CODES, comma_names, positive_int
 from components.config import Config, load_config
 from components.config_doc import schema_keys
 from components.dvc_stage import follow_dvc
@@ -24,23 +24,6 @@ from experiments.jobs import ExperimentsJob, ReportJob
 from experiments.schema import ExperimentsConfig, study_section
 
 PROG = "agent-gspo experiments"
-
-
-def _names(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"{text!r} names nothing (give a comma list, or omit the flag for all)")
-    return names
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,8 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
 
     q = action("run", "train / evaluate the experiments of experiments.definitions")
-    q.add_argument("--only", type=_names, default=None, help="comma list of experiment names (default: all)")
-    q.add_argument("--limit", type=_positive, default=None, help="items per benchmark (overrides eval.limit)")
+    q.add_argument("--only", type=comma_names, default=None, help="comma list of experiment names (default: all)")
+    q.add_argument("--limit", type=positive_int, default=None, help="items per benchmark (overrides eval.limit)")
     q.add_argument("--results", default=None, help="results folder (default experiments.results_dir)")
     q.add_argument("--no-track", action="store_true", help="do not log to MLflow")
     q.add_argument("--resume", action="store_true",

@@ -16,11 +16,12 @@ from components.errors import UserError
 from experiments.claims import DEFAULT_RECORD, Record
 from experiments.report import build_report
 from experiments.results import write_results
-from experiments.rules import RULES, V1, rules_block, rules_of
+from experiments.rules import RULES, V1, V2, rules_block, rules_of
 
 ROOT = REPO_ROOT
 PINNED = {
     "v1": "0a5fd1a9d9d187e24c00a744fda98a8a4a6ab6144e9697853d48ca8c34970cb6",
+    "v2": "180bec7aa7778e0fe344443f6d8092fc00fa2047f4648fad4764faa8c0234460",
 }
 """sha256 of each committed version's values: add a line for a new version, never edit one"""
 
@@ -37,19 +38,29 @@ def test_v1_are_the_thresholds_that_judged_the_committed_reports() -> None:
         "proof_accuracy": 0.90, "proof_margin": 0.20, "proof_token_share": 0.50, "proof_band": 0.10}
 
 
+def test_v2_adds_the_tests_of_issue_52_and_tightens_the_proof() -> None:
+    """Pre-registered on 2026-12-06 before the proof_v2 runs existed (docs/experiments-log.md)."""
+    values = V2.values()
+    assert {k: values[k] for k in V1.values()} == {**V1.values(), "proof_silent_uninformed": 0.90,
+                                                   "proof_token_share": 0.35}
+    assert {k: v for k, v in values.items() if k not in V1.values()} == {
+        "ni_margin": 0.05, "ni_confidence": 0.95, "power": 0.80, "chance_alpha": 0.05,
+        "silence_collapse_share": 0.90, "proof_distractor": 0.10, "proof_seed_share": 0.75}
+
+
 def test_versions_are_immutable() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         V1.token_share = 0.5  # type: ignore[misc]
     with pytest.raises(TypeError):
         RULES["v1"] = dataclasses.replace(V1, token_share=0.5)  # type: ignore[index]
     with pytest.raises(TypeError):
-        RULES["v2"] = V1  # type: ignore[index]
+        RULES["v3"] = V1  # type: ignore[index]
 
 
 def test_a_results_set_must_name_its_version() -> None:
     with pytest.raises(UserError, match=r"experiments.record.rules: not set"):
         rules_of(None)
-    with pytest.raises(UserError, match=r"unknown verdict rule version 'v9' \(committed: v1\)"):
+    with pytest.raises(UserError, match=r"unknown verdict rule version 'v9' \(committed: v1, v2\)"):
         rules_of("v9")
 
 

@@ -8,10 +8,12 @@ number informed, note position. Per group: accuracy over answerable items, the s
 turns of uninformed and of informed agents, how often an agent whose note carried a distracting
 number said that number, how often the team's final answer was a distracting number, and total
 tokens per episode. ``--untrained`` adds the base model (silence row untrained: ``mas_untrained``)
-on the same items, and each group's tokens as a multiple of its.
+on the same items, and each group's tokens as a multiple of its; ``--prior`` the base model with the
+silence prior and no RL (``mas_prior``). ``--model`` repeats (``LABEL=MODEL``): every system plays the
+same items, and ``--out`` holds them all with the items' id hash.
 
-    python bench/proof_families.py --profile proof_v2 --model runs/proof_v2/final --untrained \\
-        --out runs/proof_v2_families.json
+    python bench/proof_families.py --profile proof_v2 --untrained --prior \\
+        --model agent_gspo_s0=runs/proof_v2/agent_gspo_s0/final --out results/proof_v2/families.json
 
 Needs ``agent-gspo prepare --benchmarks splitinfo2`` (``--data``). Prints one table per axis.
 """
@@ -115,12 +117,22 @@ def table(result: dict[str, dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def play(cfg: Any, model_name: str, items: list[Item], device: str) -> list[Episode]:
+def play(cfg: Any, model_name: str, items: list[Item], device: str, *, prior: bool = False,
+         data_dir: str = "data") -> list[Episode]:
+    """Greedy episodes of ``model_name`` on ``items``; ``prior``: the base model with the silence prior
+    (``model.silence_prior``, calibrated on ``data.train_sources``: the training runs' step-0 policy)."""
+    from components.data.train_items import load_train_items
     from components.mas.engine import RolloutEngine
     from components.mas.environment import Environment
+    from components.mas.prior import apply_silence_prior
     from components.models import load_policy
 
-    model, tok = load_policy(model_name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device)
+    model, tok = load_policy(model_name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
+                             silence_marker=cfg.mas.silence_marker)
+    if prior:
+        reached = apply_silence_prior(model, tok, cfg.mas, load_train_items(cfg, Path(data_dir)),
+                                      cfg.model.silence_prior, cfg.model.silence_calibration)
+        print(f"  silence prior: P(silence first) = {reached:.3f}", flush=True)
     engine = RolloutEngine(model, tok, cfg.mas, device=device)
     episodes: list[Episode] = []
     for start in range(0, len(items), cfg.eval.batch_size):
@@ -130,33 +142,59 @@ def play(cfg: Any, model_name: str, items: list[Item], device: str) -> list[Epis
     return episodes
 
 
+def _systems(args: argparse.Namespace, base: str) -> list[tuple[str, str, bool]]:
+    """(label, model, with prior) per system to play, in order; labels must be unique."""
+    out = [("mas_untrained", base, False)] if args.untrained else []
+    out += [("mas_prior", base, True)] if args.prior else []
+    for k, spec in enumerate(args.model):
+        label, sep, model = spec.partition("=")
+        out.append((label, model, False) if sep else (f"trained{k}" if k else "trained", spec, False))
+    labels = [label for label, _, _ in out]
+    if len(set(labels)) != len(labels):
+        raise SystemExit(f"proof_families: system labels repeat: {labels}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from components.config import load_config
     from components.data.prepare import load_split
     from components.data.sampling import sample_items
+    from components.evaluation.setting import item_ids_sha256
+    from components.io import write_text_atomic
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="proof_v2")
     ap.add_argument("--params", default="params.yaml")
-    ap.add_argument("--model", required=True, help="the trained policy (a folder, alias or hub id)")
+    ap.add_argument("--model", action="append", default=[],
+                    help="a policy to play (a folder, alias or hub id), optionally LABEL=MODEL; repeatable")
     ap.add_argument("--untrained", action="store_true", help="also play the base model (model.name) for the ratio")
+    ap.add_argument("--prior", action="store_true", help="also play the base model with the silence prior (no RL)")
     ap.add_argument("--data", default="data")
     ap.add_argument("--limit", type=int, default=None, help="held-out items (default eval.limit)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default=None, help="write the numbers as JSON here")
     args = ap.parse_args(argv)
+    if not args.model and not args.untrained and not args.prior:
+        ap.error("nothing to play: give --model, --untrained or --prior")
     cfg = load_config(args.params, profile=args.profile)
     limit = args.limit if args.limit is not None else cfg.eval.limit
     items = sample_items(load_split(args.data, "splitinfo2", "test", cfg.data), limit, cfg.eval.seed,
                          where=f"{args.data}/splitinfo2/test")
-    result = breakdown(items, play(cfg, args.model, items, args.device))
-    if args.untrained:
-        base = breakdown(items, play(cfg, cfg.model.name, items, args.device))
-        result = with_ratio(result, base)
-        result = {**result, "untrained": base}  # type: ignore[dict-item]
-    print(table(result))
+    systems = {}
+    for label, model, prior in _systems(args, cfg.model.name):
+        print(f"{label}: {model}{' + silence prior' if prior else ''} on {len(items)} items", flush=True)
+        systems[label] = breakdown(items, play(cfg, model, items, args.device, prior=prior, data_dir=args.data))
+    if "mas_untrained" in systems:
+        systems = {k: v if k == "mas_untrained" else with_ratio(v, systems["mas_untrained"])
+                   for k, v in systems.items()}
+    for label, result in systems.items():
+        print(f"\n## {label}\n{table(result)}")
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        record = {"profile": args.profile, "limit": limit, "eval_seed": cfg.eval.seed,
+                  "item_ids_sha256": item_ids_sha256({"splitinfo2": [i.id for i in items]}),
+                  "models": {label: model for label, model, _ in _systems(args, cfg.model.name)},
+                  "systems": systems}
+        write_text_atomic(Path(args.out), json.dumps(record, indent=1, sort_keys=True) + "\n")
     return 0
 
 

@@ -63,9 +63,20 @@ def test_runs_end_to_end_on_the_tiny_model(tmp_path: Path):
     prepare(["splitinfo2"], mirror=None, out_dir=tmp_path / "data", progress=False)
     out = tmp_path / "families.json"
     res = subprocess.run([sys.executable, "bench/proof_families.py", "--model", "tiny-random", "--limit", "4",
+                          "--model", "again=tiny-random",
                           "--data", str(tmp_path / "data"), "--out", str(out), "--params", "params.yaml",
                           "--profile", "proof_v2"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    numbers = json.loads(out.read_text())
-    assert numbers["all"]["all"]["items"] == 4 and "| group | items |" in res.stdout
+    record = json.loads(out.read_text())
+    assert sorted(record["systems"]) == ["again", "trained"] and record["limit"] == 4
+    assert record["models"] == {"trained": "tiny-random", "again": "tiny-random"}
+    assert len(record["item_ids_sha256"]) == 64 and "| group | items |" in res.stdout
+    assert record["systems"]["trained"] == record["systems"]["again"]  # greedy: the same policy plays alike
+    assert record["systems"]["trained"]["all"]["all"]["items"] == 4
+
+
+def test_refuses_to_play_nothing():
+    res = subprocess.run([sys.executable, "bench/proof_families.py"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and "nothing to play" in res.stderr

@@ -1,4 +1,4 @@
-"""The study's command line: ``python -m experiments run|report|keys`` (console script
+"""The study's command line: ``python -m experiments run|report|proof-report|keys`` (console script
 ``agent-gspo-study``; ``agent-gspo experiments ...`` execs this, without importing the study).
 
 Same conventions as the product's CLI (:mod:`components.cli`): ``--params``, ``--profile`` and
@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from components.cli_parser import EXIT_CODES, comma_names, positive_int
 from components.config import Config, load_config
@@ -21,6 +22,7 @@ from components.errors import run_command
 from components.io import check_output_file
 from components.progress import log_to_stderr
 from experiments.jobs import ExperimentsJob, ReportJob
+from experiments.proof_v2_report import build_proof_v2_report
 from experiments.schema import ExperimentsConfig, study_section
 
 PROG = "agent-gspo experiments"
@@ -56,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", default=None, help="markdown report (default experiments.report; PNGs beside it)")
     q.add_argument("--metrics", default=None,
                    help="also write a small numbers-only metrics JSON here (what the DVC stages track)")
+    q = action("proof-report", "report the proof on splitinfo2 (results/proof_v2) under a named rule version")
+    q.add_argument("--results", required=True, help="folder with families*.json and runs/<name>/ (see docs)")
+    q.add_argument("--out", required=True, help="markdown report (PNGs in a folder beside it)")
+    q.add_argument("--rules", required=True, help="verdict rule version that judges it (v2 or later)")
     action("keys", "every experiments.* key with its type, default and description (the study's schema)")
     return parser
 
@@ -65,6 +71,18 @@ def _report(cfg: Config, args: argparse.Namespace) -> int:
     for c in rep.claims:
         print(f"claim ({c.key}) {c.status}: {c.title}")
     print("outputs: " + ", ".join(str(p) for p in rep.paths.values()))
+    return 0
+
+
+def _proof_report(cfg: Config, args: argparse.Namespace) -> int:
+    """The budgeted runs' cost terms and episodes per step come from the profile (``--profile proof_v2``)."""
+    check_output_file(args.out, "report (--out)")
+    verdicts = build_proof_v2_report(Path(args.results), Path(args.out), args.rules,
+                                     (cfg.reward.token_norm, cfg.reward.lambda_turn),
+                                     cfg.gspo.questions_per_step * cfg.gspo.group_size)
+    for name, ok in verdicts.items():
+        print(f"{name}: {'PASS' if ok else 'FAIL'}")
+    print(f"outputs: {args.out}")
     return 0
 
 
@@ -97,7 +115,7 @@ def _keys(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-ACTIONS = {"run": _run, "report": _report, "keys": _keys}
+ACTIONS = {"run": _run, "report": _report, "proof-report": _proof_report, "keys": _keys}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

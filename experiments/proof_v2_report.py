@@ -1,0 +1,215 @@
+"""Report of the proof on the split-information task's second version (``splitinfo2``, issue 52).
+
+Inputs, one results folder (``results/proof_v2``), all plain files that runs wrote:
+
+* ``families*.json`` — ``bench/proof_families.py --out``: every system's greedy play of the same
+  held-out items (same id hash, checked), broken down by phrasing family, team size and the rest;
+* ``runs/<name>/history.json`` and ``runs/<name>/metrics.json`` — copies of a training run's
+  folder (``agent-gspo train``): the per-step history and the budget calibration (B).
+
+Judged by a named verdict rule version (:mod:`experiments.rules`, v2 or later; never "the latest"):
+per Agent-GSPO seed, overall and on every held-out fact family, accuracy, silence of the agents
+without and with the fact, a distracting number said, and total tokens against the untrained team;
+the dual budget over the last ``window`` training episodes per seed, with the token and the turn
+cost per step (the reward's two cost terms: λ_tok · tokens / token_norm and λ_turn · turns, from
+the logged means, which the terms are linear in).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from components.errors import UserError
+from components.io import write_text_atomic
+from components.plotting import History, save_png, series, step_axis
+from experiments.plots import plot_curves, plot_role_silence
+from experiments.rules import VerdictRules, VerdictRulesV2, rules_block, rules_of
+
+TRAINED_PREFIX = "agent_gspo"
+"""systems whose name starts with this are the budgeted Agent-GSPO seeds the targets judge"""
+FAMILY_AXIS = "family"
+
+
+class ProofV2Error(UserError):
+    """A results folder the report cannot read (missing, mixed items, repeated system)."""
+
+
+@dataclass(frozen=True)
+class Families:
+    """Every system's per-axis breakdown on one set of held-out items."""
+
+    systems: dict[str, dict[str, dict[str, dict[str, Any]]]]
+    """system -> axis -> group -> numbers (bench/proof_families.py's ``breakdown``)"""
+    item_ids_sha256: str
+    limit: int
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    history: History
+    calibration: Mapping[str, Any] | None
+
+
+def load_families(folder: Path) -> Families:
+    """Merge ``folder/families*.json``; every file must cover the same items, each system once."""
+    files = sorted(folder.glob("families*.json"))
+    if not files:
+        raise ProofV2Error(f"{folder}: no families*.json (bench/proof_families.py --out) to report")
+    systems: dict[str, Any] = {}
+    hashes: set[str] = set()
+    limit = 0
+    for path in files:
+        record = json.loads(path.read_text())
+        hashes.add(record["item_ids_sha256"])
+        limit = int(record["limit"])
+        for name, numbers in record["systems"].items():
+            if name in systems:
+                raise ProofV2Error(f"{path}: system {name!r} is also in another families file")
+            systems[name] = numbers
+    if len(hashes) != 1:
+        raise ProofV2Error(f"{folder}: the families files played different items (id hashes {sorted(hashes)})")
+    return Families(systems, hashes.pop(), limit)
+
+
+def load_runs(folder: Path) -> dict[str, TrainingRun]:
+    """``folder/runs/<name>/{history,metrics}.json`` by run name (empty when none were copied)."""
+    out = {}
+    for run in sorted(p for p in (folder / "runs").glob("*") if p.is_dir()):
+        metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").is_file() else {}
+        out[run.name] = TrainingRun(json.loads((run / "history.json").read_text()),
+                                    metrics.get("budget_calibration"))
+    return out
+
+
+def _check(value: float | None, bound: float, *, at_least: bool) -> str:
+    if value is None:
+        return "n/a"
+    ok = value >= bound if at_least else value <= bound
+    return f"{value:.2f} {'✓' if ok else '✗'}"
+
+
+def target_table(fam: Families, rules: VerdictRulesV2) -> tuple[list[str], dict[str, bool]]:
+    """Rows per Agent-GSPO seed and group (``all`` and each fact family), and PASS per seed."""
+    head = ("| system | group | items | accuracy | silence without fact | silence with fact | distractor said "
+            "| tokens vs untrained |")
+    lines = [head, "|---" * 8 + "|"]
+    passed: dict[str, bool] = {}
+    untrained = fam.systems.get("mas_untrained", {})
+    for name, axes in fam.systems.items():
+        groups = [("all", axes["all"]["all"])] + sorted(axes.get(FAMILY_AXIS, {}).items())
+        ok = name.startswith(TRAINED_PREFIX)
+        for group, n in groups:
+            base = untrained.get("all" if group == "all" else FAMILY_AXIS, {}).get(group, {}).get("tokens_total")
+            ratio = round(n["tokens_total"] / base, 3) if base else None
+            cells = [_check(n["accuracy"], rules.proof_accuracy, at_least=True),
+                     _check(n["silence_uninformed"], rules.proof_silent_uninformed, at_least=True),
+                     _check(n["silence_informed"], rules.proof_speaking_informed, at_least=False),
+                     _check(n["distractor_said"], rules.proof_distractor, at_least=False),
+                     _check(ratio, rules.proof_token_share, at_least=False)]
+            lines.append(f"| {name} | {group} | {n['items']} | " + " | ".join(cells) + " |")
+            ok = ok and not any(c.endswith("✗") for c in cells)
+        if name.startswith(TRAINED_PREFIX):
+            passed[name] = ok
+    return lines, passed
+
+
+@dataclass(frozen=True)
+class BudgetCheck:
+    mean: float | None
+    target: float
+    episodes: int
+    within: bool
+
+
+def budget_check(run: TrainingRun, rules: VerdictRules, episodes_per_step: int) -> BudgetCheck | None:
+    """Mean budget-measure tokens over the last ``rules.window`` training episodes against B."""
+    if not run.calibration:
+        return None
+    target = float(run.calibration["target"])
+    steps = -(-rules.window // episodes_per_step)
+    values = [h["train/budget_tokens"] for h in run.history if "train/budget_tokens" in h][-steps:]
+    if len(values) < steps:
+        return BudgetCheck(None, target, len(values) * episodes_per_step, False)
+    mean = sum(values) / len(values)
+    return BudgetCheck(mean, target, steps * episodes_per_step, abs(mean - target) <= rules.proof_band * target)
+
+
+def cost_split(history: History, token_norm: float, lambda_turn: float) -> list[dict[str, float]]:
+    """Per step: λ_tok used, mean tokens, the token cost λ·tokens/token_norm and the turn cost λ_turn·turns."""
+    return [{"step": h["step"], "lambda_tok": h["train/lambda_tok"], "tokens": h["train/budget_tokens"],
+             "token_cost": h["train/lambda_tok"] * h["train/budget_tokens"] / token_norm,
+             "turn_cost": lambda_turn * h["train/turns"]}
+            for h in history if {"train/lambda_tok", "train/budget_tokens", "train/turns"} <= h.keys()]
+
+
+def plot_costs(splits: Mapping[str, list[dict[str, float]]], path: Path) -> Path:
+    """Token cost and turn cost per step, one panel per run."""
+    names = list(splits) or ["-"]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 3.3), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        rows = splits.get(name, [])
+        for key, label in (("token_cost", "token cost λ_tok·tokens/norm"), ("turn_cost", "turn cost λ_turn·turns")):
+            ax.plot(*series(rows, key), marker=".", label=label)
+        ax.set_title(name)
+        step_axis(ax, "mean cost per episode")
+    fig.suptitle("The reward's two cost terms per training step")
+    fig.tight_layout()
+    return save_png(fig, path)
+
+
+def build_proof_v2_report(folder: Path, out: Path, rules_version: str, cost_terms: tuple[float, float],
+                          episodes_per_step: int) -> dict[str, bool]:
+    """Write ``out`` (markdown) and its PNGs beside it; returns each verdict's PASS.
+
+    ``cost_terms`` = (reward.token_norm, reward.lambda_turn) of the budgeted runs' profile.
+    """
+    rules = rules_of(rules_version)
+    if not isinstance(rules, VerdictRulesV2):
+        raise ProofV2Error(f"rules {rules_version}: the proof on splitinfo2 is judged by v2 or later "
+                           "(its targets are not in v1)")
+    fam, runs = load_families(folder), load_runs(folder)
+    table, seeds_pass = target_table(fam, rules)
+    figs = out.with_suffix("")
+    trained = {n: r for n, r in runs.items() if n.startswith(TRAINED_PREFIX)}
+    checks = {n: budget_check(r, rules, episodes_per_step) for n, r in trained.items()}
+    held = [n for n, c in checks.items() if c and c.within]
+    budget_ok = bool(checks) and len(held) / len(checks) >= rules.proof_seed_share
+    splits = {n: cost_split(r.history, *cost_terms) for n, r in trained.items()}
+    budgets = {n: float(r.calibration["target"]) for n, r in trained.items() if r.calibration}
+    hist = {n: r.history for n, r in runs.items()}
+    pngs = [plot_curves(hist, "train/budget_tokens", figs / "budget.png", ylabel="completion tokens / episode",
+                        title="Budget measure per step (dashed: B)", budgets=budgets),
+            plot_curves(hist, "train/lambda_tok", figs / "lambda.png", ylabel="λ_tok", title="λ_tok per step"),
+            plot_role_silence(hist, figs / "silence.png"), plot_costs(splits, figs / "costs.png")]
+    verdicts = {**{f"targets {n}": ok for n, ok in seeds_pass.items()}, "budget": budget_ok}
+    lines = [f"# The proof on the split-information task, second version ({folder})", "",
+             "Generated by `python -m experiments proof-report`; numbers from bench/proof_families.py "
+             f"(greedy, {fam.limit} held-out items, id hash `{fam.item_ids_sha256[:12]}…`) and the training runs' "
+             "histories. Targets per Agent-GSPO seed, overall and on every held-out fact family (✓ met, ✗ not).", "",
+             *rules_block(rules_version), "## Targets", "", *table, "",
+             *(f"- {k}: **{'PASS' if v else 'FAIL'}**" for k, v in verdicts.items()), "",
+             f"## Budget (last {rules.window} training episodes, ±{rules.proof_band:.0%} of B, "
+             f"in ≥ {rules.proof_seed_share:.0%} of seeds)", ""]
+    for n, c in checks.items():
+        last = splits[n][-1] if splits[n] else None
+        if c is None:
+            lines.append(f"- {n}: no budget (no calibration recorded)")
+            continue
+        mean = "n/a" if c.mean is None else f"{c.mean:.1f}"
+        where = (f"; last step λ_tok {last['lambda_tok']:.3f} (bounds in the profile), token cost "
+                 f"{last['token_cost']:.3f} vs turn cost {last['turn_cost']:.3f}") if last else ""
+        lines.append(f"- {n}: mean {mean} vs B {c.target:.1f} over {c.episodes} episodes: "
+                     f"{'within' if c.within else 'outside'} the band{where}")
+    lines += ["", "Per-step costs of each seed (token | turn):", ""]
+    for n, rows in splits.items():
+        lines.append(f"- {n}: " + ", ".join(f"{int(r['step'])}: {r['token_cost']:.2f} | {r['turn_cost']:.2f}"
+                                             for r in rows))
+    lines += ["", *(f"![{p.stem}]({p.parent.name}/{p.name})" for p in pngs), ""]
+    write_text_atomic(out, "\n".join(lines))
+    return verdicts

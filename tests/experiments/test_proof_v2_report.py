@@ -1,0 +1,107 @@
+"""The splitinfo2 proof report: targets per seed and per family under rules v2, the budget band over
+the last window of episodes in a share of seeds, the two cost terms per step, and clear refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components.errors import UserError
+from experiments.cli import main
+from experiments.proof_v2_report import ProofV2Error, build_proof_v2_report, cost_split
+from experiments.rules import V2
+
+GOOD = {"items": 40, "answerable": 40, "accuracy": 0.95, "silence_uninformed": 0.95, "silence_informed": 0.0,
+        "distractor_said": 0.05, "final_distractor": 0.0, "tokens_total": 30.0}
+UNTRAINED = {**GOOD, "accuracy": 0.4, "silence_uninformed": 0.0, "tokens_total": 100.0}
+
+
+def _families(folder: Path, systems: dict, name: str = "families.json", ids: str = "a" * 64) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"item_ids_sha256": ids, "limit": 80, "systems": {
+        s: {"all": {"all": n}, "family": {"quote": n, "table": n}} for s, n in systems.items()}}
+    (folder / name).write_text(json.dumps(record))
+
+
+def _run(folder: Path, name: str, tokens: list[float], target: float = 20.0) -> None:
+    run = folder / "runs" / name
+    run.mkdir(parents=True)
+    history = [{"step": float(i + 1), "train/budget_tokens": t, "train/lambda_tok": 0.2, "train/turns": 2.0}
+               for i, t in enumerate(tokens)]
+    (run / "history.json").write_text(json.dumps(history))
+    (run / "metrics.json").write_text(json.dumps({"budget_calibration": {"target": target}}))
+
+
+def _build(folder: Path, tmp_path: Path, version: str = "v2") -> dict[str, bool]:
+    return build_proof_v2_report(folder, tmp_path / "report.md", version, (32.0, 0.05), 16)
+
+
+def test_targets_pass_per_seed_only_when_every_family_meets_every_target(tmp_path: Path) -> None:
+    folder = tmp_path / "res"
+    _families(folder, {"mas_untrained": UNTRAINED, "agent_gspo_s0": GOOD,
+                       "agent_gspo_s1": {**GOOD, "distractor_said": 0.11}})
+    _run(folder, "agent_gspo_s0", [40.0] * 10 + [21.0] * 4)
+    _run(folder, "agent_gspo_s1", [40.0] * 10 + [19.0] * 4)
+    verdicts = _build(folder, tmp_path)
+    assert verdicts == {"targets agent_gspo_s0": True, "targets agent_gspo_s1": False, "budget": True}
+    text = (tmp_path / "report.md").read_text()
+    assert "| agent_gspo_s1 | quote | 40 | 0.95 ✓ | 0.95 ✓ | 0.00 ✓ | 0.11 ✗ | 0.30 ✓ |" in text
+    assert "version `v2`" in text and (tmp_path / "report" / "costs.png").is_file()
+
+
+def test_tokens_above_the_share_of_the_untrained_team_fail(tmp_path: Path) -> None:
+    folder = tmp_path / "res"
+    _families(folder, {"mas_untrained": UNTRAINED, "agent_gspo_s0": {**GOOD, "tokens_total": 36.0}})
+    assert _build(folder, tmp_path)["targets agent_gspo_s0"] is False  # 0.36x > 0.35x
+
+
+def test_budget_needs_the_band_in_the_share_of_seeds(tmp_path: Path) -> None:
+    folder = tmp_path / "res"
+    _families(folder, {"mas_untrained": UNTRAINED, "agent_gspo_s0": GOOD, "agent_gspo_s1": GOOD})
+    _run(folder, "agent_gspo_s0", [20.0] * 4)       # mean 20 = B
+    _run(folder, "agent_gspo_s1", [20.0, 20.0, 20.0, 30.0])  # mean 22.5: 12.5 % over B
+    assert _build(folder, tmp_path)["budget"] is False     # 1 of 2 < 75 %
+    assert "agent_gspo_s1: mean 22.5 vs B 20.0 over 64 episodes: outside" in (tmp_path / "report.md").read_text()
+
+
+def test_too_short_a_history_does_not_hold_the_budget(tmp_path: Path) -> None:
+    folder = tmp_path / "res"
+    _families(folder, {"agent_gspo_s0": GOOD})
+    _run(folder, "agent_gspo_s0", [20.0] * 3)  # 48 episodes < the 64-episode window
+    assert _build(folder, tmp_path)["budget"] is False
+
+
+def test_cost_split_is_the_rewards_two_terms() -> None:
+    rows = cost_split([{"step": 1.0, "train/lambda_tok": 0.4, "train/budget_tokens": 16.0, "train/turns": 3.0}],
+                      32.0, 0.05)
+    assert rows == [{"step": 1.0, "lambda_tok": 0.4, "tokens": 16.0, "token_cost": pytest.approx(0.2),
+                     "turn_cost": pytest.approx(0.15)}]
+
+
+def test_refuses_mixed_items_repeats_and_rules_without_the_targets(tmp_path: Path) -> None:
+    folder = tmp_path / "res"
+    _families(folder, {"agent_gspo_s0": GOOD})
+    with pytest.raises(UserError, match="judged by v2 or later"):
+        _build(folder, tmp_path, "v1")
+    _families(folder, {"agent_gspo_s1": GOOD}, name="families_b.json", ids="b" * 64)
+    with pytest.raises(ProofV2Error, match="played different items"):
+        _build(folder, tmp_path)
+    _families(folder, {"agent_gspo_s0": GOOD}, name="families_b.json")
+    with pytest.raises(ProofV2Error, match="'agent_gspo_s0' is also in another families file"):
+        _build(folder, tmp_path)
+    with pytest.raises(ProofV2Error, match="no families"):
+        _build(tmp_path / "empty", tmp_path)
+
+
+def test_cli_prints_verdicts_and_exits_2_on_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "res"
+    _families(folder, {"mas_untrained": UNTRAINED, "agent_gspo_s0": GOOD})
+    out = tmp_path / "r.md"
+    assert main(["proof-report", "--profile", "proof_v2", "--results", str(folder), "--out", str(out),
+                 "--rules", "v2"]) == 0
+    assert "targets agent_gspo_s0: PASS" in capsys.readouterr().out and out.is_file()
+    assert main(["proof-report", "--profile", "proof_v2", "--results", str(folder), "--out", str(out),
+                 "--rules", "v9"]) == 2
+    assert V2.proof_distractor == 0.10

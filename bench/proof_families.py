@@ -66,8 +66,30 @@ def _final_is_distractor(items: Sequence[Item], episodes: Sequence[Episode]) -> 
     return out
 
 
-def breakdown(items: Sequence[Item], episodes: Sequence[Episode]) -> dict[str, dict[str, dict[str, Any]]]:
-    """axis -> group -> numbers (see the module docstring); axis ``all`` holds one group, ``all``."""
+def heard_an_answer(episode: Episode, turn_order: str = "simultaneous") -> list[bool]:
+    """Per message of ``episode``: whether its agent had heard a non-silent message before speaking.
+
+    A message j was heard by message i's agent when j was delivered to it (``recipients``) and came
+    earlier in time: an earlier round, or the same round spoken in turn (``mas.turn_order``: every
+    round under ``in_turn``, round 0 under ``round0_in_turn``) and earlier in the list (the engine
+    records messages in speaking order). In a simultaneous round nobody hears the others.
+    """
+    out = []
+    for i, msg in enumerate(episode.messages):
+        in_turn = turn_order == "in_turn" or (turn_order == "round0_in_turn" and msg.round == 0)
+        out.append(any(not m.silent and msg.agent_id in m.recipients
+                       and (m.round < msg.round or (in_turn and m.round == msg.round))
+                       for m in episode.messages[:i]))
+    return out
+
+
+def breakdown(items: Sequence[Item], episodes: Sequence[Episode],
+              turn_order: str = "simultaneous") -> dict[str, dict[str, dict[str, Any]]]:
+    """axis -> group -> numbers (see the module docstring); axis ``all`` holds one group, ``all``.
+
+    ``silence_uninformed_heard`` / ``_unheard``: the silence of agents without the fact when they had
+    / had not heard an answer before their turn (:func:`heard_an_answer`): silence that depends on
+    what was said, not only on the agent's own note."""
     finals = _final_is_distractor(items, episodes)
     rows: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for item, ep, final in zip(items, episodes, finals, strict=True):
@@ -80,8 +102,10 @@ def breakdown(items: Sequence[Item], episodes: Sequence[Episode]) -> dict[str, d
                 r["correct"].append(bool(ep.correct))
             if final is not None:
                 r["final_distractor"].append(final)
-            for msg in ep.messages:
+            for msg, heard in zip(ep.messages, heard_an_answer(ep, turn_order), strict=True):
                 (r["silent_informed"] if msg.private else r["silent_uninformed"]).append(msg.silent)
+                if not msg.private:
+                    r["silent_heard" if heard else "silent_unheard"].append(msg.silent)
                 if m["note_kinds"][msg.agent_id] == "distractor":
                     spoke = not msg.silent and any(v in msg.text for v in m["distractor_values"])
                     r["distractor_said"].append(spoke)
@@ -90,6 +114,8 @@ def breakdown(items: Sequence[Item], episodes: Sequence[Episode]) -> dict[str, d
         out[axis][group] = {"items": len(r["tokens"]), "answerable": len(r["correct"]),
                             "accuracy": _rate(r["correct"]), "silence_uninformed": _rate(r["silent_uninformed"]),
                             "silence_informed": _rate(r["silent_informed"]),
+                            "silence_uninformed_heard": _rate(r["silent_heard"]),
+                            "silence_uninformed_unheard": _rate(r["silent_unheard"]),
                             "distractor_said": _rate(r["distractor_said"]),
                             "final_distractor": _rate(r["final_distractor"]),
                             "tokens_total": round(sum(r["tokens"]) / len(r["tokens"]), 1)}
@@ -106,7 +132,8 @@ def with_ratio(trained: dict, untrained: dict) -> dict:
 
 
 def table(result: dict[str, dict[str, dict[str, Any]]]) -> str:
-    cols = ("items", "answerable", "accuracy", "silence_uninformed", "silence_informed", "distractor_said",
+    cols = ("items", "answerable", "accuracy", "silence_uninformed", "silence_uninformed_heard",
+            "silence_uninformed_unheard", "silence_informed", "distractor_said",
             "final_distractor", "tokens_total", "tokens_vs_untrained")
     lines = []
     for axis in ("all", *AXES):
@@ -183,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     systems = {}
     for label, model, prior in _systems(args, cfg.model.name):
         print(f"{label}: {model}{' + silence prior' if prior else ''} on {len(items)} items", flush=True)
-        systems[label] = breakdown(items, play(cfg, model, items, args.device, prior=prior, data_dir=args.data))
+        episodes = play(cfg, model, items, args.device, prior=prior, data_dir=args.data)
+        systems[label] = breakdown(items, episodes, cfg.mas.turn_order)
     if "mas_untrained" in systems:
         systems = {k: v if k == "mas_untrained" else with_ratio(v, systems["mas_untrained"])
                    for k, v in systems.items()}

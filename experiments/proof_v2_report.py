@@ -210,6 +210,15 @@ def build_proof_v2_report(folder: Path, out: Path, rules_version: str, cost_term
     for n, rows in splits.items():
         lines.append(f"- {n}: " + ", ".join(f"{int(r['step'])}: {r['token_cost']:.2f} | {r['turn_cost']:.2f}"
                                              for r in rows))
+    lines += ["", "## Does silence depend on what was said?", "",
+              "Silence of the agents without the fact, split by whether they had heard an answer before their "
+              "turn (bench/proof_families.py `heard_an_answer`; in a simultaneous round 0 nobody has):", "",
+              "| system | silent after an answer | silent before any answer |", "|---|---|---|"]
+    for name, axes in fam.systems.items():
+        n = axes["all"]["all"]
+        cells = ["n/a" if n.get(k) is None else f"{n[k]:.2f}"
+                 for k in ("silence_uninformed_heard", "silence_uninformed_unheard")]
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
     lines += ["", *(f"![{p.stem}]({p.parent.name}/{p.name})" for p in pngs), ""]
     write_text_atomic(out, "\n".join(lines))
     return verdicts

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers.paths import REPO_ROOT
 
-from bench.proof_families import breakdown, with_ratio
+from bench.proof_families import breakdown, heard_an_answer, with_ratio
 from components.data.item import Item
 from components.data.splitinfo_v2 import generate_split
 from components.mas.records import Episode, Message
@@ -54,6 +54,26 @@ def test_breakdown_counts_silence_distractors_and_accuracy_per_group():
     assert out["all"]["all"]["silence_uninformed"] == 1.0 and out["all"]["all"]["silence_informed"] is None
     ratio = with_ratio(json.loads(json.dumps(out)), out)
     assert ratio["all"]["all"]["tokens_vs_untrained"] == 1.0
+
+
+def _msg(agent: int, rnd: int, silent: bool, recipients: list[int]) -> Message:
+    return Message("q", 0, agent, "solver", rnd, [1], [2], [0.0], silent, recipients)
+
+
+def test_heard_an_answer_follows_the_turn_order():
+    """Agent 0 speaks, agent 1 is silent, agent 2 speaks in round 0; in round 1 everyone speaks. Who had
+    heard an answer before its turn depends on whether round 0 was simultaneous or in turn."""
+    msgs = [_msg(0, 0, False, [1, 2]), _msg(1, 0, True, []), _msg(2, 0, False, [0, 1]),
+            _msg(0, 1, False, [1, 2]), _msg(1, 1, False, [0, 2]), _msg(2, 1, False, [0, 1])]
+    ep = Episode("q", 0, "splitinfo2", msgs)
+    assert heard_an_answer(ep, "simultaneous") == [False, False, False, True, True, True]
+    assert heard_an_answer(ep, "round0_in_turn") == [False, True, True, True, True, True]
+    assert heard_an_answer(ep, "in_turn") == [False, True, True, True, True, True]
+    silent_round0 = Episode("q", 0, "splitinfo2", [_msg(0, 0, True, []), _msg(1, 0, True, []), _msg(0, 1, False, [1]),
+                                                   _msg(1, 1, False, [0])])
+    # round 1 is simultaneous under every order but in_turn: agent 1 hears agent 0's round-1 message only in turn
+    assert heard_an_answer(silent_round0, "round0_in_turn") == [False, False, False, False]
+    assert heard_an_answer(silent_round0, "in_turn") == [False, False, False, True]
 
 
 @pytest.mark.slow

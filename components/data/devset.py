@@ -28,11 +28,11 @@ from typing import Any
 
 from components.data.item import Item
 from components.data.prepare import load_split
-from components.data.sampling import EVAL_SPLIT, derived_seed, ids_sha256, sample_items
+from components.data.sampling import DEVSET, EVAL_SPLIT, derived_seed, ids_sha256, sample_items
 from components.data.spec import DataError
 
-DEVSET = "devset"
-"""the split name an evaluation asks for to be evaluated on the dev set (``--split devset``)"""
+__all__ = ["DEVSET", "DEV_SOURCES", "DevSample", "DevSource", "dev_items", "dev_seed", "devset_sha256",
+           "load_dev_items"]
 
 
 @dataclass(frozen=True)

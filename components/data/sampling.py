@@ -18,6 +18,8 @@ from components.errors import UserError
 
 EVAL_SPLIT = "test"
 """the split every benchmark is evaluated on (training never uses its sampled items)"""
+DEVSET = "devset"
+"""what an evaluation names as its split to grade the dev set (components/data/devset.py) instead"""
 
 
 class SamplingError(UserError):

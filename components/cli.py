@@ -122,7 +122,7 @@ def _cmd_train(cfg: Config, args: argparse.Namespace) -> int:
 
 def _cmd_evaluate(cfg: Config, args: argparse.Namespace) -> int:
     result = jobs.EvaluateJob(cfg=cfg, model=args.model, limit=args.limit, baselines=args.baselines, out_dir=args.out,
-                         track=not args.no_track, metrics_file=args.metrics).run()
+                         split=args.split, track=not args.no_track, metrics_file=args.metrics).run()
     print(result.report.markdown)
     print("outputs: " + ", ".join(str(p) for p in result.report.paths.values()))
     where = f"; recorded on {result.version.uri}" if result.version else ""

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from components.config import ALL_BENCHMARKS, BASELINE_NAMES
+from components.data.sampling import DEVSET, EVAL_SPLIT
 from components.jobs.base import ROLLOUT_MAX_EPISODES
 
 EXIT_CODES = """exit codes:
@@ -185,7 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("evaluate")
     p.add_argument("--model", default=None, help="local folder, HF id, alias, or models:/<name>[/<v>|@<alias>]")
-    p.add_argument("--limit", type=positive_int, default=None, help="items per benchmark (seeded sample)")
+    p.add_argument("--limit", type=positive_int, default=None, help="items per benchmark (seeded sample; with "
+                   "--split devset: at most this many of each benchmark's dev items)")
+    p.add_argument("--split", choices=(EVAL_SPLIT, DEVSET), default=EVAL_SPLIT,
+                   help=f"{EVAL_SPLIT}: the seeded sample of each test split (default); {DEVSET}: the dev items "
+                   "(aqua/dev, mmlu/val, gsm8k/train; for the test-only benchmarks, test items outside the "
+                   "eval.limit / eval.seed test sample), to choose recipes on (docs/data.md, 'Dev set')")
     p.add_argument("--baselines", type=_baselines, default=None,
                    help=f"comma list of {','.join(BASELINE_NAMES)} (empty string: none)")
     p.add_argument("--out", default=None, help="output folder (default eval.out_dir)")

@@ -25,6 +25,7 @@ from components.config import Config
 from components.machine import describe
 from experiments.definitions import ExperimentError, settings_diff, settings_of
 from experiments.results import CarriedSystems, ResultsFile
+from experiments.schema import study_section
 
 MAX_PERMUTED = 7
 """systems whose orders are tried against a file's config hash (7! = 5040 hashes, well under a second)"""
@@ -56,6 +57,10 @@ def plan_carry(cfg: Config, existing: ResultsFile, where: str | Path, *, manifes
                 "differs, or the code's config gained a field since the file was written)")
         raise ExperimentError(f"{where}: its systems were evaluated under another config than this run{what}; "
                               f"{rerun}")
+    split = study_section(cfg).eval_split  # not in the config hash (experiments.* is left out of it)
+    if existing.eval_split != split:
+        raise ExperimentError(f"{where}: its systems were evaluated on {existing.eval_split}, this run evaluates "
+                              f"{split} (experiments.eval_split); {rerun}")
     if existing.data_manifest_sha256 != manifest_sha256:
         raise ExperimentError(f"{where}: evaluated on another version of the prepared data (data/manifest.json "
                               f"sha256 {str(existing.data_manifest_sha256)[:12]}, now {str(manifest_sha256)[:12]}); "
@@ -66,8 +71,8 @@ def plan_carry(cfg: Config, existing: ResultsFile, where: str | Path, *, manifes
     return [s for s in cfg.eval.baselines if s not in existing.eval]
 
 
-SHARED = ("kind", "name", "profile", "model", "eval_seed", "limit", "benchmarks", "item_ids_sha256",
-          "data_manifest_sha256", "settings", "machine", "last_k")
+SHARED = ("kind", "name", "profile", "model", "eval_seed", "limit", "benchmarks", "item_ids_sha256", "eval_split",
+          "devset", "data_manifest_sha256", "settings", "machine", "last_k")
 """what the fresh and the kept part of one baselines file must agree on"""
 
 

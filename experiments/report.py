@@ -23,7 +23,7 @@ from experiments.proof import load_proofs
 from experiments.proof_report import proof_section
 from experiments.report_seeds import seeds_section
 from experiments.report_silence import held_out_silence, silence_by_benchmark, training_silence
-from experiments.results import EvalCell, ResultsFile, SilenceCounts, load_results_dir
+from experiments.results import DevsetInfo, EvalCell, ResultsFile, SilenceCounts, load_results_dir
 from experiments.rules import VerdictRules, rules_block, rules_of
 
 SYSTEM_LABELS = {"single_cot": "CoT", "self_consistency": "SC", "mas_untrained": "untrained MAS (free-for-all)",
@@ -221,6 +221,11 @@ def _provenance(results: Mapping[str, ResultsFile]) -> list[str]:
                        "above is the run that evaluated the others.")
     if any(r.carried for r in results.values()):
         out.append("")
+    splits = _by_value(results, "eval_split")
+    if len(splits) > 1:
+        out.append("**WARNING: the experiments were evaluated on different splits ("
+                   + "; ".join(f"{split}: {', '.join(names)}" for split, names in splits.items())
+                   + "): dev-set numbers choose recipes, test numbers are the results; do not compare them.**")
     if len(samples) > 1:
         out.append(f"**WARNING: the experiments were not all evaluated on the same items ({len(samples)} item "
                    f"samples: {_groups(samples)}); comparisons mix samples.**")
@@ -232,10 +237,11 @@ def _provenance(results: Mapping[str, ResultsFile]) -> list[str]:
                    f"`{next(iter(samples))[:12]}`) of {len(manifests)} prepared data versions (data/manifest.json "
                    f"sha256: {_groups(manifests)}): compare those manifests' `output_sha256` before trusting "
                    "a comparison across them.**")
+    elif (one := next(iter(results.values()))).devset is not None:
+        out.append(devset_line(one.devset, next(iter(samples))))
     else:
-        limit = next(iter(results.values())).limit
-        out.append(f"All experiments were evaluated on the same seeded sample ({limit or 'all'} items per benchmark, "
-                   f"item ids sha256 `{next(iter(samples))[:12]}`).")
+        out.append(f"All experiments were evaluated on the same seeded sample ({one.limit or 'all'} items per "
+                   f"benchmark, item ids sha256 `{next(iter(samples))[:12]}`).")
     groups: dict[str, list[str]] = {}
     for name, r in results.items():
         groups.setdefault(repr(sorted(r.settings.items())), []).append(name)
@@ -259,6 +265,17 @@ def _machines_line(results: Mapping[str, ResultsFile]) -> str:
         line += (" Greedy bf16 decodes and wall times differ between machines (other kernels, other "
                  "rounding): compare rows measured on one machine.")
     return line
+
+
+def devset_line(dev: DevsetInfo, ids_sha256: str) -> str:
+    """The sentence that says a results set was evaluated on the dev set, not on the test items."""
+    per = ", ".join(f"{b} {d.n} from {d.source}" for b, d in dev.benchmarks.items())
+    trained = [b for b, d in dev.benchmarks.items() if d.in_train_sources]
+    seen = (f" The dev items of {', '.join(trained)} come from a split in data.train_sources: a recipe trained "
+            "on it has seen them." if trained else "")
+    return (f"All experiments were evaluated on the DEV SET, not the test sample (split `devset`, dev ids sha256 "
+            f"`{ids_sha256[:12]}`; {per}; disjoint from the test sample of eval.limit {dev.test_limit or 'all'}). "
+            f"These numbers are for choosing recipes, caps and budgets, not results.{seen}")
 
 
 def _by_value(results: Mapping[str, ResultsFile], field: str) -> dict[str, list[str]]:

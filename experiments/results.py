@@ -105,6 +105,30 @@ class CarriedSystems(StrictRecord):
     eval_seconds: float = Field(ge=0.0)
 
 
+class DevsetBenchmark(StrictRecord):
+    """One benchmark's dev items in a dev-set evaluation (components/data/devset.py)."""
+
+    source: str
+    """``<benchmark>/<split>`` or ``<benchmark>/test-minus-sample`` (a test-only benchmark)"""
+    split: str
+    """the prepared split the items came from"""
+    pool: int = Field(ge=1)
+    n: int = Field(ge=1)
+    seed: int
+    """the dev ranking seed"""
+    ids_sha256: str
+    in_train_sources: bool
+    """the source split is one of ``data.train_sources``: the recipe may have trained on these items"""
+
+
+class DevsetInfo(StrictRecord):
+    """Where a dev-set evaluation's items came from (``eval_split`` = ``devset``)."""
+
+    test_limit: int | None
+    """eval.limit of the test sample the dev items exclude"""
+    benchmarks: dict[str, DevsetBenchmark]
+
+
 class ResultsFile(StrictRecord):
     """Everything the report needs about one experiment (no transcripts: kilobytes, not megabytes)."""
 
@@ -130,6 +154,11 @@ class ResultsFile(StrictRecord):
     benchmarks: list[str]
     item_ids_sha256: str
     """hash of the evaluated item ids per benchmark: equal across files = same held-out sample"""
+    eval_split: Literal["test", "devset"] = "test"
+    """what was evaluated (experiments.eval_split): the seeded test sample, or the dev set; files
+    written before it was recorded were evaluated on test"""
+    devset: DevsetInfo | None = None
+    """eval_split devset: each benchmark's dev source, pool, n and id hash; None for test"""
     settings: dict[str, Any]
     """the settings a comparison must share (model, agents, rounds, message cap, sample)"""
     budget: BudgetInfo | None
@@ -167,6 +196,11 @@ class ResultsFile(StrictRecord):
     def _complete(self) -> ResultsFile:
         """A file the runner wrote has evaluation cells, and a trained one its training history: an
         emptied section would otherwise read as NOT RUN and hide a truncated or edited file."""
+        if (self.eval_split == "devset") != (self.devset is not None):
+            raise ValueError(f"devset: recorded for eval_split devset only (eval_split is {self.eval_split!r})")
+        if self.devset is not None and sorted(self.devset.benchmarks) != sorted(self.benchmarks):
+            raise ValueError(f"devset.benchmarks {sorted(self.devset.benchmarks)} are not the evaluated benchmarks "
+                             f"{sorted(self.benchmarks)}")
         if not self.eval or not any(self.eval.values()):
             raise ValueError("eval: no evaluated system (a finished experiment has at least one cell)")
         if self.kind == "gspo" and not self.history:

@@ -9,9 +9,11 @@ Per experiment (in process, one after the other; the definitions are in :mod:`.d
   registered model), then evaluate the run's final folder ALONE (no baselines) - an MLflow run too.
 
 Both evaluate the same seeded sample (``eval.limit`` items per benchmark with ``eval.seed``; the
-definitions may not override ``eval.*``). A ``budget_fraction`` experiment trains with
-``budget.fraction``: B is measured by the trainer before step 1 on sampled training episodes of the
-untrained policy and recorded in the results file (:func:`.definitions.budget_from_calibration`).
+definitions may not override ``eval.*``), or with ``experiments.eval_split=devset`` the dev set
+(components/data/devset.py: items disjoint from that sample, to choose recipes on). A
+``budget_fraction`` experiment trains with ``budget.fraction``: B is measured by the trainer before
+step 1 on sampled training episodes of the untrained policy and recorded in the results file
+(:func:`.definitions.budget_from_calibration`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from components.config import Config
 from components.data.outputs import manifest_sha256
+from components.data.sampling import DEVSET
 from components.evaluation import EvalRequest, build_systems, evaluate
 from components.evaluation.runner import EvalReport
 from components.evaluation.setting import item_ids_sha256
@@ -38,6 +41,7 @@ from components.tracking import Tracker, git_commit
 from experiments.carry import merge_carried, plan_carry, with_systems
 from experiments.definitions import (
     Experiment,
+    ExperimentError,
     budget_from_calibration,
     budget_overrides,
     experiment_config,
@@ -93,14 +97,14 @@ def _tracker(cfg: Config, enabled: bool, run_name: str, tags: dict[str, Any]) ->
         yield tracker
 
 
-def _evaluate_baselines(cfg: Config, data_dir: Path, tracker: Tracker | None) -> EvalReport:
-    """Evaluate ``eval.baselines`` of the base model (injected systems: no ``agent_gspo``)."""
+def _evaluate_baselines(cfg: Config, data_dir: Path, tracker: Tracker | None, split: str) -> EvalReport:
+    """Evaluate ``eval.baselines`` of the base model (injected systems: no ``agent_gspo``) on ``split``."""
     device = default_device()
     policy = load_policy(cfg.model.name, PolicyInit(seed=cfg.gspo.seed), cache_dir=cfg.model.cache_dir,
                          dtype=cfg.model.dtype, device=device, silence_marker=cfg.mas.silence_marker)
     systems = build_systems(cfg, policy, cfg.eval.baselines, device=device)[1:]
-    return evaluate(cfg, EvalRequest(model=cfg.model.name, data_dir=data_dir, out_dir=Path(cfg.eval.out_dir)),
-                    systems=systems, tracker=tracker)
+    return evaluate(cfg, EvalRequest(model=cfg.model.name, data_dir=data_dir, out_dir=Path(cfg.eval.out_dir),
+                                     split=split), systems=systems, tracker=tracker)
 
 
 def _set_run_tag(cfg: Config, run_id: str | None, name: str) -> None:
@@ -131,12 +135,14 @@ def run_one(cfg: Config, exp: Experiment, overrides: Sequence[str], ctx: RunCont
     budget = None
     resumed_from: int | None = None
     ids = {"train_run_id": None, "eval_run_id": None, "model_version": None}
-    tags = {"stage": "evaluate", "experiment.name": exp.name}
+    split = study_section(cfg).eval_split
+    tags = {"stage": "evaluate", "experiment.name": exp.name, "eval.split": split}
     if exp.kind == "baselines":
+        what = "the dev set" if split == DEVSET else f"{cfg.eval.limit or 'all'} items"
         log(f"[{exp.name}] evaluating {', '.join(cfg.eval.baselines)} of {cfg.model.name} "
-            f"({cfg.eval.limit or 'all'} items x {len(cfg.eval.benchmarks)} benchmarks)")
+            f"({what} x {len(cfg.eval.benchmarks)} benchmarks)")
         with _tracker(cfg, track, f"evaluate-{exp.name}", tags) as tracker:
-            report = _evaluate_baselines(cfg, data_dir, tracker)
+            report = _evaluate_baselines(cfg, data_dir, tracker, split)
             ids["eval_run_id"] = getattr(tracker, "run_id", None)
     else:
         log(f"[{exp.name}] training {cfg.gspo.steps} step(s) into {cfg.gspo.out_dir}"
@@ -159,10 +165,10 @@ def run_one(cfg: Config, exp: Experiment, overrides: Sequence[str], ctx: RunCont
         ids.update(train_run_id=result.run_id, model_version=result.model_version)
         if track:
             _set_run_tag(cfg, result.run_id, exp.name)
-        log(f"[{exp.name}] evaluating the trained policy {trained}")
+        log(f"[{exp.name}] evaluating the trained policy {trained} on {split}")
         with _tracker(cfg, track, f"evaluate-{exp.name}", tags | {"eval.model": trained}) as tracker:
             report = evaluate(cfg, EvalRequest(model=trained, baselines=[], data_dir=data_dir,
-                              out_dir=Path(cfg.eval.out_dir)), tracker=tracker)
+                              out_dir=Path(cfg.eval.out_dir), split=split), tracker=tracker)
             ids["eval_run_id"] = getattr(tracker, "run_id", None)
     wall = time.perf_counter() - t0
     cells: dict[str, dict[str, Any]] = {}
@@ -178,7 +184,8 @@ def run_one(cfg: Config, exp: Experiment, overrides: Sequence[str], ctx: RunCont
         "profile": cfg.profile, "config_hash": cfg.hash(), "data_manifest_sha256": meta.get("data_manifest_sha256"),
         "model": cfg.model.name, "trained_model": trained, "seed": cfg.gspo.seed, "eval_seed": cfg.eval.seed,
         "limit": meta.get("limit"), "benchmarks": list(cfg.eval.benchmarks),
-        "item_ids_sha256": item_ids_sha256(meta["item_ids"]), "settings": settings_of(cfg), "budget": budget,
+        "item_ids_sha256": item_ids_sha256(meta["item_ids"]), "eval_split": split, "devset": meta.get("devset"),
+        "settings": settings_of(cfg), "budget": budget,
         "last_k": study_section(cfg).last_k, "git_commit": commit, "wall_seconds": round(wall, 1),
         "train_seconds": None if train_s is None else round(train_s, 1),
         "eval_seconds": round(wall - (train_s or 0), 1), "resumed_from_step": resumed_from,
@@ -228,6 +235,10 @@ def run_experiments(base: Config, request: RunRequest) -> list[ExperimentOutcome
     if req.limit is not None:
         base = base.model_copy(update={"eval": base.eval.model_copy(update={"limit": req.limit})})
     results = Path(req.results_dir or study_section(base).results_dir)
+    if req.limit is not None and study_section(base).eval_split == DEVSET:
+        raise ExperimentError(f"--limit {req.limit} with experiments.eval_split=devset: the dev set excludes the "
+                              f"test sample of eval.limit ({base.eval.limit}); another limit would exclude other "
+                              "items, and the dev items would no longer be disjoint from the reported test sample")
     data = Path(req.data_dir or base.data.out_dir)
     outcomes: list[ExperimentOutcome] = []
     commit = git_commit()  # the code that runs: HEAD may move during a run of hours
@@ -249,6 +260,9 @@ def run_experiments(base: Config, request: RunRequest) -> list[ExperimentOutcome
         if exp.kind == "proof":  # its own profile and task: see experiments/proof.py
             if req.resume:
                 log(f"[{exp.name}] --resume applies to gspo experiments only: a proof experiment trains from scratch")
+            if study_section(base).eval_split == DEVSET:
+                log(f"[{exp.name}] experiments.eval_split=devset does not apply to a proof experiment: it evaluates "
+                    "its own task's test split")
             res: ResultsFile | ProofResults = run_proof(cfg, exp, list(exp.overrides) + [_recordable(t) for t in user],
                                  RunContext(data_dir=Path(req.data_dir or cfg.data.out_dir), track=req.track,
                                             log=log, commit=commit))

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from components.config import Config, ConfigError, parse_override
 from components.config_sections import Name
+from components.data.sampling import DEVSET, EVAL_SPLIT
 from experiments.rules import RULES
 
 
@@ -104,6 +105,10 @@ class ExperimentsConfig(_StudySection):
     results_dir: Name = Field("results", description="one <name>.json per experiment (committed)")
     runs_dir: Name = Field("runs/experiments", description="per-experiment training and evaluation folders")
     report: Name = Field("docs/results.md", description="generated report; PNGs go to <report dir>/<stem>/")
+    eval_split: Literal[EVAL_SPLIT, DEVSET] = Field(  # type: ignore[valid-type]
+        EVAL_SPLIT, description="what every experiment of a run is evaluated on: test (the seeded test sample the "
+                                "report's claims are about) or devset (components/data/devset.py: items disjoint "
+                                "from that sample, where recipes, caps and budgets are chosen; issue 52)")
     last_k: int = Field(5, ge=1, le=1_000_000,
                         description="last training steps averaged when checking tokens against B")
     definitions: dict[str, ExperimentDef] = Field(default_factory=dict, description="name -> experiment")

@@ -10,13 +10,16 @@ so ``--limit 50`` results stay comparable with ``--limit 100`` on the common ite
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 
 from components.data.item import Item
 from components.errors import UserError
 
 EVAL_SPLIT = "test"
 """the split every benchmark is evaluated on (training never uses its sampled items)"""
+DEVSET = "devset"
+"""what an evaluation names as its split to grade the dev set (components/data/devset.py) instead"""
 
 
 class SamplingError(UserError):
@@ -52,3 +55,11 @@ def derived_seed(seed: int, *parts: object) -> int:
     """
     text = ":".join([str(seed), *(str(p) for p in parts)])
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def ids_sha256(item_ids: Mapping[str, Sequence[str]]) -> str:
+    """Identity of a sample: sha256 of the JSON ``{benchmark: [ids in sample order]}`` (keys sorted).
+
+    An evaluation's ``item_ids_sha256`` and the dev set's id hash (components/data/devset.py) are this."""
+    blob = json.dumps({b: list(ids) for b, ids in item_ids.items()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()

@@ -66,6 +66,11 @@ def render_markdown(rows: Sequence[EvalRow], summary: Mapping[str, Mapping[str, 
                 "limit", "batch_size", "self_consistency_k", "decoding", "device"):
         if key in meta:
             out.append(f"- **{key}**: `{meta[key]}`")
+    if meta.get("devset"):  # test evaluations' reports stay as they were
+        dev = meta["devset"]
+        out.append(f"- **split**: `{meta['split']}` (dev items outside the test sample of eval.limit "
+                   f"{dev['test_limit']}: " + ", ".join(f"{d['source']} {d['n']} of {d['pool']}"
+                                                       for d in dev["benchmarks"].values()) + ")")
     if "machine" in meta:
         out.append(f"- **machine**: {describe(meta['machine'])}")
     if meta.get("items_sha256"):

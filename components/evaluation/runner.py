@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from components.config import ALL_BENCHMARKS, BASELINE_NAMES, Config
+from components.data.devset import DEVSET
 from components.data.item import Item
-from components.data.prepare import load_split, manifest_sha256
-from components.data.sampling import EVAL_SPLIT, derived_seed, sample_items
+from components.data.prepare import manifest_sha256
+from components.data.sampling import EVAL_SPLIT, derived_seed
 from components.data.train_items import load_train_items
 from components.errors import UserError
 from components.evaluation.items import (
@@ -61,6 +62,7 @@ from components.evaluation.metrics import (
 from components.evaluation.outputs import EvalOutputs, write_outputs
 from components.evaluation.publish import check_out_dir, publish
 from components.evaluation.report import render_markdown
+from components.evaluation.setting import sample_split
 from components.machine import describe, machine_fingerprint
 from components.mas.baselines import baseline_engine
 from components.mas.engine import RolloutEngine
@@ -277,7 +279,7 @@ class EvalRequest:
     data_dir: Path | None = None
     """prepared data (default ``data.out_dir``)"""
     split: str = EVAL_SPLIT
-    """benchmark split: TEST, or the search's dev slice"""
+    """TEST, another split (the search's aqua/dev), or ``devset``: the dev items (components/data/devset.py)"""
 
 
 def evaluate(cfg: Config, request: EvalRequest | None = None, *, tracker: Tracker | None = None,
@@ -285,9 +287,9 @@ def evaluate(cfg: Config, request: EvalRequest | None = None, *, tracker: Tracke
     """Evaluate ``request.model`` (default ``cfg.model.name``) and the baselines on ``cfg.eval.benchmarks``.
 
     ``request.limit`` (default ``eval.limit``) items per benchmark from the TEST split, a seeded sample
-    (:func:`sample_items` with ``eval.seed``); ``request.split`` selects another split
-    (the search's dev slice). ``systems`` injects prebuilt systems (an in-memory
-    policy, fixed-length engines in benchmarks) instead of loading models; ``baselines`` is then ignored.
+    (``eval.seed``); ``request.split`` selects another split or ``devset`` (:func:`.setting.sample_split`).
+    ``systems`` injects prebuilt systems (an in-memory policy, fixed-length engines in benchmarks) instead
+    of loading models; ``baselines`` is then ignored.
     ``tracker`` (a :class:`components.tracking.Tracker` inside its ``with``) gets the main system's
     ``eval/<benchmark>/*`` metrics, one nested run per other system with the same names, and the
     outputs as artifacts. Writes to ``out_dir`` (default ``eval.out_dir``); see report.py for files,
@@ -297,7 +299,7 @@ def evaluate(cfg: Config, request: EvalRequest | None = None, *, tracker: Tracke
     req = request or EvalRequest()
     model, split = req.model, req.split
     ev = cfg.eval
-    limit = ev.limit if req.limit is None else req.limit
+    limit = ev.limit if req.limit is None and split != DEVSET else req.limit  # devset: a cap (sample_split)
     baselines = list(ev.baselines if req.baselines is None else req.baselines)
     benchmarks = list(ev.benchmarks)
     _check_names(benchmarks, baselines if systems is None else [])
@@ -305,9 +307,7 @@ def evaluate(cfg: Config, request: EvalRequest | None = None, *, tracker: Tracke
     out_dir = Path(req.out_dir if req.out_dir is not None else ev.out_dir)
     check_out_dir(out_dir)  # before hours of rollouts; also cleans what a killed evaluation left there
 
-    items = {b: sample_items(load_split(data_dir, b, split, cfg.data), limit, ev.seed,
-                             where=f"{data_dir}/{b}/{split}")
-             for b in benchmarks}
+    items, devset = sample_split(cfg, data_dir, benchmarks, split, limit)
     meta: dict[str, Any] = {
         "data_dir": str(data_dir), "data_manifest_sha256": manifest_sha256(data_dir),
         "config_hash": cfg.hash(), "seed": ev.seed, "limit": limit, "batch_size": ev.batch_size,
@@ -315,6 +315,8 @@ def evaluate(cfg: Config, request: EvalRequest | None = None, *, tracker: Tracke
         "item_ids": {b: [i.id for i in its] for b, its in items.items()},
         "machine": machine_fingerprint(),  # greedy bf16 decodes differ across CPUs: components/machine.py
     }
+    if devset is not None:  # each benchmark's dev source, pool and id hash; the test sample it excludes
+        meta["devset"] = {"test_limit": ev.limit, "benchmarks": devset}
     if systems is None:
         device = default_device()
         uri, source = resolve_model(cfg, model)

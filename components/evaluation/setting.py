@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +22,39 @@ from pydantic import BaseModel, ConfigDict
 
 from components.config import Config, MasConfig
 from components.config_sections import NOT_PROTOCOL, protocol_of  # noqa: F401  (NOT_PROTOCOL: re-exported)
+from components.data.devset import DEVSET, load_dev_items
+from components.data.item import Item
 from components.data.prepare import load_split, manifest_sha256
-from components.data.sampling import sample_items
+from components.data.sampling import ids_sha256, sample_items
 
 
 def item_ids_sha256(item_ids: dict[str, list[str]]) -> str:
     """Identity of an evaluation sample: sha256 of the item ids per benchmark."""
-    return hashlib.sha256(json.dumps(item_ids, sort_keys=True).encode()).hexdigest()
+    return ids_sha256(item_ids)
+
+
+def sample_split(cfg: Config, data_dir: Path, benchmarks: Sequence[str], split: str,
+                 limit: int | None) -> tuple[dict[str, list[Item]], dict[str, dict[str, Any]] | None]:
+    """The items an evaluation of ``split`` grades per benchmark, and (``split`` = ``devset``) what the
+    meta records of each benchmark's dev source (None for a prepared split).
+
+    A prepared split: ``limit`` items ranked by ``eval.seed`` (:func:`sample_items`). ``devset``: the dev
+    items (:mod:`components.data.devset`) that exclude the test sample of ``eval.limit`` /
+    ``eval.seed`` (always the config's: a ``--limit`` must not move the excluded items), the first
+    ``limit`` of them when ``limit`` is given (a cap; None: the dev set's own size)."""
+    if split != DEVSET:
+        return {b: sample_items(load_split(data_dir, b, split, cfg.data), limit, cfg.eval.seed,
+                                where=f"{data_dir}/{b}/{split}") for b in benchmarks}, None
+    trained = set(cfg.data.train_sources)
+    items: dict[str, list[Item]] = {}
+    record: dict[str, dict[str, Any]] = {}
+    for b in benchmarks:
+        dev = load_dev_items(data_dir, b, test_limit=cfg.eval.limit, eval_seed=cfg.eval.seed, limits=cfg.data)
+        if limit is not None:
+            dev = replace(dev, items=dev.items[:limit])
+        items[b] = dev.items
+        record[b] = dev.describe(in_train_sources=f"{b}/{dev.split}" in trained)
+    return items, record
 
 
 class EvalSetting(BaseModel):
@@ -91,8 +119,8 @@ def planned_setting(cfg: Config, *, limit: int | None = None, split: str = "test
                     data_dir: str | Path | None = None) -> EvalSetting:
     """The setting ``agent-gspo evaluate`` would run under with ``cfg`` (reads and samples the data)."""
     data = Path(data_dir if data_dir is not None else cfg.data.out_dir)
-    limit = cfg.eval.limit if limit is None else limit
-    ids = {b: [i.id for i in sample_items(load_split(data, b, split, cfg.data), limit, cfg.eval.seed,
-                                                   where=f"{data}/{b}/{split}")]
-           for b in cfg.eval.benchmarks}
+    if split != DEVSET:
+        limit = cfg.eval.limit if limit is None else limit
+    items, _ = sample_split(cfg, data, cfg.eval.benchmarks, split, limit)
+    ids = {b: [i.id for i in its] for b, its in items.items()}
     return setting_of(cfg, ids, split=split, limit=limit, data_manifest_sha256=manifest_sha256(data))

@@ -113,5 +113,7 @@ def log_evaluation_inputs(tracker: InputsLogger, meta: Mapping[str, Any], model_
     """The evaluated splits (``meta``: an evaluation report's ``data_dir``, ``item_ids`` per benchmark
     and ``split``) and the evaluated version's logged model as inputs of the tracker's run."""
     benches = list(meta.get("item_ids", {}))
-    datasets = prepared_datasets(meta["data_dir"], [(b, str(meta["split"])) for b in benches])
+    dev = (meta.get("devset") or {}).get("benchmarks", {})  # the dev set: each benchmark's own source split
+    datasets = prepared_datasets(meta["data_dir"], [(b, str(dev[b]["split"] if b in dev else meta["split"]))
+                                                    for b in benches])
     tracker.log_inputs(datasets=datasets, context=EVALUATION, model_ids=[model_id] if model_id else [])

@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from components.tracking.lineage import prepared_datasets
+from components.tracking.lineage import log_evaluation_inputs, prepared_datasets
 
 
 def test_datasets_carry_the_manifest_hash_or_the_files_own(tmp_path: Path) -> None:
@@ -23,3 +23,20 @@ def test_datasets_carry_the_manifest_hash_or_the_files_own(tmp_path: Path) -> No
     assert json.loads(gsm.profile) == {"sha256": listed, "num_rows": 7}
     own = hashlib.sha256(b"aqua").hexdigest()  # not in the manifest: hashed from the file
     assert (aqua.name, aqua.digest, json.loads(aqua.profile)["sha256"]) == ("aqua/test", own[:36], own)
+
+
+def test_a_dev_set_evaluation_logs_each_benchmarks_source_split(tmp_path: Path) -> None:
+    for bench, split in (("gsm8k", "train"), ("humaneval", "test")):
+        (tmp_path / bench).mkdir()
+        (tmp_path / bench / f"{split}.parquet").write_bytes(bench.encode())
+    (tmp_path / "manifest.json").write_text(json.dumps({"benchmarks": {}}))
+    seen: list = []
+
+    class Run:
+        def log_inputs(self, *, datasets=(), context="", model_ids=()) -> None:
+            seen.extend(d.name for d in datasets)
+
+    meta = {"data_dir": str(tmp_path), "split": "devset", "item_ids": {"gsm8k": ["a"], "humaneval": ["b"]},
+            "devset": {"test_limit": 100, "benchmarks": {"gsm8k": {"split": "train"}, "humaneval": {"split": "test"}}}}
+    log_evaluation_inputs(Run(), meta, None)
+    assert seen == ["gsm8k/train", "humaneval/test"]

@@ -83,7 +83,7 @@ def proof_claims(res: ProofResults, rules: VerdictRules) -> list[Claim]:
                          "(SE of the per-item differences)",
                          f"prior only {cell['mas_prior'].accuracy:.3f}; λ=0 {cell['lambda0'].accuracy:.3f}"]))
     ratio = trained.tokens_total_mean / untrained.tokens_total_mean if untrained.tokens_total_mean else float("nan")
-    out.append(Claim("P3", f"total tokens per episode <= {r.proof_token_share:.1f}x the untrained MAS", _status(
+    out.append(Claim("P3", f"total tokens per episode <= {r.proof_token_share:g}x the untrained MAS", _status(
         ratio <= r.proof_token_share, moved), [
         f"{trained.tokens_total_mean:.1f} vs {untrained.tokens_total_mean:.1f} tokens per episode: {ratio:.2f}x "
         f"(prompt {trained.tokens_prompt_mean:.1f} + completion {trained.tokens_completion_mean:.1f}; "

@@ -287,7 +287,9 @@ def claim_d(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
             lines.append("accuracy separates the runs only when the one-sided "
                          f"{rules.ni_confidence:.0%} bounds of the paired difference exclude 0: "
                          + ("no per-item outcomes to pair" if ni is None else
-                            f"[{ni.difference.low:+.4f}, {ni.difference.high:+.4f}]"))
+                            f"[{ni.difference.low:+.4f}, {ni.difference.high:+.4f}] -> "
+                            + ("separates" if ni.difference.low > 0 or ni.difference.high < 0 else
+                               "does not separate")))
         elif abs(d.diff) > rules.se_margin * d.se:
             votes.append(d.diff >= 0)
     cs = [collapse(ref, rules), collapse(off, rules)]

@@ -59,9 +59,12 @@ def ni_line(what: str, ni: NonInferiority | None, reference_accuracy: float | No
     accuracy it says how large the margin is against it (0.05 is half of an accuracy of 0.10)."""
     if ni is None:
         return (f"non-inferiority of {what}: cannot be tested, the results files hold no per-item outcomes to pair "
-                "-> INCONCLUSIVE")
-    scale = (f"; the margin is {ni.margin / reference_accuracy:.0%} of the reference's accuracy "
-             f"{reference_accuracy:.3f}" if reference_accuracy else "")
+                "(INCONCLUSIVE, unless another condition already fails the claim)")
+    share = ni.margin / reference_accuracy if reference_accuracy else None
+    scale = "" if share is None else (f"; the margin is {share:.0%} of the reference's accuracy "
+                                      f"{reference_accuracy:.3f}")
+    if share is not None and share >= 0.5:
+        scale += f": a PASS still allows losing {min(share, 1.0):.0%} of that accuracy, so it shows little"
     return f"non-inferiority of {what}: {ni.text()}{scale}"
 
 

@@ -139,6 +139,7 @@ def _budgeted_variants(results: Mapping[str, ResultsFile], record: Record) -> li
                      f"(difference {v.diff.diff:+.3f}, SE {v.diff.se:.3f}, {v.how}); total tokens "
                      f"{v.trained.tokens_total} vs {v.untrained.tokens_total} = {v.ratio:.2f}x (completion tokens "
                      f"{v.completion_ratio:.2f}x); {moved(results, name, rules).why}")
+        lines += claim_collapse(results, name, MAIN, rules) if is_v2(rules) else []
     return lines
 
 

@@ -59,6 +59,12 @@ def equal_tokens(team: Cost, singles: Sequence[Cost]) -> Cost | None:
     return max(singles, key=lambda s: s.tokens_per_item)
 
 
+def _k(base: ResultsFile | None) -> str:
+    if base is None or base.self_consistency_k is None:
+        return "self-consistency's k is `eval.self_consistency_k` of its profile, not recorded in the results file"
+    return f"self-consistency votes over k = {base.self_consistency_k} samples"
+
+
 def _fmt(c: Cost) -> str:
     return f"{c.accuracy:.3f} / {c.tokens_per_item:.0f} / {c.per_1k:.3f}"
 
@@ -73,7 +79,7 @@ def single_agent_section(rows: Sequence[Row], results: Mapping[str, ResultsFile]
     out = ["## Every team against one agent at equal tokens", "",
            "Cells: macro accuracy / total tokens per item / accuracy per 1,000 tokens, over the benchmarks the team "
            f"and the single agent share. {', '.join(f'{v} = {k}' for k, v in SINGLE.items())} (the baselines file; "
-           "self-consistency's k is `eval.self_consistency_k` of its profile, not recorded in the results file). "
+           f"{_k(base)}). "
            "Equal tokens: the single-agent system whose tokens per item are closest to the team's and not below "
            "them where one exists (its tokens / the team's in brackets), and the accuracy difference "
            "team − it.", "",

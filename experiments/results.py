@@ -195,6 +195,9 @@ class ResultsFile(StrictRecord):
     carried: list[CarriedSystems] | None = None
     """baselines only: systems kept from earlier evaluations of the same config and items on the same
     machine (``--resume``), one entry per earlier run; None when every system was evaluated by this run"""
+    self_consistency_k: int | None = Field(None, ge=1)
+    """eval.self_consistency_k of a file with a self_consistency system (its lone samples per item); None
+    in files written before it was recorded"""
 
     @model_validator(mode="after")
     def _complete(self) -> ResultsFile:

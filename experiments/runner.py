@@ -186,6 +186,7 @@ def run_one(cfg: Config, exp: Experiment, overrides: Sequence[str], ctx: RunCont
         "silence": {name: {"silent": g.silent, "sent": g.total} | _silence_more(report, name)
                     for name, g in report.silence_grids.items()},
         "machine": meta.get("machine"),
+        "self_consistency_k": cfg.eval.self_consistency_k if "self_consistency" in cells else None,
     })
 
 

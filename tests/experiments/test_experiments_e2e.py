@@ -54,6 +54,7 @@ def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request
     base = json.loads((results / "baselines.json").read_text())
     b25 = json.loads((results / "gspo_b25.json").read_text())
     assert set(base["eval"]) == {"single_cot", "self_consistency", "mas_untrained", "mas_prior"}
+    assert base["self_consistency_k"] == 2 and b25["self_consistency_k"] is None
     assert set(b25["eval"]) == {"agent_gspo"} and len(b25["history"]) == 1
     # what it ran on: the subprocess's fingerprint (this machine; its torch threads as it set them)
     for res in (base, b25):
@@ -102,6 +103,7 @@ def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request
     assert rows and "| Agent-GSPO B50 | gspo_b50 | not run" in md
     assert "## Held-out silence per agent and round" in md and "| Agent-GSPO B25 | gspo_b25 | " in md
     assert "## Collapse or strategic silence?" in md and "agent 2: round 0 before any answer" in md
+    assert "self-consistency votes over k = 2 samples" in md
     assert "(c) Mean tokens tracked the budget" in md and "(b) λ = 0 uses at least 2x" in md
 
 

@@ -47,10 +47,12 @@ from experiments.evidence import (
     spread,
     versus_untrained,
 )
+from experiments.report_collapse import claim_collapse
 from experiments.results import ResultsFile
 from experiments.rules import rules_of
 from experiments.schema import RecordConfig as Record
 from experiments.stats import controller_settled, last_episodes, rule_at_endings
+from experiments.verdicts import chance_caveat, is_v2, ni_line, ni_test, ni_title
 
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN", "REPORTED"]
 """REPORTED: numbers shown with no verdict (the claim has no target)"""
@@ -79,6 +81,9 @@ def claim_a(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
     rules = rules_of(record.rules)
     title = (f"Trained MAS accuracy within one standard error of (or above) the free-for-all MAS at no more "
              f"than {rules.token_share:g} of its tokens")
+    if is_v2(rules):
+        title = (f"Trained MAS accuracy {ni_title(rules)} to the free-for-all MAS at no more than "
+                 f"{rules.token_share:g} of its tokens")
     base = cells_of(results, BASELINES, UNTRAINED)
     trained = record.trained
     runs = [(n, c) for n in trained if (c := cells_of(results, n)) is not None]
@@ -92,13 +97,21 @@ def claim_a(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
             lines.append(f"{name}: no benchmark in common with {BASELINES}")
             continue
         t, u, d, how, ratio, comp = v.trained, v.untrained, v.diff, v.how, v.ratio, v.completion_ratio
-        ok = d.not_below(rules.se_margin) and ratio <= rules.token_share
+        ni = ni_test(results, (name, MAIN), (BASELINES, UNTRAINED), rules) if is_v2(rules) else None
+        ok = (ni is not None and ni.passed if is_v2(rules) else d.not_below(rules.se_margin)) \
+            and ratio <= rules.token_share
         lines.append(f"{name}: accuracy {t.accuracy:.3f} vs {u.accuracy:.3f} "
                      f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how}); total tokens {t.tokens_total} vs "
                      f"{u.tokens_total} = {ratio:.2f}x (needs <= {rules.token_share:g}x; completion tokens "
                      f"{comp:.2f}x) "
                      f"-> {'meets' if ok else 'misses'} the claim")
-        verdicts.append(like_with_like(gate("PASS" if ok else "FAIL", [(name, moved(results, name, rules))], lines),
+        untestable = is_v2(rules) and ni is None
+        if is_v2(rules):
+            lines += [ni_line(f"{name} to the untrained MAS", ni, u.accuracy),
+                      *chance_caveat(results, [(name, MAIN), (BASELINES, UNTRAINED)], rules),
+                      *claim_collapse(results, name, MAIN, rules)]
+        status = "INCONCLUSIVE" if untestable and ratio <= rules.token_share else "PASS" if ok else "FAIL"
+        verdicts.append(like_with_like(gate(status, [(name, moved(results, name, rules))], lines),
                                        results, name, BASELINES, lines))
     lines += _budgeted_variants(results, record)
     if not verdicts:
@@ -126,6 +139,7 @@ def _budgeted_variants(results: Mapping[str, ResultsFile], record: Record) -> li
                      f"(difference {v.diff.diff:+.3f}, SE {v.diff.se:.3f}, {v.how}); total tokens "
                      f"{v.trained.tokens_total} vs {v.untrained.tokens_total} = {v.ratio:.2f}x (completion tokens "
                      f"{v.completion_ratio:.2f}x); {moved(results, name, rules).why}")
+        lines += claim_collapse(results, name, MAIN, rules) if is_v2(rules) else []
     return lines
 
 
@@ -265,10 +279,20 @@ def claim_d(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
     pair = compare(ref.eval.get(MAIN, {}), off.eval.get(MAIN, {}))
     if pair is not None:
         d, how = accuracy_difference(results, (b25, MAIN), (off_name, MAIN), *pair)
-        if abs(d.diff) > rules.se_margin * d.se:
-            votes.append(d.diff >= 0)
         lines.append(f"evaluation accuracy: normalised {pair[0].accuracy:.3f} vs off {pair[1].accuracy:.3f} "
                      f"(difference {d.diff:+.3f}, SE {d.se:.3f}, {how})")
+        if is_v2(rules):  # separates when the one-sided bounds of the paired difference exclude 0
+            ni = ni_test(results, (b25, MAIN), (off_name, MAIN), rules)
+            if ni is not None and (ni.difference.low > 0 or ni.difference.high < 0):
+                votes.append(ni.difference.low > 0)
+            lines.append("accuracy separates the runs only when the one-sided "
+                         f"{rules.ni_confidence:.0%} bounds of the paired difference exclude 0: "
+                         + ("no per-item outcomes to pair" if ni is None else
+                            f"[{ni.difference.low:+.4f}, {ni.difference.high:+.4f}] -> "
+                            + ("separates" if ni.difference.low > 0 or ni.difference.high < 0 else
+                               "does not separate")))
+        elif abs(d.diff) > rules.se_margin * d.se:
+            votes.append(d.diff >= 0)
     cs = [collapse(ref, rules), collapse(off, rules)]
     lines.append(f"collapse: normalised {cs[0] or 'none'}; off {cs[1] or 'none'}")
     if cs[0] is not None and cs[1] is not None:
@@ -277,8 +301,9 @@ def claim_d(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
     if (cs[0] is None) != (cs[1] is None):
         votes.append(cs[0] is None)
     if not votes:
-        lines.append(f"no indicator separates the runs (reward spreads within {rules.spread_margin:.0%}, accuracy "
-                     "within one standard error, no collapse): the runs are too small to tell")
+        acc_why = ("accuracy bounds include 0" if is_v2(rules) else "accuracy within one standard error")
+        lines.append(f"no indicator separates the runs (reward spreads within {rules.spread_margin:.0%}, {acc_why}, "
+                     "no collapse): the runs are too small to tell")
         return Claim("d", title, "INCONCLUSIVE", lines)
     lines.append(f"no hard threshold: PASS when the normalised run is better on most of the {len(votes)} "
                  f"separating indicator(s) ({sum(votes)} of {len(votes)})")
@@ -309,12 +334,21 @@ def claim_e(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
         lines.append(f"budget tracking error: GSPO {errs[0][1]:+.1%} vs token-level {errs[1][1]:+.1%}")  # type: ignore[index]
     rs = [spread(series(r.history, "train/reward")) for r in (seq, tok)]
     lines.append(f"std of train/reward over steps: GSPO {fmt(rs[0])} vs token-level {fmt(rs[1])}")
-    lines.append("PASS when GSPO's accuracy is within one standard error of (or above) token-level's")
+    if is_v2(rules):
+        ni = ni_test(results, (b25, MAIN), (tok_name, MAIN), rules)
+        lines += [f"PASS when GSPO is {ni_title(rules)} to token-level (lower bound above -{rules.ni_margin:g})",
+                  ni_line(f"{b25} to {tok_name}", ni, t.accuracy),
+                  *chance_caveat(results, [(b25, MAIN), (tok_name, MAIN)], rules),
+                  *claim_collapse(results, b25, MAIN, rules), *claim_collapse(results, tok_name, MAIN, rules)]
+        verdict = "INCONCLUSIVE" if ni is None else "PASS" if ni.passed else "FAIL"
+    else:
+        lines.append("PASS when GSPO's accuracy is within one standard error of (or above) token-level's")
+        verdict = "PASS" if d.not_below(rules.se_margin) else "FAIL"
     cs = [collapse(seq, rules), collapse(tok, rules)]
     if cs[0] is not None and cs[1] is not None:  # two degenerate policies tie on accuracy whatever the ratio
         lines += [f"collapse: GSPO {cs[0]}; token-level {cs[1]}", BOTH_COLLAPSED]
         return Claim("e", title, "INCONCLUSIVE", lines)
-    status = gate("PASS" if d.not_below(rules.se_margin) else "FAIL",
+    status = gate(verdict,
                   [(b25, moved(results, b25, rules)), (tok_name, moved(results, tok_name, rules))], lines)
     return Claim("e", title, like_with_like(status, results, b25, tok_name, lines), lines)
 
@@ -326,17 +360,28 @@ def claim_f(results: Mapping[str, ResultsFile], record: Record = DEFAULT_RECORD)
     rules = rules_of(record.rules)
     title = (f"Agent-GSPO B25 at no more than {rules.target_share:g}x the free-for-all MAS's total tokens, accuracy "
              "not lower by more than one standard error (the project's target)")
+    if is_v2(rules):
+        title = (f"Agent-GSPO B25 at no more than {rules.target_share:g}x the free-for-all MAS's total tokens, "
+                 f"accuracy {ni_title(rules)} (the project's target)")
     name = record.b25
     v = versus_untrained(results, name)
     if v is None:
         return Claim("f", title, "NOT RUN", [f"needs {BASELINES} and {name}, sharing a benchmark"])
-    ok = v.diff.not_below(rules.se_margin) and v.ratio <= rules.target_share
+    ni = ni_test(results, (name, MAIN), (BASELINES, UNTRAINED), rules) if is_v2(rules) else None
+    ok = (ni is not None and ni.passed if is_v2(rules) else v.diff.not_below(rules.se_margin)) \
+        and v.ratio <= rules.target_share
     lines = [f"{name}: total tokens {v.trained.tokens_total} vs {v.untrained.tokens_total} = {v.ratio:.2f}x (needs "
              f"<= {rules.target_share:g}x; completion tokens {v.completion_ratio:.2f}x); accuracy "
              f"{v.trained.accuracy:.3f} "
              f"vs {v.untrained.accuracy:.3f} (difference {v.diff.diff:+.3f}, SE {v.diff.se:.3f}, {v.how}) -> "
              f"{'meets' if ok else 'misses'} the target"]
-    status = gate("PASS" if ok else "FAIL", [(name, moved(results, name, rules))], lines)
+    verdict = "PASS" if ok else "FAIL"
+    if is_v2(rules):
+        lines += [ni_line(f"{name} to the untrained MAS", ni, v.untrained.accuracy),
+                  *chance_caveat(results, [(name, MAIN), (BASELINES, UNTRAINED)], rules),
+                  *claim_collapse(results, name, MAIN, rules)]
+        verdict = "INCONCLUSIVE" if ni is None and v.ratio <= rules.target_share else verdict
+    status = gate(verdict, [(name, moved(results, name, rules))], lines)
     return Claim("f", title, like_with_like(status, results, name, BASELINES, lines), lines)
 
 

@@ -83,9 +83,10 @@ def proof_claims(res: ProofResults, rules: VerdictRules) -> list[Claim]:
                          "(SE of the per-item differences)",
                          f"prior only {cell['mas_prior'].accuracy:.3f}; λ=0 {cell['lambda0'].accuracy:.3f}"]))
     ratio = trained.tokens_total_mean / untrained.tokens_total_mean if untrained.tokens_total_mean else float("nan")
-    out.append(Claim("P3", f"total tokens per episode <= {r.proof_token_share:.1f}x the untrained MAS", _status(
+    out.append(Claim("P3", f"total tokens per episode <= {r.proof_token_share:g}x the untrained MAS", _status(
         ratio <= r.proof_token_share, moved), [
-        f"{trained.tokens_total_mean:.1f} vs {untrained.tokens_total_mean:.1f} tokens per episode: {ratio:.2f}x "
+        f"{trained.tokens_total_mean:.1f} vs {untrained.tokens_total_mean:.1f} tokens per episode: "
+        f"{_ratio(ratio, r.proof_token_share)}x "
         f"(prompt {trained.tokens_prompt_mean:.1f} + completion {trained.tokens_completion_mean:.1f}; "
         f"calls skipped per episode {trained.calls_skipped:.2f} vs {untrained.calls_skipped:.2f})"]))
     cal = run.budget_calibration or {}
@@ -199,3 +200,9 @@ def proof_section(res: ProofResults, fig_dir: Path, rel: str,
     md += [f"![silence per role over training]({rel}/proof_silence.png)", "",
            f"![tokens against B]({rel}/proof_tokens.png)", "", f"![training accuracy]({rel}/proof_accuracy.png)", ""]
     return md, claims, paths
+
+
+def _ratio(ratio: float, limit: float) -> str:
+    """Two decimals, or four where two would print the threshold itself (0.3537 against 0.35 is a miss)."""
+    two = f"{ratio:.2f}"
+    return f"{ratio:.4f}" if two == f"{limit:.2f}" and ratio != limit else two

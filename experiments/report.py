@@ -21,10 +21,13 @@ from experiments import plots
 from experiments.definitions import settings_diff
 from experiments.proof import load_proofs
 from experiments.proof_report import proof_section
+from experiments.report_collapse import collapse_section
 from experiments.report_seeds import seeds_section
 from experiments.report_silence import held_out_silence, silence_by_benchmark, training_silence
+from experiments.report_single import single_agent_section
 from experiments.results import DevsetInfo, EvalCell, ResultsFile, SilenceCounts, load_results_dir
 from experiments.rules import VerdictRules, rules_block, rules_of
+from experiments.verdicts import banner, chance_section, is_v2
 
 SYSTEM_LABELS = {"single_cot": "CoT", "self_consistency": "SC", "mas_untrained": "untrained MAS (free-for-all)",
                  "mas_prior": "prior only (no RL)"}
@@ -358,10 +361,15 @@ def build_report(results_dir: str | Path, out: str | Path, *, command: str | Non
                "(overrides per experiment are listed under Experiments).", ""]
     if missing:
         md += [f"Not run yet: {', '.join(missing)}.", ""]
+    md += banner(record)
     md += _tables(rows, benches)
     md += [f"![accuracy vs tokens]({rel}/accuracy_vs_tokens.png)", ""]
+    if is_v2(rules):  # issue 52's tables; a v1 report stays as it was
+        md += chance_section(rows, benches, rules) + single_agent_section(rows, results)
     md += _token_breakdown(rows)
     md += held_out_silence(rows) + silence_by_benchmark(rows, benches)
+    if is_v2(rules):
+        md += collapse_section(rows, rules)
     md += _claims_md(claims, record)
     md += seeds_section(results)
     md += _training(results, rules)

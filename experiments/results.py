@@ -71,16 +71,14 @@ def pooled_tokens_mean(cells: dict[str, EvalCell], benchmarks: list[str], measur
     return sum(getattr(cells[b], f"tokens_{measure}") for b in benchmarks) / n if n else None
 
 
-class SilenceCounts(StrictRecord):
-    """Held-out silent / sent messages per (agent, round) of one multi-agent system, pooled over the
-    evaluated items: ``silent[a][r] <= sent[a][r]``, both [agents][rounds]. A call the protocol
-    skipped (the agent was retired by its own silence) is not a sent message."""
+class SilenceGridCounts(StrictRecord):
+    """Silent / sent messages per (agent, round): ``silent[a][r] <= sent[a][r]``, both [agents][rounds]."""
 
     silent: list[list[int]]
     sent: list[list[int]]
 
     @model_validator(mode="after")
-    def _same_shape(self) -> SilenceCounts:
+    def _same_shape(self) -> SilenceGridCounts:
         if [len(r) for r in self.silent] != [len(r) for r in self.sent]:
             raise ValueError("silent and sent must have the same [agents][rounds] shape")
         for a, (srow, trow) in enumerate(zip(self.silent, self.sent, strict=True)):
@@ -88,6 +86,41 @@ class SilenceCounts(StrictRecord):
                 if not 0 <= s <= t:
                     raise ValueError(f"agent {a} round {r}: need 0 <= silent <= sent, got {s} of {t}")
         return self
+
+
+class SilenceContent(StrictRecord):
+    """Whether silence depends on what had been said (issue 52), per agent ``[silent, sent]`` by condition
+    (components.evaluation.silence). An answer is a message the benchmark's grader extracts one from."""
+
+    turn_order: str
+    """mas.turn_order of the run: under ``simultaneous`` no round-0 turn follows an answer"""
+    round0_no_answer: list[list[int]]
+    """round-0 turns taken before any answer existed"""
+    round0_after_answer: list[list[int]]
+    """round-0 turns taken after an earlier agent's answer (in-turn orders only)"""
+    round1_agreed: list[list[int]]
+    """round-1 turns after round-0 answers that all agreed (two or more)"""
+    round1_disagreed: list[list[int]]
+    """round-1 turns after round-0 answers that differed"""
+
+    @model_validator(mode="after")
+    def _counts(self) -> SilenceContent:
+        for key in ("round0_no_answer", "round0_after_answer", "round1_agreed", "round1_disagreed"):
+            for a, pair in enumerate(getattr(self, key)):
+                if len(pair) != 2 or not 0 <= pair[0] <= pair[1]:
+                    raise ValueError(f"{key}[{a}]: need [silent, sent] with 0 <= silent <= sent, got {pair}")
+        return self
+
+
+class SilenceCounts(SilenceGridCounts):
+    """Held-out silent / sent messages per (agent, round) of one multi-agent system, pooled over the
+    evaluated items. A call the protocol skipped (the agent was retired by its own silence) is not a
+    sent message. The optional parts are absent from files written before they were recorded."""
+
+    by_benchmark: dict[str, SilenceGridCounts] | None = None
+    """the same grid per benchmark (a collapse is judged per benchmark where this exists)"""
+    content: SilenceContent | None = None
+    """content dependence of silence (pooled over benchmarks)"""
 
 
 class CarriedSystems(StrictRecord):
@@ -191,6 +224,9 @@ class ResultsFile(StrictRecord):
     carried: list[CarriedSystems] | None = None
     """baselines only: systems kept from earlier evaluations of the same config and items on the same
     machine (``--resume``), one entry per earlier run; None when every system was evaluated by this run"""
+    self_consistency_k: int | None = Field(None, ge=1)
+    """eval.self_consistency_k of a file with a self_consistency system (its lone samples per item); None
+    in files written before it was recorded"""
 
     @model_validator(mode="after")
     def _complete(self) -> ResultsFile:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -190,9 +190,20 @@ def run_one(cfg: Config, exp: Experiment, overrides: Sequence[str], ctx: RunCont
         "train_seconds": None if train_s is None else round(train_s, 1),
         "eval_seconds": round(wall - (train_s or 0), 1), "resumed_from_step": resumed_from,
         "mlflow": ids, "eval": cells, "summary": report.summary, "history": history, "items": items,
-        "silence": {name: {"silent": g.silent, "sent": g.total} for name, g in report.silence_grids.items()},
+        "silence": {name: {"silent": g.silent, "sent": g.total} | _silence_more(report, name)
+                    for name, g in report.silence_grids.items()},
         "machine": meta.get("machine"),
+        "self_consistency_k": cfg.eval.self_consistency_k if "self_consistency" in cells else None,
     })
+
+
+def _silence_more(report: EvalReport, system: str) -> dict[str, Any]:
+    """The optional parts of a results file's silence: per benchmark and by condition (issue 52)."""
+    if system not in report.silence_more:
+        return {}
+    grids, content = report.silence_more[system]
+    return {"by_benchmark": {b: {"silent": g.silent, "sent": g.total} for b, g in grids.items()},
+            "content": asdict(content)}
 
 
 def _keepable(cfg: Config, path: Path, data_dir: Path, log: Log) -> tuple[ResultsFile, list[str]] | None:

@@ -88,6 +88,10 @@ class RecordConfig(_StudySection):
         None, description="the verdict rule version that judges this results set (experiments/rules.py); no "
                           "default version: a report refuses to judge until the results set names its judge, "
                           "never 'the latest'")
+    status: Literal["pre-registered", "exploratory"] | None = Field(
+        None, description="exploratory: the set (its recipe, runs of record or role) was chosen after its results "
+                          "or on test items; the report says so in a banner (None: no banner)")
+    status_reason: str = Field("", description="one sentence: why the set is exploratory (printed in the banner)")
 
     @property
     def trained(self) -> tuple[str, str]:
@@ -132,7 +136,7 @@ class ExperimentsConfig(_StudySection):
                 seen.append(d.extends)
                 d = defs[d.extends]
         for role, spec in RecordConfig.model_fields.items():  # a default that names nothing is NOT RUN
-            if role == "rules":
+            if role in ("rules", "status", "status_reason"):
                 continue
             name = getattr(self.record, role)
             if name != spec.default and name not in defs:

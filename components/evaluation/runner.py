@@ -63,6 +63,7 @@ from components.evaluation.outputs import EvalOutputs, write_outputs
 from components.evaluation.publish import check_out_dir, publish
 from components.evaluation.report import render_markdown
 from components.evaluation.setting import sample_split
+from components.evaluation.silence import SilenceContent, silence_details
 from components.machine import describe, machine_fingerprint
 from components.mas.baselines import baseline_engine
 from components.mas.engine import RolloutEngine
@@ -125,6 +126,8 @@ class EvalReport:
     """system -> benchmark -> one outcome per item, in sample order (for paired comparisons)"""
     silence_grids: dict[str, SilenceGrid] = field(default_factory=dict)
     """silence per (agent, round) of every multi-agent system (:data:`MAS_SYSTEMS`) that ran"""
+    silence_more: dict[str, tuple[dict[str, SilenceGrid], SilenceContent]] = field(default_factory=dict)
+    """the same systems' grids per benchmark and silence by condition (components/evaluation/silence.py)"""
 
 
 @dataclass(frozen=True)
@@ -355,12 +358,15 @@ def evaluate(cfg: Config, request: EvalRequest | None = None, *, tracker: Tracke
         log.info("eval %s: %s", b, ", ".join(f"{r.system}={r.accuracy:.3f}" for r in rows[-len(names):]))
     rows.sort(key=lambda r: (names.index(r.system), benchmarks.index(r.benchmark)))
 
-    grids = {}  # the main system's (whatever it is) and every multi-agent system's
+    grids, more = {}, {}  # the main system's (whatever it is) and every multi-agent system's
     for s in systems:
         if s.name == main or s.name in MAS_SYSTEMS:
             shape = getattr(s.engine, "cfg", cfg.mas)
             grids[s.name] = silence_grid(s.name, [e for b in benchmarks for e in per_system[s.name][b]],
                                          shape.agents, shape.rounds)
+        if s.name in MAS_SYSTEMS:
+            more[s.name] = silence_details(per_system[s.name], by_id, s.name, shape.agents, shape.rounds,
+                                           getattr(shape, "turn_order", "simultaneous"))
     grid = grids[main]
     summary = summarise(rows)
     meta["main_system"] = main
@@ -373,7 +379,7 @@ def evaluate(cfg: Config, request: EvalRequest | None = None, *, tracker: Tracke
     per_item = {name: {b: [ItemOutcome(e.question_id, e.correct, e.total_tokens, e.completion_tokens)
                            for e in per_system[name][b]] for b in benchmarks} for name in names}
     report = EvalReport(rows, markdown, paths, summary, meta, grid, timings, per_item,
-                        {name: g for name, g in grids.items() if name in MAS_SYSTEMS})
+                        {name: g for name, g in grids.items() if name in MAS_SYSTEMS}, more)
     if tracker is not None:
         log_to_tracker(tracker, report, main)
     return report

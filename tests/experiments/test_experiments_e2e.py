@@ -54,6 +54,7 @@ def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request
     base = json.loads((results / "baselines.json").read_text())
     b25 = json.loads((results / "gspo_b25.json").read_text())
     assert set(base["eval"]) == {"single_cot", "self_consistency", "mas_untrained", "mas_prior"}
+    assert base["self_consistency_k"] == 2 and b25["self_consistency_k"] is None
     assert set(b25["eval"]) == {"agent_gspo"} and len(b25["history"]) == 1
     # what it ran on: the subprocess's fingerprint (this machine; its torch threads as it set them)
     for res in (base, b25):
@@ -64,6 +65,13 @@ def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request
         sent = sum(map(sum, res["silence"][system]["sent"]))
         cells = res["eval"][system].values()
         assert sent == pytest.approx(sum(c["messages"] * c["n"] for c in cells)), system
+        # per benchmark and by condition (issue 52): the grids add up to the pooled one; a simultaneous
+        # round 0 is taken before any answer, every one of its turns
+        by_bench, content = res["silence"][system]["by_benchmark"], res["silence"][system]["content"]
+        assert set(by_bench) == {"gsm8k", "multiarith"}
+        assert sum(sum(map(sum, g["sent"])) for g in by_bench.values()) == sent
+        assert content["turn_order"] == "simultaneous" and content["round0_after_answer"] == [[0, 0]] * 3
+        assert [p[1] for p in content["round0_no_answer"]] == [row[0] for row in res["silence"][system]["sent"]]
     assert base["item_ids_sha256"] == b25["item_ids_sha256"] and b25["limit"] == 2
     # B: the trainer's calibration on sampled gsm8k training episodes of the untrained policy, before step 1
     cal = json.loads((tmp_path / "runs" / "gspo_b25" / "metrics.json").read_text())["budget_calibration"]
@@ -94,6 +102,8 @@ def test_run_baselines_and_gspo_b25_then_report(prepared_data, tmp_path, request
             assert f"{c['accuracy']:.3f} ± {c['accuracy_se']:.3f} / {c['tokens_total']}" in row
     assert rows and "| Agent-GSPO B50 | gspo_b50 | not run" in md
     assert "## Held-out silence per agent and round" in md and "| Agent-GSPO B25 | gspo_b25 | " in md
+    assert "## Collapse or strategic silence?" in md and "agent 2: round 0 before any answer" in md
+    assert "self-consistency votes over k = 2 samples" in md
     assert "(c) Mean tokens tracked the budget" in md and "(b) λ = 0 uses at least 2x" in md
 
 

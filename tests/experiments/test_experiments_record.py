@@ -94,7 +94,7 @@ def test_the_projects_target_f(tmp_path, acc, tokens, kl, status, verdict):
 def test_a_record_role_must_name_a_defined_experiment():
     cfg = load_config(ROOT / "params.yaml", "results", ["experiments.record.b25=gspo_b25_mix_answer"])
     record = study_section(cfg).record
-    assert record.b25 == "gspo_b25_mix_answer" and record.b50 == "gspo_b50" and record.rules == "v1"
+    assert record.b25 == "gspo_b25_mix_answer" and record.b50 == "gspo_b50" and record.rules == "v2"
     with pytest.raises(ConfigError, match=r"record\.lambda0: unknown experiment 'lambda_0'"):
         study_section(load_config(ROOT / "params.yaml", "results", ["experiments.record.lambda0=lambda_0"]))
     with pytest.raises(ConfigError, match=r"experiments\.record\.b75: unknown key"):

@@ -32,7 +32,7 @@ def _profiles() -> list[str]:
 @pytest.mark.parametrize("profile", _profiles())
 def test_params_experiments_section_validates_under_the_study_schema_in_every_profile(profile: str) -> None:
     study = study_section(load_config(PARAMS, profile))
-    assert study.record.rules == "v1" and study.definitions
+    assert study.record.rules == "v2" and study.definitions
 
 
 @pytest.mark.parametrize(("override", "key"), [

@@ -128,6 +128,11 @@ def test_evaluate_with_injected_systems(data, tmp_path):
     assert rep.silence.total == [[10], [10]] and rep.silence.silent == [[0], [10]]
     # a grid per multi-agent system only: self-consistency's samples are not agents in rounds
     assert list(rep.silence_grids) == ["agent_gspo"] and rep.silence_grids["agent_gspo"] == rep.silence
+    # and per benchmark, and by condition (issue 52): simultaneous, so no round-0 turn follows an answer
+    per_bench, content = rep.silence_more["agent_gspo"]
+    assert {b: (g.silent, g.total) for b, g in per_bench.items()} == {b: ([[0], [5]], [[5], [5]])
+                                                                      for b in ("gsm8k", "aqua")}
+    assert content.round0_no_answer == [[0, 10], [10, 10]] and content.round0_after_answer == [[0, 0], [0, 0]]
     # tracker: contract names only, main on the run, the baseline in a nested run
     assert tracker.metrics["eval/gsm8k/accuracy"] == g.accuracy
     assert "eval/gsm8k/tokens_per_correct" in tracker.metrics

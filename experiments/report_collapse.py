@@ -12,6 +12,7 @@ after agreeing against disagreeing round-0 answers) is printed where the file re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -53,8 +54,26 @@ def _named(found: list[tuple[int, float]], agents: int) -> str:
             f"agent{'s' if agents - len(found) != 1 else ''}, not strategic silence")
 
 
-def collapse_lines(silence: SilenceCounts | None, rules: VerdictRulesV2) -> list[str]:
-    """The collapse verdict of one system's held-out silence (per benchmark where recorded)."""
+def hidden_collapses(grid: SilenceGridCounts, share: float, benchmarks: int) -> dict[int, int]:
+    """Agent -> how many of ``benchmarks`` equal-sized benchmarks could each hold a collapse that the
+    pooled round-0 counts do not show: with ``S`` silent of ``N`` pooled turns, ``N / benchmarks``
+    per benchmark, at most ``floor(S / ceil(share x N / benchmarks))`` benchmarks (only agents with 1+)."""
+    out = {}
+    for a, (srow, trow) in enumerate(zip(grid.silent, grid.sent, strict=True)):
+        if not trow or not trow[0] or benchmarks < 2:
+            continue
+        need = math.ceil(share * trow[0] / benchmarks - 1e-9)
+        if (k := min(benchmarks, srow[0] // max(1, need))) > 0:
+            out[a] = k
+    return out
+
+
+def collapse_lines(silence: SilenceCounts | None, rules: VerdictRulesV2, benchmarks: int = 1) -> list[str]:
+    """The collapse verdict of one system's held-out silence (per benchmark where recorded).
+
+    Pooled counts below the share do not rule out a collapse on some benchmarks (an agent silent on
+    every item of five benchmarks and on few of two pools to under 90 %): with ``benchmarks`` > 1 the
+    verdict is then "undetermined" whenever the pooled counts allow one (:func:`hidden_collapses`)."""
     if silence is None:
         return ["silence per agent: not recorded in this file (no collapse test)"]
     share, agents = rules.silence_collapse_share, len(silence.sent)
@@ -70,8 +89,15 @@ def collapse_lines(silence: SilenceCounts | None, rules: VerdictRulesV2) -> list
         return lines or [f"no agent silent on >= {share:.0%} of its round-0 turns on any benchmark: no collapse"]
     found = collapsed_agents(silence, share)
     where = "over all benchmarks (this file records no per-benchmark silence)"
-    return [f"{where}: {_named(found, agents)}" if found
-            else f"{where}: no agent silent on >= {share:.0%} of its round-0 turns: no collapse"]
+    if found:
+        return [f"{where}: {_named(found, agents)}"]
+    hidden = hidden_collapses(silence, share, benchmarks)
+    if hidden:
+        pooled = ", ".join(f"agent {a} silent on {silence.silent[a][0]}/{silence.sent[a][0]} round-0 turns, so on up "
+                           f"to {k} of {benchmarks} benchmarks" for a, k in hidden.items())
+        return [f"{where}: no agent silent on >= {share:.0%} of its pooled round-0 turns, but {pooled} it could be "
+                f"silent on >= {share:.0%}: collapse undetermined (new runs record silence per benchmark)"]
+    return [f"{where}: no agent silent on >= {share:.0%} of its round-0 turns on any benchmark: no collapse"]
 
 
 def _before_answer_grid(c: SilenceContent) -> SilenceGridCounts:
@@ -103,7 +129,8 @@ def collapse_section(rows: Sequence[Row], rules: VerdictRulesV2) -> list[str]:
            "per benchmark, else over all benchmarks (the line says which). Strategic silence would depend on "
            "content: the rates by condition follow where the file records them.", ""]
     for r in mas:
-        out.append(f"- **{r.label}** ({r.experiment}): " + "; ".join(collapse_lines(r.silence, rules)))
+        out.append(f"- **{r.label}** ({r.experiment}): "
+                   + "; ".join(collapse_lines(r.silence, rules, len(r.cells or {}))))
         out += [f"  - {line}" for line in content_lines(r.silence)]
     return [*out, ""]
 

@@ -15,7 +15,7 @@ from helpers.paths import REPO_ROOT
 
 from experiments.claims import claim_a, claim_f
 from experiments.report import build_report
-from experiments.report_collapse import NOT_RECORDED, collapse_lines, content_lines
+from experiments.report_collapse import NOT_RECORDED, collapse_lines, content_lines, hidden_collapses
 from experiments.report_single import Cost, beats_sentence, equal_tokens
 from experiments.results import EvalCell, SilenceCounts, write_results
 from experiments.rules import V2
@@ -114,6 +114,12 @@ def test_collapse_is_named_on_the_aggregate_and_per_benchmark():
     assert agg == ["over all benchmarks (this file records no per-benchmark silence): agent 1 (95%), agent 2 (92%) "
                    "silent before any answer: a collapse to 1 speaking agent, not strategic silence"]
     assert "no collapse" in collapse_lines(_silence([0, 89, 80]), V2)[0]
+    # pooled over 7 benchmarks of 100 items, 564 of 700 silent turns fit a collapse on up to 6 of them
+    pooled = collapse_lines(_silence([0, 564, 60], sent=700), V2, benchmarks=7)
+    assert "agent 1 silent on 564/700 round-0 turns, so on up to 6 of 7 benchmarks" in pooled[0]
+    assert "agent 2 silent on 60/700 round-0 turns" not in pooled[0] and "collapse undetermined" in pooled[0]
+    assert hidden_collapses(_silence([0, 90, 89], sent=700), 0.9, 7) == {1: 1}
+    assert "no collapse" in collapse_lines(_silence([0, 89, 80], sent=700), V2, benchmarks=7)[0]
     per = _silence([0, 60, 50], by_benchmark={"gsm8k": {"silent": [[0, 0], [50, 0], [10, 0]],
                                                         "sent": [[50, 5], [50, 5], [50, 5]]},
                                               "svamp": {"silent": [[0, 0], [10, 0], [40, 0]],

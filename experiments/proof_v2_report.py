@@ -202,8 +202,11 @@ def build_proof_v2_report(folder: Path, out: Path, rules_version: str, cost_term
             lines.append(f"- {n}: no budget (no calibration recorded)")
             continue
         mean = "n/a" if c.mean is None else f"{c.mean:.1f}"
-        where = (f"; last step λ_tok {last['lambda_tok']:.3f} (bounds in the profile), token cost "
-                 f"{last['token_cost']:.3f} vs turn cost {last['turn_cost']:.3f}") if last else ""
+        window = splits[n][-(-rules.window // episodes_per_step):]
+        lams = ", ".join(f"{r['lambda_tok']:+.2f}" for r in window)
+        where = (f"; λ_tok over the window {lams}, token cost "
+                 f"{sum(r['token_cost'] for r in window) / len(window):.3f} vs turn cost "
+                 f"{sum(r['turn_cost'] for r in window) / len(window):.3f} per episode (window means)") if last else ""
         lines.append(f"- {n}: mean {mean} vs B {c.target:.1f} over {c.episodes} episodes: "
                      f"{'within' if c.within else 'outside'} the band{where}")
     lines += ["", "Per-step costs of each seed (token | turn):", ""]

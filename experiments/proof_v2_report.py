@@ -18,6 +18,7 @@ the logged means, which the terms are linear in).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,7 +203,7 @@ def build_proof_v2_report(folder: Path, out: Path, rules_version: str, cost_term
             lines.append(f"- {n}: no budget (no calibration recorded)")
             continue
         mean = "n/a" if c.mean is None else f"{c.mean:.1f}"
-        window = splits[n][-(-rules.window // episodes_per_step):]
+        window = splits[n][-math.ceil(rules.window / episodes_per_step):]
         lams = ", ".join(f"{r['lambda_tok']:+.2f}" for r in window)
         where = (f"; λ_tok over the window {lams}, token cost "
                  f"{sum(r['token_cost'] for r in window) / len(window):.3f} vs turn cost "

@@ -65,7 +65,7 @@ def test_budget_needs_the_band_in_the_share_of_seeds(tmp_path: Path) -> None:
     assert _build(folder, tmp_path)["budget"] is False     # 1 of 2 < 75 %
     text = (tmp_path / "report.md").read_text()
     assert "agent_gspo_s1: mean 22.5 vs B 20.0 over 64 episodes: outside" in text
-    assert "λ_tok over the window +0.20, +0.20, +0.20, +0.20, token cost 0.156 vs turn cost 0.100" in text
+    assert "λ_tok over the window +0.20, +0.20, +0.20, +0.20, token cost 0.141 vs turn cost 0.100" in text
 
 
 def test_too_short_a_history_does_not_hold_the_budget(tmp_path: Path) -> None:

@@ -200,10 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="held-out items (default eval.limit)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default=None, help="write the numbers as JSON here")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one param of the profile, e.g. --set mas.turn_order=round0_in_turn (repeatable)")
     args = ap.parse_args(argv)
     if not args.model and not args.untrained and not args.prior:
         ap.error("nothing to play: give --model, --untrained or --prior")
-    cfg = load_config(args.params, profile=args.profile)
+    cfg = load_config(args.params, profile=args.profile, overrides=args.overrides)
     limit = args.limit if args.limit is not None else cfg.eval.limit
     items = sample_items(load_split(args.data, "splitinfo2", "test", cfg.data), limit, cfg.eval.seed,
                          where=f"{args.data}/splitinfo2/test")
@@ -218,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, result in systems.items():
         print(f"\n## {label}\n{table(result)}")
     if args.out:
-        record = {"profile": args.profile, "limit": limit, "eval_seed": cfg.eval.seed,
+        record = {"profile": args.profile, "overrides": args.overrides, "turn_order": cfg.mas.turn_order,
+                  "limit": limit, "eval_seed": cfg.eval.seed,
                   "item_ids_sha256": item_ids_sha256({"splitinfo2": [i.id for i in items]}),
                   "models": {label: model for label, model, _ in _systems(args, cfg.model.name)},
                   "systems": systems}

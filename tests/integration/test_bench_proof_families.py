@@ -83,7 +83,7 @@ def test_runs_end_to_end_on_the_tiny_model(tmp_path: Path):
     prepare(["splitinfo2"], mirror=None, out_dir=tmp_path / "data", progress=False)
     out = tmp_path / "families.json"
     res = subprocess.run([sys.executable, "bench/proof_families.py", "--model", "tiny-random", "--limit", "4",
-                          "--model", "again=tiny-random",
+                          "--model", "again=tiny-random", "--set", "mas.turn_order=round0_in_turn",
                           "--data", str(tmp_path / "data"), "--out", str(out), "--params", "params.yaml",
                           "--profile", "proof_v2"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
                          capture_output=True, text=True, timeout=600)
@@ -91,6 +91,7 @@ def test_runs_end_to_end_on_the_tiny_model(tmp_path: Path):
     record = json.loads(out.read_text())
     assert sorted(record["systems"]) == ["again", "trained"] and record["limit"] == 4
     assert record["models"] == {"trained": "tiny-random", "again": "tiny-random"}
+    assert record["turn_order"] == "round0_in_turn" and record["overrides"] == ["mas.turn_order=round0_in_turn"]
     assert len(record["item_ids_sha256"]) == 64 and "| group | items |" in res.stdout
     assert record["systems"]["trained"] == record["systems"]["again"]  # greedy: the same policy plays alike
     assert record["systems"]["trained"]["all"]["all"]["items"] == 4

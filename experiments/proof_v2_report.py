@@ -218,7 +218,9 @@ def build_proof_v2_report(folder: Path, out: Path, rules_version: str, cost_term
               "Silence of the agents without the fact, split by whether they had heard an answer before their "
               "turn (bench/proof_families.py `heard_an_answer`). Under the simultaneous order nobody hears an "
               "answer in round 0, so there the split is also round 0 against round 1; under `round0_in_turn` "
-              "(the system of that name) later agents hear earlier ones within round 0:", "",
+              "(the system of that name) later agents hear earlier ones within round 0. Under the adaptive "
+              "protocol an agent silent once is retired, so its later turns are never played: a round-1 turn "
+              "is always that of an agent that spoke before.", "",
               "| system | silent after an answer | silent before any answer |", "|---|---|---|"]
     for name, axes in fam.systems.items():
         n = axes["all"]["all"]

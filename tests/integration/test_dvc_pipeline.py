@@ -29,7 +29,7 @@ def test_dvc_repro_runs_the_smoke_chain_and_experiments_live_apart() -> None:
     assert list(root) == ["prepare", "validate", "train", "evaluate"]
     assert "--profile smoke" in root["train"]["cmd"] and "--profile smoke" in root["evaluate"]["cmd"]
     experiments = _stages("experiments/dvc.yaml")
-    assert set(experiments) == {"report", "report_cap128"}
+    assert set(experiments) == {"report", "report_cap128", "report_proof_v2"}
     assert all(s["wdir"] == ".." for s in experiments.values())
     for stage in [*root.values(), *experiments.values()]:
         for dep in _paths(stage.get("deps")):  # nothing outside the repository: `dvc exp run --temp` copies it
@@ -59,7 +59,7 @@ def test_every_defined_experiment_has_its_committed_result_and_the_documented_co
     results/<name>.json per definition in params.yaml: every committed result is a definition's, and every
     definition has one at the results profile's cap or in the cap-128 set (the report marks others NOT RUN)."""
     definitions = yaml.safe_load((ROOT / "params.yaml").read_text())["experiments"]["definitions"]
-    tracked = subprocess.run(["git", "ls-files", "results/*.json", "results/cap128/*.json"], cwd=ROOT,
+    tracked = subprocess.run(["git", "ls-files", ":(glob)results/*.json", ":(glob)results/cap128/*.json"], cwd=ROOT,
                              capture_output=True, text=True, check=True, timeout=60).stdout.split()
     names = {Path(rel).stem for rel in tracked}
     assert names == set(definitions), names ^ set(definitions)

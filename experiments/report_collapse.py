@@ -25,6 +25,8 @@ NOT_RECORDED = "content dependence: not recorded in this file"
 
 
 class Row(Protocol):
+    """One row of the report's tables (``experiments.report.Row`` fits it)."""
+
     experiment: str
     system: str
     label: str

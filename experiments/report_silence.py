@@ -14,21 +14,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 from components.evaluation.runner import MAS_SYSTEMS
-from experiments.results import EvalCell, ResultsFile, SilenceCounts
-
-
-class Row(Protocol):
-    """One row of the report's tables (``experiments.report.Row`` fits it)."""
-
-    experiment: str
-    system: str
-    label: str
-    cells: dict[str, EvalCell] | None
-    silence: SilenceCounts | None
-
+from experiments.report_collapse import Row
+from experiments.results import ResultsFile, SilenceCounts
 
 _SLOT = re.compile(r"^silence/agent(\d+)_round(\d+)$")
 

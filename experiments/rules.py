@@ -144,9 +144,10 @@ def rules_of(version: str | None) -> VerdictRules:
                         f"{', '.join(RULES)})") from None
 
 
-def rules_block(version: str | None) -> list[str]:
-    """Markdown lines naming the version that judged a report and every threshold it applied."""
+def rules_block(version: str | None, source: str = "experiments.record.rules") -> list[str]:
+    """Markdown lines naming the version that judged a report (and where it was named: ``source``)
+    and every threshold it applied."""
     rules = rules_of(version)
     values = ", ".join(f"`{k}={v:g}`" for k, v in rules.values().items())
-    return [f"Verdict rules: version `{version}` (`experiments.record.rules`; frozen in experiments/rules.py, "
+    return [f"Verdict rules: version `{version}` (`{source}`; frozen in experiments/rules.py, "
             f"sha256 `{rules.digest()[:12]}`): {values}.", ""]

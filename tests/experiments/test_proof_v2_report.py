@@ -48,7 +48,7 @@ def test_targets_pass_per_seed_only_when_every_family_meets_every_target(tmp_pat
     assert verdicts == {"targets agent_gspo_s0": True, "targets agent_gspo_s1": False, "budget": True}
     text = (tmp_path / "report.md").read_text()
     assert "| agent_gspo_s1 | quote | 40 | 0.95 ✓ | 0.95 ✓ | 0.00 ✓ | 0.11 ✗ | 0.30 ✓ |" in text
-    assert "version `v2`" in text and (tmp_path / "report" / "costs.png").is_file()
+    assert "version `v2` (`--rules`;" in text and (tmp_path / "report" / "costs.png").is_file()
 
 
 def test_tokens_above_the_share_of_the_untrained_team_fail(tmp_path: Path) -> None:
@@ -95,6 +95,31 @@ def test_refuses_mixed_items_repeats_and_rules_without_the_targets(tmp_path: Pat
         _build(folder, tmp_path)
     with pytest.raises(ProofV2Error, match="no families"):
         _build(tmp_path / "empty", tmp_path)
+
+
+def test_malformed_inputs_name_the_file_and_key(tmp_path: Path) -> None:
+    folder = tmp_path / "res"
+    _families(folder, {"agent_gspo_s0": GOOD})
+    bad = folder / "families_bad.json"
+    for text, match in (("{not json", "families_bad.json"), ("[1, 2]", "a JSON object expected"),
+                        ('{"item_ids_sha256": "' + "a" * 64 + '", "limit": 80}', "systems: missing or not a dict"),
+                        ('{"item_ids_sha256": "' + "a" * 64 + '", "limit": 80, "systems": {"x": {}}}',
+                         "systems.x: no all.all numbers")):
+        bad.write_text(text)
+        with pytest.raises(UserError, match=match):
+            _build(folder, tmp_path)
+    bad.unlink()
+    _run(folder, "agent_gspo_s0", [20.0] * 4)
+    (folder / "runs" / "agent_gspo_s0" / "history.json").write_text('{"step": 1}')
+    with pytest.raises(ProofV2Error, match="history.json: not a training history"):
+        _build(folder, tmp_path)
+    (folder / "runs" / "agent_gspo_s0" / "history.json").write_text("[]")
+    (folder / "runs" / "agent_gspo_s0" / "metrics.json").write_text('{"budget_calibration": "B"}')
+    with pytest.raises(ProofV2Error, match="budget_calibration.target: missing or not a number"):
+        _build(folder, tmp_path)
+    (folder / "runs" / "agent_gspo_s0" / "history.json").unlink()
+    with pytest.raises(UserError, match="history.json: results file not found"):
+        _build(folder, tmp_path)
 
 
 def test_cli_prints_verdicts_and_exits_2_on_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

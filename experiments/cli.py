@@ -1,4 +1,4 @@
-"""The study's command line: ``python -m experiments run|report|proof-report|keys`` (console script
+"""The study's command line: ``python -m experiments run|report|proof-report|devchoice-report|keys`` (console script
 ``agent-gspo-study``; ``agent-gspo experiments ...`` execs this, without importing the study).
 
 Same conventions as the product's CLI (:mod:`components.cli`): ``--params``, ``--profile`` and
@@ -18,9 +18,10 @@ from components.cli_parser import EXIT_CODES, comma_names, positive_int
 from components.config import Config, load_config
 from components.config_doc import schema_keys
 from components.dvc_stage import follow_dvc
-from components.errors import run_command
+from components.errors import UserError, run_command
 from components.io import check_output_file
 from components.progress import log_to_stderr
+from experiments.devchoice_report import build_devchoice_report
 from experiments.jobs import ExperimentsJob, ReportJob
 from experiments.proof_v2_report import build_proof_v2_report
 from experiments.schema import ExperimentsConfig, study_section
@@ -62,6 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--results", required=True, help="folder with families*.json and runs/<name>/ (see docs)")
     q.add_argument("--out", required=True, help="markdown report (PNGs in a folder beside it)")
     q.add_argument("--rules", required=True, help="verdict rule version that judges it (v2 or later)")
+    q = action("devchoice-report", "report a recipe chosen on dev items by a selection rule and its one test touch")
+    q.add_argument("--dev", required=True, help="folder with the candidates' dev-set results files")
+    q.add_argument("--test", required=True, help="folder for the chosen candidate's test results file")
+    q.add_argument("--baselines", required=True, help="baselines results file of the same test items and settings")
+    q.add_argument("--candidates", required=True, type=comma_names, help="the two candidates, in registered order: A,B")
+    q.add_argument("--selection", required=True, help="selection rule version that chooses (e.g. s1)")
+    q.add_argument("--rules", required=True, help="verdict rule version that judges the test touch (v2 or later)")
+    q.add_argument("--out", required=True, help="markdown report (a PNG in a folder beside it)")
     action("keys", "every experiments.* key with its type, default and description (the study's schema)")
     return parser
 
@@ -82,6 +91,21 @@ def _proof_report(cfg: Config, args: argparse.Namespace) -> int:
                                      cfg.gspo.questions_per_step * cfg.gspo.group_size)
     for name, ok in verdicts.items():
         print(f"{name}: {'PASS' if ok else 'FAIL'}")
+    print(f"outputs: {args.out}")
+    return 0
+
+
+def _devchoice_report(cfg: Config, args: argparse.Namespace) -> int:
+    if len(args.candidates) != 2:
+        raise UserError(f"--candidates: name exactly two candidates, A,B (got {len(args.candidates)})")
+    check_output_file(args.out, "report (--out)")
+    command = (f"python -m experiments devchoice-report --dev {args.dev} --test {args.test} "
+               f"--baselines {args.baselines} --candidates {','.join(args.candidates)} "
+               f"--selection {args.selection} --rules {args.rules} --out {args.out}")
+    preds = build_devchoice_report(Path(args.dev), Path(args.test), Path(args.baselines), tuple(args.candidates),
+                                   args.selection, args.rules, Path(args.out), command)
+    for name, ok in preds.items():
+        print(f"{name}: {'n/a' if ok is None else ('holds' if ok else 'wrong')}")
     print(f"outputs: {args.out}")
     return 0
 
@@ -115,7 +139,8 @@ def _keys(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-ACTIONS = {"run": _run, "report": _report, "proof-report": _proof_report, "keys": _keys}
+ACTIONS = {"run": _run, "report": _report, "proof-report": _proof_report, "devchoice-report": _devchoice_report,
+           "keys": _keys}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,12 @@ power needs and a test against chance; an agent silent before any answer on >= 9
 benchmark's items is a collapse to fewer agents, not strategic silence; the proof's targets
 tighten to the issue's (uninformed silence >= 0.90, tokens <= 0.35x, a distracting number said
 <= 10 %) and hold per held-out family and per training seed; the budget holds in 3 of 4 seeds.
+
+Selection rules (``SELECTIONS``) are versioned the same way: how a study picks one candidate recipe
+on dev items before the chosen one touches the test items (:mod:`experiments.devchoice`). ``s1``
+(2026-12-07, committed before any dev result of ``devchoice1`` existed): the paired macro accuracy
+difference of the two candidates on the dev items, with its two-sided 95 % interval; an interval
+clear of 0 picks the more accurate, one covering 0 the candidate with fewer total tokens per item.
 """
 
 from __future__ import annotations
@@ -41,8 +47,20 @@ from types import MappingProxyType
 from components.errors import UserError
 
 
+class _Frozen:
+    """Values and digest of a frozen rule dataclass (what the tests pin per version)."""
+
+    def values(self) -> dict[str, float | int | str]:
+        """The thresholds by name, in declaration order."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    def digest(self) -> str:
+        """sha256 of the canonical JSON of :meth:`values` (what the test pins per version)."""
+        return hashlib.sha256(json.dumps(self.values(), sort_keys=True).encode()).hexdigest()
+
+
 @dataclass(frozen=True)
-class VerdictRules:
+class VerdictRules(_Frozen):
     """One version of the thresholds (each field says which verdict reads it)."""
 
     token_share: float
@@ -80,14 +98,6 @@ class VerdictRules:
     """P3: total tokens per episode at most this share of the untrained MAS's"""
     proof_band: float
     """P4: window mean of completion tokens within ± this share of B"""
-
-    def values(self) -> dict[str, float | int]:
-        """The thresholds by name, in declaration order."""
-        return dataclasses.asdict(self)
-
-    def digest(self) -> str:
-        """sha256 of the canonical JSON of :meth:`values` (what the test pins per version)."""
-        return hashlib.sha256(json.dumps(self.values(), sort_keys=True).encode()).hexdigest()
 
 
 V1 = VerdictRules(
@@ -151,3 +161,37 @@ def rules_block(version: str | None, source: str = "experiments.record.rules") -
     values = ", ".join(f"`{k}={v:g}`" for k, v in rules.values().items())
     return [f"Verdict rules: version `{version}` (`{source}`; frozen in experiments/rules.py, "
             f"sha256 `{rules.digest()[:12]}`): {values}.", ""]
+
+
+@dataclass(frozen=True)
+class SelectionRule(_Frozen):
+    """How one of two candidate recipes is chosen on dev items (:func:`experiments.devchoice.choose`)."""
+
+    confidence: float
+    """two-sided confidence of the interval of the paired macro accuracy difference on the dev items"""
+    tie_break: str
+    """what decides when that interval covers 0: ``tokens_total``, fewer total tokens per item (the
+    macro mean over benchmarks)"""
+
+
+S1 = SelectionRule(confidence=0.95, tie_break="tokens_total")
+
+SELECTIONS: Mapping[str, SelectionRule] = MappingProxyType({"s1": S1})
+"""every committed selection rule version; add one (never edit one) to change the rule"""
+
+
+def selection_of(version: str) -> SelectionRule:
+    """The selection rule ``version``; :class:`UserError` naming the known versions otherwise."""
+    try:
+        return SELECTIONS[version]
+    except KeyError:
+        raise UserError(f"--selection: unknown selection rule version {version!r} (committed: "
+                        f"{', '.join(SELECTIONS)})") from None
+
+
+def selection_block(version: str) -> list[str]:
+    """Markdown lines naming the selection rule version and its values."""
+    rule = selection_of(version)
+    values = ", ".join(f"`{k}={v}`" for k, v in rule.values().items())
+    return [f"Selection rule: version `{version}` (`--selection`; frozen in experiments/rules.py, sha256 "
+            f"`{rule.digest()[:12]}`): {values}.", ""]

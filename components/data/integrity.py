@@ -106,7 +106,10 @@ def read_checked(data_dir: str | os.PathLike[str], benchmark: str, split: str) -
             f"{path}: content sha256 {actual[:SHOWN_HEX]}... differs from the {expected[:SHOWN_HEX]}... that "
             f"{Path(data_dir) / MANIFEST} records: the file changed after prepare wrote it; {_fix(benchmark)}")
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        # one thread: a split is at most a few MB, and arrow's worker pool, started for the decode, can
+        # still be tearing down at interpreter exit; under load that was seen once in CI as SIGABRT
+        # ("terminate called without an active exception") after `score` had printed its exit-2 error
+        table = pq.read_table(pa.BufferReader(data), use_threads=False)
     except (pa.ArrowException, OSError) as exc:
         raise unreadable_prepared(path, benchmark, exc) from None
     check_utf8(table, path)

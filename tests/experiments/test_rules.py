@@ -16,7 +16,7 @@ from components.errors import UserError
 from experiments.claims import DEFAULT_RECORD, Record
 from experiments.report import build_report
 from experiments.results import write_results
-from experiments.rules import RULES, V1, V2, rules_block, rules_of
+from experiments.rules import RULES, SELECTIONS, V1, V2, rules_block, rules_of
 
 ROOT = REPO_ROOT
 PINNED = {
@@ -28,6 +28,18 @@ PINNED = {
 
 def test_every_committed_version_keeps_its_thresholds() -> None:
     assert {name: rules.digest() for name, rules in RULES.items()} == PINNED
+
+
+SELECTION_PINNED = {"s1": "f9ccf55d99b11dface422b433d711af6cb50cfe9dcb7083589f407def9ac5f6a"}
+"""the same for the selection rules (experiments.devchoice): add a line for a new version, never edit one"""
+
+
+def test_every_committed_selection_rule_keeps_its_values() -> None:
+    """s1 was committed on 2026-12-07 before any dev result of devchoice1 existed (docs/experiments-log.md)."""
+    assert {name: rule.digest() for name, rule in SELECTIONS.items()} == SELECTION_PINNED
+    assert SELECTIONS["s1"].values() == {"confidence": 0.95, "tie_break": "tokens_total"}
+    with pytest.raises(TypeError):
+        SELECTIONS["s2"] = SELECTIONS["s1"]  # type: ignore[index]
 
 
 def test_v1_are_the_thresholds_that_judged_the_committed_reports() -> None:

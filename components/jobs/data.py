@@ -28,6 +28,7 @@ from components.data.outputs import (
 )
 from components.data.prepare import PrepareReport, check_benchmark, prepare, validation_failure
 from components.data.sources import resolve_mirror
+from components.dvc_outputs import check_report_target
 from components.jobs.base import Job, log
 from components.jobs.metrics import data_metrics, write_metrics
 
@@ -55,6 +56,7 @@ class ValidateJob(Job):
 
     def run(self) -> ValidationReport:
         """:class:`components.data.expectations.ValidationReport`; raises DataValidationError on failure."""
+        check_report_target(self.report_path, self.data_dir or self.cfg.data.out_dir, self.cfg.data.out_dir)
         return validate(Path(self.data_dir or self.cfg.data.out_dir), self.report_path,
                         list(self.benchmarks or self.cfg.data.benchmarks), self.cfg.data)
 
@@ -103,6 +105,7 @@ class PrepareJob(Job):
 
     def preflight(self) -> None:
         """What can be refused before any benchmark is read (names, folders, mirror, existing manifest)."""
+        check_report_target(self.report_path, self.out, self.cfg.data.out_dir)
         check_prepare(self.names, self.out, self.report_path, self.mirror_dir())
 
     def write_locks(self) -> contextlib.AbstractContextManager[None]:
@@ -130,6 +133,7 @@ class PrepareJob(Job):
         return ValidateJob(cfg=self.cfg, data_dir=str(self.out), benchmarks=self.names).run()
 
     def run(self) -> PrepareResult:
+        check_report_target(self.report_path, self.out, self.cfg.data.out_dir)
         report = prepare(self.names, mirror=self.mirror_dir(), out_dir=self.out, data=self.cfg.data,
                          progress=self.progress, report_path=self.report_path)
         log.info("prepared %d benchmark(s) into %s in %.1f s", len(report.results), self.out, report.seconds)

@@ -21,7 +21,7 @@ from components.dvc_stage import follow_dvc
 from components.errors import UserError, run_command
 from components.io import check_output_file
 from components.progress import log_to_stderr
-from experiments.devchoice_report import build_devchoice_report
+from experiments.devchoice_report import DevChoiceInputs, build_devchoice_report
 from experiments.jobs import ExperimentsJob, ReportJob
 from experiments.proof_v2_report import build_proof_v2_report
 from experiments.schema import ExperimentsConfig, study_section
@@ -102,8 +102,9 @@ def _devchoice_report(cfg: Config, args: argparse.Namespace) -> int:
     command = (f"python -m experiments devchoice-report --dev {args.dev} --test {args.test} "
                f"--baselines {args.baselines} --candidates {','.join(args.candidates)} "
                f"--selection {args.selection} --rules {args.rules} --out {args.out}")
-    preds = build_devchoice_report(Path(args.dev), Path(args.test), Path(args.baselines), tuple(args.candidates),
-                                   args.selection, args.rules, Path(args.out), command)
+    inputs = DevChoiceInputs(Path(args.dev), Path(args.test), Path(args.baselines),
+                             (args.candidates[0], args.candidates[1]), args.selection, args.rules)
+    preds = build_devchoice_report(inputs, Path(args.out), command)
     for name, ok in preds.items():
         print(f"{name}: {'n/a' if ok is None else ('holds' if ok else 'wrong')}")
     print(f"outputs: {args.out}")

@@ -162,10 +162,26 @@ def _test_lines(choice: Choice, test: ResultsFile, base: ResultsFile, rules: Ver
     return out, preds
 
 
-def build_devchoice_report(dev_dir: Path, test_dir: Path, baselines: Path, order: tuple[str, str],
-                           selection: str, rules_version: str, out: Path, command: str) -> dict[str, bool | None]:
+@dataclass(frozen=True)
+class DevChoiceInputs:
+    """What the report reads (the module docstring says what each is)."""
+
+    dev: Path
+    test: Path
+    baselines: Path
+    candidates: tuple[str, str]
+    """in the registered order (a, b): the tie-break picks a on exactly equal tokens"""
+    selection: str
+    """selection rule version (experiments.rules.SELECTIONS)"""
+    rules: str
+    """verdict rule version that judges the test touch (v2 or later)"""
+
+
+def build_devchoice_report(inputs: DevChoiceInputs, out: Path, command: str) -> dict[str, bool | None]:
     """Write the report to ``out`` (a PNG in ``<out stem>/`` beside it once the test touch exists);
     returns the predictions' outcomes (empty before the test touch)."""
+    dev_dir, test_dir, baselines, order = inputs.dev, inputs.test, inputs.baselines, inputs.candidates
+    selection, rules_version = inputs.selection, inputs.rules
     rule, rules = selection_of(selection), rules_of(rules_version)
     if not is_v2(rules):
         raise DevChoiceError(f"--rules {rules_version}: the test touch is judged by v2 or later (non-inferiority)")

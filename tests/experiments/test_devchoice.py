@@ -12,7 +12,7 @@ from helpers.experiments_fixtures import SETTINGS, cell_of, columns, make_result
 
 from experiments.cli import main
 from experiments.devchoice import DevChoiceError, choose
-from experiments.devchoice_report import build_devchoice_report
+from experiments.devchoice_report import DevChoiceInputs, build_devchoice_report
 from experiments.results import ResultsFile, write_results
 from experiments.rules import S1, selection_of
 
@@ -90,7 +90,7 @@ def _layout(tmp_path: Path, test: ResultsFile | None = None) -> tuple[Path, Path
 
 
 def _report(tmp_path: Path, dev: Path, tst: Path, base: Path) -> dict[str, bool | None]:
-    return build_devchoice_report(dev, tst, base, ORDER, "s1", "v2", tmp_path / "out.md", "cmd")
+    return build_devchoice_report(DevChoiceInputs(dev, tst, base, ORDER, "s1", "v2"), tmp_path / "out.md", "cmd")
 
 
 def test_the_report_says_the_test_touch_has_not_run_before_it_has(tmp_path: Path) -> None:

@@ -83,6 +83,7 @@ def test_repro_exp_run_temp_queue_show_and_metrics_diff(tmp_path: Path) -> None:
     _run(repo, "dvc", "repro", "-s", "experiments/dvc.yaml:report")  # the report alone, from results/*.json
     _run(repo, "dvc", "repro", "-s", "experiments/dvc.yaml:report_cap128")  # and the cap-128 set's
     _run(repo, "dvc", "repro", "-s", "experiments/dvc.yaml:report_proof_v2")  # and the splitinfo2 proof's
+    _run(repo, "dvc", "repro", "-s", "experiments/dvc.yaml:report_devchoice1")  # and the dev-chosen recipe's
     _run(repo, "git", "add", "-A")
     _run(repo, "git", "commit", "-qm", "lock")
     assert stale_lock(repo) == []

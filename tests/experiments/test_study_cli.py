@@ -154,7 +154,8 @@ def test_the_report_stages_depend_on_every_module_of_the_study() -> None:
     for name, stage in stages.items():
         deps = {d if isinstance(d, str) else next(iter(d)) for d in stage["deps"]}
         assert modules <= deps, f"{name}: not a dependency: {sorted(modules - deps)}"
-        assert stage["cmd"].startswith(("python -m experiments report ", "python -m experiments proof-report "))
+        assert stage["cmd"].startswith(("python -m experiments report ", "python -m experiments proof-report ",
+                                        "python -m experiments devchoice-report "))
 
 
 def test_params_lists_every_key_of_the_study_schema_and_its_numbers_are_bounded() -> None:

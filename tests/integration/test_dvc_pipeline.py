@@ -29,7 +29,7 @@ def test_dvc_repro_runs_the_smoke_chain_and_experiments_live_apart() -> None:
     assert list(root) == ["prepare", "validate", "train", "evaluate"]
     assert "--profile smoke" in root["train"]["cmd"] and "--profile smoke" in root["evaluate"]["cmd"]
     experiments = _stages("experiments/dvc.yaml")
-    assert set(experiments) == {"report", "report_cap128", "report_proof_v2"}
+    assert set(experiments) == {"report", "report_cap128", "report_proof_v2", "report_devchoice1"}
     assert all(s["wdir"] == ".." for s in experiments.values())
     for stage in [*root.values(), *experiments.values()]:
         for dep in _paths(stage.get("deps")):  # nothing outside the repository: `dvc exp run --temp` copies it

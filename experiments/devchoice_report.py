@@ -26,6 +26,7 @@ from pathlib import Path
 
 from components.io import write_text_atomic
 from components.plotting import Point, plot_accuracy_vs_tokens
+from experiments.definitions import settings_diff
 from experiments.devchoice import Choice, DevChoiceError, choose
 from experiments.evidence import BASELINES, MAIN, UNTRAINED
 from experiments.report import devset_line
@@ -73,16 +74,12 @@ def _check_test(test: ResultsFile, where: str, base: ResultsFile, base_where: st
     if test.item_ids_sha256 != base.item_ids_sha256:
         raise DevChoiceError(f"{where} and {base_where}: other items (item_ids_sha256 {test.item_ids_sha256[:12]}… "
                              f"vs {base.item_ids_sha256[:12]}…)")
-    diff = [k for k in test.settings if test.settings.get(k) != base.settings.get(k)]
+    diff = settings_diff(test.settings, base.settings)
     if diff:
-        raise DevChoiceError(f"{where} and {base_where}: settings differ ({', '.join(diff)})")
+        raise DevChoiceError(f"{where} and {base_where}: settings differ ({'; '.join(diff)})")
     if test.trained_model != dev.trained_model or test.seed != dev.seed:
         raise DevChoiceError(f"{where}: model {test.trained_model} (seed {test.seed}) is not the one chosen on the dev "
                              f"items ({dev.trained_model}, seed {dev.seed})")
-
-
-def _cost(label: str, cells: Mapping[str, EvalCell]) -> Cost:
-    return cost(label, cells, list(cells))
 
 
 def _fmt_row(c: Cost, ref: Cost) -> str:

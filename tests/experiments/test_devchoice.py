@@ -120,6 +120,8 @@ def test_the_test_touch_is_judged_by_the_registered_predictions(tmp_path: Path) 
     (lambda: _team("b25", 30, 100, ids="f" * 64), "evaluated on 'devset'"),
     (lambda: _team("b25", 30, 100, split="test", ids="7" * 64), "other items"),
     (lambda: _team("b25", 30, 100, split="test", ids="f" * 64, seed=0), "is not the one chosen on the dev items"),
+    (lambda: _team("b25", 30, 100, split="test", ids="f" * 64, settings=SETTINGS | {"mas.rounds": 3}),
+     "settings differ \\(mas.rounds: 3 vs 2\\)"),
 ])
 def test_a_test_file_that_is_not_the_chosen_models_one_touch_is_refused(tmp_path: Path, test: object,
                                                                          match: str) -> None:

@@ -68,6 +68,22 @@ def test_budget_needs_the_band_in_the_share_of_seeds(tmp_path: Path) -> None:
     assert "λ_tok over the window +0.20, +0.20, +0.20, +0.20, token cost 0.141 vs turn cost 0.100" in text
 
 
+def test_a_budgeted_variant_is_shown_but_outside_the_budget_verdict(tmp_path: Path) -> None:
+    folder = tmp_path / "res"
+    _families(folder, {"mas_untrained": UNTRAINED, "agent_gspo_s0": GOOD, "in_turn_trained_s0": GOOD})
+    _run(folder, "agent_gspo_s0", [20.0] * 4)
+    _run(folder, "in_turn_trained_s0", [60.0] * 4)  # 3x B: would fail the share of seeds if it counted
+    lambda0 = folder / "runs" / "lambda0_s0"  # no budget at all: no line, no cost split
+    lambda0.mkdir(parents=True)
+    (lambda0 / "history.json").write_text(json.dumps([{"step": 1.0, "train/budget_tokens": 90.0}]))
+    (lambda0 / "metrics.json").write_text(json.dumps({}))
+    verdicts = _build(folder, tmp_path)
+    assert verdicts == {"targets agent_gspo_s0": True, "budget": True}
+    text = (tmp_path / "report.md").read_text()
+    assert "- in_turn_trained_s0 (not a registered seed: outside the verdict): mean 60.0 vs B 20.0" in text
+    assert "lambda0_s0: mean" not in text and "- lambda0_s0:" not in text
+
+
 def test_too_short_a_history_does_not_hold_the_budget(tmp_path: Path) -> None:
     folder = tmp_path / "res"
     _families(folder, {"agent_gspo_s0": GOOD})

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import time
 import warnings
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 import optuna
 from sqlalchemy import event
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from components.redact import redact as redact_text
 from components.search.errors import SearchError
@@ -100,6 +101,13 @@ def close_storage(storage: optuna.storages.BaseStorage) -> None:
     the log; disposing the engine closes the pool. Other storages only get their pool closed.
     A failed checkpoint (another process holds a read lock) is a warning: the trials are safe in the
     WAL, only a lone copy of the ``.db`` would lack them.
+
+    The checkpoint runs on a fresh connection after the pool is closed: a pooled connection can
+    still hold the statement of a query that a signal interrupted (Ctrl-C, SIGTERM mid-trial), and
+    SQLite refuses to checkpoint on that connection ("database table is locked"), measured on a
+    worker stopped by SIGTERM under load. A reader elsewhere only keeps the log from being emptied;
+    when every page was still copied into the ``.db`` file (copied == frames), the file alone is
+    complete and nothing is worth a warning.
     """
     backend = getattr(storage, "_backend", storage)  # optuna wraps an RDBStorage in a _CachedStorage
     engine = getattr(backend, "engine", None)
@@ -107,16 +115,19 @@ def close_storage(storage: optuna.storages.BaseStorage) -> None:
         return
     with contextlib.suppress(Exception):  # optuna's scoped session, if one is still bound to this thread
         backend.remove_session()
-    if engine.name == "sqlite":
-        try:
-            with engine.connect() as conn:
-                busy = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()[0]
-            if busy:
-                log.warning("search storage %s: the WAL checkpoint was blocked by another connection; "
-                            "copy optuna.db together with optuna.db-wal", redact(str(engine.url)))
-        except SQLAlchemyError as exc:
-            log.warning("search storage %s: WAL checkpoint failed (%s)", redact(str(engine.url)), exc)
     engine.dispose()
+    database = engine.url.database if engine.name == "sqlite" else None
+    if not database or database == ":memory:":
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(database, timeout=5.0, uri=database.startswith("file:"))) as conn:
+            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy and copied < frames:  # a reader's older snapshot kept the newest pages in the log only
+            log.warning("search storage %s: the WAL checkpoint was blocked by another connection (%d of %d "
+                        "pages copied); copy optuna.db together with optuna.db-wal", redact(str(engine.url)),
+                        max(copied, 0), frames)
+    except sqlite3.Error as exc:
+        log.warning("search storage %s: WAL checkpoint failed (%s)", redact(str(engine.url)), exc)
 
 
 def open_study(url: str | optuna.storages.BaseStorage, name: str,

@@ -18,6 +18,7 @@ the logged means, which the terms are linear in).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +161,46 @@ def budget_check(run: TrainingRun, rules: VerdictRules, episodes_per_step: int) 
     return BudgetCheck(mean, target, steps * episodes_per_step, abs(mean - target) <= rules.proof_band * target)
 
 
+@dataclass(frozen=True)
+class BandReach:
+    """How reachable the ±band was for a run's token use, measured on its second half.
+
+    ``spread`` is the standard deviation of the per-step mean tokens over the steps after the middle,
+    as a share of B (sampling and the policy's drift together: what the run showed, not what a better
+    dual could reach); ``window_spread`` = spread / sqrt(steps per window), the spread of a window mean
+    if steps were independent. ``chance`` = P(|window mean / B − 1| ≤ band) for a window whose expected mean
+    sits exactly on B (a perfect dual), under a normal approximation; ``episodes_needed`` is the window
+    that would give that chance ``share`` (the share of seeds the rule asks for) at this spread.
+    """
+
+    windows_inside: int
+    windows: int
+    spread: float
+    window_spread: float
+    chance: float
+    episodes_needed: int
+
+
+def band_reach(run: TrainingRun, rules: VerdictRules, episodes_per_step: int) -> BandReach | None:
+    """:class:`BandReach` of ``run`` (None without a calibration or with fewer than two windows' steps)."""
+    if not run.calibration:
+        return None
+    target = float(run.calibration["target"])
+    values = [h["train/budget_tokens"] for h in run.history if "train/budget_tokens" in h]
+    half, steps = values[len(values) // 2:], -(-rules.window // episodes_per_step)
+    if len(half) < max(2, steps):
+        return None
+    means = [sum(half[i:i + steps]) / steps for i in range(len(half) - steps + 1)]
+    inside = sum(abs(m - target) <= rules.proof_band * target for m in means)
+    spread = statistics.stdev(half) / target
+    window_spread = spread / math.sqrt(steps)
+    normal = statistics.NormalDist()
+    chance = 2 * normal.cdf(rules.proof_band / window_spread) - 1 if window_spread > 0 else 1.0
+    z = normal.inv_cdf(0.5 + rules.proof_seed_share / 2)
+    needed = math.ceil(steps * episodes_per_step * (window_spread * z / rules.proof_band) ** 2)
+    return BandReach(inside, len(means), spread, window_spread, chance, needed)
+
+
 def cost_split(history: History, token_norm: float, lambda_turn: float) -> list[dict[str, float]]:
     """Per step: λ_tok used, mean tokens, the token cost λ·tokens/token_norm and the turn cost λ_turn·turns."""
     return [{"step": h["step"], "lambda_tok": h["train/lambda_tok"], "tokens": h["train/budget_tokens"],
@@ -233,6 +274,17 @@ def build_proof_v2_report(folder: Path, out: Path, rules_version: str, cost_term
         aside = "" if n in seeds else " (not a registered seed: outside the verdict)"
         lines.append(f"- {n}{aside}: mean {mean} vs B {c.target:.1f} over {c.episodes} episodes: "
                      f"{'within' if c.within else 'outside'} the band{where}")
+    lines += ["", f"Could any dual have held the band? The second half of each run (the spread of the per-step mean "
+              f"tokens as a share of B, sampling and the policy's drift together; a window of {rules.window} episodes; "
+              f"the chance is that of a window whose expected mean sits exactly on B, with independent steps at "
+              f"this spread):", ""]
+    for n, r in budgeted.items():
+        reach = band_reach(r, rules, episodes_per_step)
+        if reach is not None:
+            lines.append(f"- {n}: {reach.windows_inside} of {reach.windows} windows inside the band; step spread "
+                         f"{reach.spread:.2f} x B, window {reach.window_spread:.2f} x B: a centred window lands inside "
+                         f"with chance {reach.chance:.2f}; a chance of {rules.proof_seed_share:.2f} needs about "
+                         f"{reach.episodes_needed:,} episodes per window")
     lines += ["", "Per-step costs of each budgeted run (token | turn):", ""]
     for n, rows in splits.items():
         lines.append(f"- {n}: " + ", ".join(f"{int(r['step'])}: {r['token_cost']:.2f} | {r['turn_cost']:.2f}"

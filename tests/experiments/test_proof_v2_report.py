@@ -10,8 +10,8 @@ import pytest
 
 from components.errors import UserError
 from experiments.cli import main
-from experiments.proof_v2_report import ProofV2Error, build_proof_v2_report, cost_split
-from experiments.rules import V2
+from experiments.proof_v2_report import ProofV2Error, TrainingRun, band_reach, build_proof_v2_report, cost_split
+from experiments.rules import V2, rules_of
 
 GOOD = {"items": 40, "answerable": 40, "accuracy": 0.95, "silence_uninformed": 0.95, "silence_informed": 0.0,
         "distractor_said": 0.05, "final_distractor": 0.0, "tokens_total": 30.0}
@@ -89,6 +89,39 @@ def test_too_short_a_history_does_not_hold_the_budget(tmp_path: Path) -> None:
     _families(folder, {"agent_gspo_s0": GOOD})
     _run(folder, "agent_gspo_s0", [20.0] * 3)  # 48 episodes < the 64-episode window
     assert _build(folder, tmp_path)["budget"] is False
+
+
+def _reach(tokens: list[float], target: float = 20.0):
+    history = [{"step": float(i + 1), "train/budget_tokens": t} for i, t in enumerate(tokens)]
+    return band_reach(TrainingRun(history, {"target": target}), rules_of("v2"), 16)
+
+
+def test_band_reach_measures_the_second_half_against_the_band() -> None:
+    # second half 20, 20, 20, 20, 30, 10, 20, 20: five 4-step windows, means 20, 22.5, 20, 20, 20
+    reach = _reach([99.0] * 8 + [20.0, 20.0, 20.0, 20.0, 30.0, 10.0, 20.0, 20.0])
+    assert reach is not None and (reach.windows_inside, reach.windows) == (4, 5)
+    assert reach.spread == pytest.approx(0.267, abs=1e-3)          # stdev 5.35 tokens / B 20
+    assert reach.window_spread == pytest.approx(reach.spread / 2)  # 4 steps per 64-episode window
+    # P(|N(0, 0.134)| <= 0.1) = 0.54; a chance of 0.75 needs (0.134 * 1.15 / 0.1)^2 x 64 = 152 episodes
+    assert reach.chance == pytest.approx(0.544, abs=0.005)
+    assert reach.episodes_needed == pytest.approx(152, abs=2)
+
+
+def test_band_reach_of_a_steady_run_is_certain_and_of_a_short_one_unknown() -> None:
+    steady = _reach([20.0] * 10)
+    assert steady is not None and (steady.chance, steady.windows_inside, steady.episodes_needed) == (1.0, 2, 0)
+    assert _reach([20.0] * 5) is None  # a second half of 3 steps is shorter than one window
+    assert band_reach(TrainingRun([{"train/budget_tokens": 5.0}] * 10, None), rules_of("v2"), 16) is None
+
+
+def test_the_report_says_how_reachable_the_band_was(tmp_path: Path) -> None:
+    folder = tmp_path / "res"
+    _families(folder, {"mas_untrained": UNTRAINED, "agent_gspo_s0": GOOD})
+    _run(folder, "agent_gspo_s0", [40.0] * 8 + [20.0] * 8)
+    _build(folder, tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert ("- agent_gspo_s0: 5 of 5 windows inside the band; step spread 0.00 x B, window 0.00 x B: a centred "
+            "window lands inside with chance 1.00; a chance of 0.75 needs about 0 episodes per window") in text
 
 
 def test_cost_split_is_the_rewards_two_terms() -> None:

@@ -26,7 +26,7 @@ from typing import NoReturn
 
 from components import jobs
 from components.cli_parser import build_parser
-from components.config import Config, load_config
+from components.config import Config, ConfigError, load_config
 from components.config_doc import format_keys, resolved_yaml
 from components.dvc_stage import follow_dvc
 from components.errors import UserError, run_command
@@ -112,7 +112,10 @@ def _cmd_train(cfg: Config, args: argparse.Namespace) -> int:
         from components.search import load_best_params  # lazy: the search package imports optuna (~3 s)
 
         source = source.plus(load_best_params(args.best_params))
-        cfg = source.load()
+        try:
+            cfg = source.load()
+        except ConfigError as exc:  # the config without the file loaded: the file's values are what is wrong
+            raise ConfigError(f"--best-params {args.best_params}: a value does not fit: {exc}") from exc
     if args.resume and args.overwrite:
         raise UserError("--resume and --overwrite exclude each other")
     jobs.TrainJob(cfg=cfg, source=source, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,

@@ -54,6 +54,7 @@ from components.errors import UserError
 from components.io import register_pipeline_inputs
 from components.redact import redact_value
 from components.yaml_strict import FileTooLarge, read_capped_text, strict_load
+from components.yaml_strict import one_line as _one_line
 
 __all__ = [  # the schema's sections live in components/config_sections.py; import them from here
     "ALL_BENCHMARKS", "BASELINE_NAMES", "BENCHMARKS", "DEFAULT_PARAMS", "TRAIN_SOURCE_RE", "BaselineName",
@@ -169,24 +170,35 @@ MAX_KEY_PATH = 8
 """longest ``--set`` key path accepted (the deepest setting, experiments.definitions.NAME.key, has 4)"""
 
 
+MAX_SHOWN = 120
+"""longest value, key path or override an error message quotes in full (then ``...``): a 100,000-character
+``--set`` was repeated whole in its one-line error"""
+
+
+def _shown(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= MAX_SHOWN else shown[:MAX_SHOWN - 3] + "..."
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Parse ``section.key=value`` (value as YAML) into a key path and a value."""
     if "=" not in text:
-        raise ConfigError(f"override {text!r}: expected section.key=value")
+        raise ConfigError(f"override {_shown(text)}: expected section.key=value")
     key, raw = text.split("=", 1)
     keys = key.strip().split(".")
     if len(keys) > MAX_KEY_PATH:
-        raise ConfigError(f"override {text[:80]!r}...: a key path of {len(keys)} names (settings are at most "
+        raise ConfigError(f"override {_shown(text)}: a key path of {len(keys)} names (settings are at most "
                           f"{MAX_KEY_PATH} deep)")
     if not all(k.strip() for k in keys):
-        raise ConfigError(f"override {text!r}: empty name in the key path {key.strip()!r} (expected section.key=value)")
+        raise ConfigError(f"override {_shown(text)}: empty name in the key path {_shown(key.strip())} "
+                          "(expected section.key=value)")
     if keys[0] in ("profile", "profiles"):
-        raise ConfigError(f"override {text!r}: {keys[0]} is not a setting; choose a profile with --profile NAME "
+        raise ConfigError(f"override {_shown(text)}: {keys[0]} is not a setting; choose a profile with --profile NAME "
                           "(or $AGENT_GSPO_PROFILE), and edit profiles in the params file")
     try:
         value = strict_load(raw)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: value is not valid YAML ({_one_line(exc)})") from exc
+        raise ConfigError(f"override {_shown(text)}: value is not valid YAML ({_one_line(exc)})") from exc
     return keys, value
 
 
@@ -197,7 +209,7 @@ def set_override(raw: dict[str, Any], text: str) -> None:
     for k in keys[:-1]:
         node = node.setdefault(k, {})
         if not isinstance(node, dict):
-            raise ConfigError(f"override {text!r}: {k} is not a section")
+            raise ConfigError(f"override {_shown(text)}: {k} is not a section")
     node[keys[-1]] = value
 
 
@@ -210,6 +222,7 @@ def format_errors(exc: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid configuration"]
     for err in exc.errors():
         path = ".".join(str(p) for p in err["loc"]) or "<root>"
+        path = path if len(path) <= MAX_SHOWN else path[:MAX_SHOWN - 3] + "..."
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
@@ -220,19 +233,12 @@ def format_errors(exc: ValidationError, source: str) -> str:
                 msg += f" (allowed sections: {', '.join(k for k in Config.model_fields if k != 'profile')})"
         elif err["type"] == "bool_type" and str(err.get("input")).lower() in YAML11_BOOLEANS:
             msg += " (booleans are true or false, as in YAML 1.2)"
-        shown = repr(err.get("input"))
         # at the root, or under a model-level validator, the input is a whole section: the message names the keys
-        got = f" (got {shown if len(shown) <= 120 else shown[:117] + '...'})" if err["loc"] and not isinstance(
-            err.get("input"), dict) else ""
+        got = f" (got {_shown(err.get('input'))})" if err["loc"] and not isinstance(err.get("input"), dict) else ""
         lines.append(f"  {path}: {msg}{got}")
     return "\n".join(lines)
 
 
-def _one_line(exc: yaml.YAMLError) -> str:
-    """PyYAML's multi-line message (problem, context, a caret under the line) as one line."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
 
 
 def read_params_file(path: Path) -> dict[str, Any]:

@@ -28,6 +28,12 @@ import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
+MAX_INT_DIGITS = 1000
+"""longest integer a YAML file or ``--set`` value may spell (in decimal digits, or the same magnitude in
+hex, octal): Python refuses to convert more than 4300 digits between text and int, so ``lr: 9...9``
+(5000 nines) was a ValueError traceback in the loader, and ``0xff...f`` one in the error message or
+``config show``; no setting is anywhere near this long"""
+
 MAX_DEPTH = 64
 """deepest nesting of collections a params file may use (its deepest key is 4 levels): PyYAML composes
 recursively, so ``[[[[...`` 5000 deep was a RecursionError traceback"""
@@ -60,9 +66,15 @@ class StrictSafeLoader(yaml.SafeLoader):
         if ":" in value or "_" in value or value.lstrip("+-").startswith("0b"):  # 1.1 only: strings in 1.2
             return value
         digits = value.lstrip("+-")
+        if len(digits) > MAX_INT_DIGITS and digits.isdigit():  # refused before int() (which would raise)
+            raise ConstructorError(None, None, f"an integer of {len(digits)} digits (at most {MAX_INT_DIGITS})",
+                                   node.start_mark)
         if len(digits) > 1 and digits[0] == "0" and digits.isdigit():
             return int(value, 10)
-        return super().construct_yaml_int(node)
+        number = super().construct_yaml_int(node)
+        if abs(number) >= 10**MAX_INT_DIGITS:  # 0x / 0o spellings: int() reads them, str() cannot print them
+            raise ConstructorError(None, None, f"an integer of more than {MAX_INT_DIGITS} digits", node.start_mark)
+        return number
 
     def construct_yaml_float(self, node: Any) -> Any:  # noqa: D102 - PyYAML hook
         value = self.construct_scalar(node)
@@ -129,3 +141,10 @@ def read_capped_text(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) 
 def strict_load(text: str) -> Any:
     """Parse YAML ``text`` like ``yaml.safe_load``; raises ``yaml.YAMLError`` on an alias or a repeated key."""
     return yaml.load(text, Loader=StrictSafeLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def one_line(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message (problem, context, a caret under the line) as one line."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem

@@ -29,6 +29,7 @@ from components.data.outputs import (
 from components.data.prepare import PrepareReport, check_benchmark, prepare, validation_failure
 from components.data.sources import resolve_mirror
 from components.dvc_outputs import check_report_target
+from components.errors import UserError
 from components.jobs.base import Job, log
 from components.jobs.metrics import data_metrics, write_metrics
 
@@ -57,6 +58,11 @@ class ValidateJob(Job):
     def run(self) -> ValidationReport:
         """:class:`components.data.expectations.ValidationReport`; raises DataValidationError on failure."""
         check_report_target(self.report_path, self.data_dir or self.cfg.data.out_dir, self.cfg.data.out_dir)
+        data = Path(self.data_dir or self.cfg.data.out_dir)
+        if not data.is_dir():  # one line, not a report of every split "missing" (and no report written)
+            what = "is not a folder" if data.exists() else "no such folder"
+            raise UserError(f"prepared data folder (--data / data.out_dir) {data}: {what}; "
+                            "run `agent-gspo prepare` first (or give the folder it wrote)")
         return validate(Path(self.data_dir or self.cfg.data.out_dir), self.report_path,
                         list(self.benchmarks or self.cfg.data.benchmarks), self.cfg.data)
 

@@ -20,6 +20,7 @@ applies it with ``load_config(overrides=load_best_params(path))``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,10 @@ from components.config import parse_override
 from components.io import write_text_atomic
 from components.search.errors import SearchError
 from components.search.space import format_override
-from components.yaml_strict import FileTooLarge, read_capped_text, strict_load
+from components.yaml_strict import FileTooLarge, one_line, read_capped_text, strict_load
+
+PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""a section or key name in ``params``: each becomes part of a ``section.key=value`` override"""
 
 
 def overrides_to_params(overrides: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -60,6 +64,8 @@ def load_best_params(path: str | os.PathLike[str]) -> list[str]:
     Raises :class:`SearchError` naming the file when it is missing or malformed.
     """
     source = Path(path)
+    if source.is_dir():
+        raise SearchError(f"{source}: is a folder, not a best-params file (give the file search.out_params names)")
     if not source.is_file():
         raise SearchError(f"{source}: best-params file not found (run `agent-gspo search` first, "
                           f"or point search.out_params at an existing file)")
@@ -68,7 +74,7 @@ def load_best_params(path: str | os.PathLike[str]) -> list[str]:
     except (OSError, UnicodeDecodeError, FileTooLarge) as exc:
         raise SearchError(f"{source}: cannot read the best-params file: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise SearchError(f"{source}: not valid YAML: {exc}") from exc
+        raise SearchError(f"{source}: not valid YAML: {one_line(exc)}") from exc
     params = doc.get("params") if isinstance(doc, dict) else None
     if not isinstance(params, dict):
         raise SearchError(f"{source}: expected a mapping with a 'params' section (section -> key -> value)")
@@ -76,5 +82,8 @@ def load_best_params(path: str | os.PathLike[str]) -> list[str]:
     for section, values in params.items():
         if not isinstance(values, dict):
             raise SearchError(f"{source}: params.{section} must be a mapping of key -> value, got {values!r}")
+        for name in (section, *values):  # "lr=5" or "a.b" would become another key in section.key=value
+            if not isinstance(name, str) or not PLAIN_NAME.fullmatch(name):
+                raise SearchError(f"{source}: params.{section}: {name!r} is not a setting's name (letters, digits, _)")
         overrides.extend(format_override(f"{section}.{key}", value) for key, value in values.items())
     return overrides

@@ -45,7 +45,8 @@ def mlflow_uri(tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pyte
     """A fresh ``sqlite:///`` tracking + registry URI; restores MLflow's global URI after.
 
     The test runs in ``tmp_path``: a sqlite store puts artifacts in ``./mlruns`` of the working directory."""
-    cache = Path(request.config.cache.mkdir("agent-gspo-mlflow"))
+    store = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    cache = Path(store.mkdir("agent-gspo-mlflow")) if store else tmp_path.parent / "agent-gspo-mlflow"
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "mlflow.db"
     shutil.copy(template_db(cache), db)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import reprlib
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -56,15 +58,40 @@ def decode(data: bytes, where: str) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ItemsFileError(f"{where}, line {n}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ItemsFileError(f"{where}, line {n}: JSON nested too deeply to be a per-item record") from None
         missing = [f for f in FIELDS if not isinstance(row, dict) or f not in row]
         if missing:
             raise ItemsFileError(f"{where}, line {n}: missing field(s) {', '.join(missing)} (not a per-item record)")
-        key = (str(row["system"]), str(row["benchmark"]), str(row["id"]))
+        problem = _bad_value(row)
+        if problem:
+            raise ItemsFileError(f"{where}, line {n}: {problem} (not a per-item record as evaluate writes it)")
+        key = (row["system"], row["benchmark"], row["id"])
         if key in seen:
             raise ItemsFileError(f"{where}, line {n}: item {key[2]!r} of {key[1]} occurs twice for system {key[0]}")
         seen.add(key)
         out.append(row)
     return out
+
+
+def _bad_value(row: Mapping[str, Any]) -> str | None:
+    """What is wrong with the values the gate and the re-grade read, or None. Checked, not coerced:
+    ``bool("false")`` is True, so a ``correct`` of ``"false"`` would count as a right answer, and a
+    ``tokens`` that is not ``{"total": <number>}`` was a TypeError traceback in :func:`scores`."""
+    for f in ("system", "benchmark", "id"):
+        if not isinstance(row[f], str):
+            return f"field {f!r} is {_shown(row[f])}, not a string"
+    if not isinstance(row["correct"], bool):
+        return f"field 'correct' is {_shown(row['correct'])}, not true or false"
+    tokens = row["tokens"]
+    total = tokens.get("total") if isinstance(tokens, dict) else None
+    if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total) or total < 0:
+        return f"field 'tokens' is {_shown(tokens)}, not {{\"total\": <a finite count >= 0>, ...}}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    return f"{reprlib.repr(value)} ({type(value).__name__})"  # bounded in size and depth
 
 
 def read_items(path: str | Path) -> list[dict[str, Any]]:

@@ -261,7 +261,8 @@ def test_items_file_keeps_text_with_unicode_line_separators():
     did): json.dumps leaves the first three unescaped, so the reader splits lines on "\\n" only."""
     from components.evaluation.items import decode, encode
 
-    rows = [{f: None for f in ("system", "benchmark", "id", "prediction", "extracted", "gold", "correct",
-                               "grading_error", "tokens", "silence")} | {"id": str(i), "transcript": text}
+    rows = [{f: None for f in ("prediction", "extracted", "gold", "grading_error", "silence")}
+            | {"system": "s", "benchmark": "b", "id": str(i), "correct": False, "tokens": {"total": 1},
+               "transcript": text}
             for i, text in enumerate(["a\u2028b", "c\u2029d\x85e", "f\x1cg\x1dh\x1ei\x0bj\x0ck\rl"])]
     assert decode(encode(rows), "items.jsonl") == rows

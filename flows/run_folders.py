@@ -6,7 +6,7 @@
 would have thrown the night's model away. A flow run started by a deployment (or given ``run_root``)
 therefore writes under::
 
-    runs/scheduled/<flow name>/<UTC yyyymmddTHHMMSSZ>-<first 8 hex of the flow run id>/
+    runs/scheduled/<flow name>/<UTC yyyymmddTHHMMSSZ>-<flow run id>/
         data/  reports/  train/  eval/  <flow>.json
 
 by overrides placed *under* the caller's own (an explicit ``--set gspo.out_dir=...`` still wins).
@@ -29,9 +29,13 @@ SCHEDULED_ROOT = "runs/scheduled"
 
 
 def dated_folder(root: str | Path, flow_name: str, flow_run_id: str, now: datetime | None = None) -> Path:
-    """``<root>/<flow_name>/<UTC date-time>-<run id short>``: sortable by time, unique per flow run."""
+    """``<root>/<flow_name>/<UTC date-time>-<flow run id>``: sortable by time, unique per flow run.
+
+    The whole id: Prefect's server makes flow run ids UUIDv7, whose leading hex digits are a
+    millisecond timestamp, the same for runs created within a minute of each other (a prefix of
+    the id named one folder for two runs that started in the same second)."""
     stamp = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return Path(root) / flow_name / f"{stamp}-{str(flow_run_id).replace('-', '')[:8]}"
+    return Path(root) / flow_name / f"{stamp}-{flow_run_id}"
 
 
 def folder_overrides(folder: Path, *, prepares_data: bool) -> list[str]:

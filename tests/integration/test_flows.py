@@ -109,7 +109,7 @@ def test_a_dated_run_folder_takes_every_output_away_from_dvcs(tmp_path: Path) ->
 
     folder = dated_folder(SCHEDULED_ROOT, "agent-gspo-pipeline", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
                           datetime(2026, 12, 6, 2, 0, 5, tzinfo=UTC))
-    assert folder == Path("runs/scheduled/agent-gspo-pipeline/20261206T020005Z-0f1e2d3c")
+    assert folder == Path("runs/scheduled/agent-gspo-pipeline/20261206T020005Z-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
     source = ConfigSource(params=str(ROOT / "params.yaml"), profile="smoke", overrides=("mas.rounds=1",))
     cfg = source.plus(folder_overrides(folder, prepares_data=True)).load()
     written = [cfg.data.out_dir, cfg.data.report_dir, cfg.gspo.out_dir, cfg.eval.out_dir]

@@ -78,7 +78,7 @@ def test_the_nightly_deployment_writes_a_dated_folder_and_leaves_dvc_status_as_i
 
     flow_dir = repo / "runs" / "scheduled" / "agent-gspo-pipeline"
     (folder,) = list(flow_dir.iterdir())
-    assert re.fullmatch(r"\d{8}T\d{6}Z-" + str(run.id).replace("-", "")[:8], folder.name), folder.name
+    assert re.fullmatch(r"\d{8}T\d{6}Z-" + str(run.id), folder.name), folder.name
     assert (folder / "train" / "final").is_dir() and any((folder / "eval").iterdir())
     assert (folder / "reports" / "validation.md").is_file() and (folder / "data" / "manifest.json").is_file()
     summary = json.loads((folder / "pipeline.json").read_text())

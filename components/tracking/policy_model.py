@@ -102,10 +102,10 @@ def system_signature(settings: Mapping[str, Any]) -> ModelSignature:
     message = Object([Property("agent", "long"), Property("role", "string"), Property("round", "long"),
                       Property("silent", "boolean"), Property("text", "string"), Property("prompt_tokens", "long"),
                       Property("completion_tokens", "long"), Property("recipients", Array("long"))])
-    inputs = Schema([ColSpec("string", "question"), ColSpec("string", "answer_type", required=False),
-                     # Array(Any), not Array(string): MLflow's string enforcement turns ["a", null] into
-                     # ["a", "n"] (null -> NaN -> 'nan', cut to the first option's width) before predict sees it;
-                     # passed through, every option is checked by served_inputs and a null is refused by name
+    # Any, not string, for question and choices: MLflow's string enforcement converts before predict sees
+    # the value (a question 123, true or {"a": 1} became the text '123', 'True', "{'a': 1}" and was
+    # answered; ["a", null] became ["a", "n"]); passed through, served_inputs refuses them by name
+    inputs = Schema([ColSpec(AnyType(), "question"), ColSpec("string", "answer_type", required=False),
                      ColSpec(Array(AnyType()), "choices", required=False)])
     outputs = Schema([ColSpec("string", "answer", required=False), ColSpec("string", "final_text"),
                       ColSpec(Array(message), "transcript"),

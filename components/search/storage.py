@@ -55,6 +55,7 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         path = url[len("sqlite:///"):].split("?", 1)[0]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            check_sqlite_file(path, url)
         engine_kwargs["connect_args"] = {"timeout": 60}
     else:
         engine_kwargs["pool_pre_ping"] = True
@@ -72,8 +73,47 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         raise SearchError(f"search.storage {redact(url)}: database driver missing ({exc}); for Postgres "
                           f"install psycopg (`pip install 'psycopg[binary]'`)") from exc
     except Exception as exc:  # sqlalchemy ArgumentError / OperationalError / optuna errors
-        raise SearchError(f"search.storage {redact(url)}: cannot open Optuna storage: "
-                          f"{type(exc).__name__}: {exc}") from exc
+        raise SearchError(f"search.storage {redact(url)}: cannot open Optuna storage: {one_line(exc)}") from exc
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line: SQLAlchemy appends the SQL and a "Background on this error" link on lines
+    of their own; the driver's own message (``exc.orig``) says what went wrong."""
+    orig = getattr(exc, "orig", None)
+    text = f"{type(orig or exc).__name__}: {orig or exc}"
+    return " ".join(text.split())
+
+
+OPTUNA_TABLES = frozenset({"studies", "version_info", "alembic_version", "study_directions", "study_user_attributes",
+                           "study_system_attributes", "trials", "trial_user_attributes", "trial_system_attributes",
+                           "trial_params", "trial_values", "trial_intermediate_values", "trial_heartbeats"})
+"""what Optuna's RDB schema creates (a schema another worker is still creating holds a subset)"""
+
+
+def check_sqlite_file(path: str, url: str) -> None:
+    """Refuse (:class:`SearchError`, one line) an existing file that is no SQLite database, a damaged one,
+    or another application's database (MLflow's ``mlflow.db``): Optuna would have created its tables
+    inside it and then failed with "update optuna". Read only; a missing or empty file is a new study."""
+    file = Path(path)
+    if file.is_dir():
+        raise SearchError(f"search.storage {redact(url)}: {path} is a folder, not an SQLite database file")
+    if path.startswith("file:") or not file.is_file() or file.stat().st_size == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True, timeout=60)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            problems = [" ".join(row[0].split()) for row in conn.execute("PRAGMA quick_check(3)") if row[0] != "ok"]
+    except sqlite3.Error as exc:
+        raise SearchError(f"search.storage {redact(url)}: {path} is not a usable SQLite database ({exc}); "
+                          "move it away or give another --storage") from None
+    if problems:
+        raise SearchError(f"search.storage {redact(url)}: {path} is damaged (PRAGMA quick_check: "
+                          f"{'; '.join(problems)}); move it away or give another --storage") from None
+    foreign = sorted(tables - OPTUNA_TABLES - {"sqlite_sequence"})
+    if foreign and "studies" not in tables:
+        raise SearchError(f"search.storage {redact(url)}: {path} is another application's database ({len(foreign)} "
+                          f"tables that are not Optuna's, e.g. {', '.join(foreign[:3])}), not an Optuna study; "
+                          "give the search a file of its own (default sqlite:///optuna.db)")
 
 
 def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:

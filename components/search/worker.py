@@ -27,6 +27,7 @@ from components.config import load_config
 from components.errors import run_command
 from components.search.errors import SearchError
 from components.search.sampler import TrialSeededSampler
+from components.search.space import SearchSpace
 from components.search.study import TrialFn, Worker, run_search
 from components.search.synthetic import SyntheticTrial
 from components.search.tracking import mlflow_tracker_factory
@@ -82,9 +83,10 @@ def _work(args: argparse.Namespace) -> int:
                                ("budget_seconds", args.budget_seconds), ("study_name", args.study_name),
                                ("out_params", args.out_params)) if v is not None and v != ""}
     study_cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update=flags)})  # = --override search.<key>
-    result = run_search(study_cfg, trial_fn, worker=Worker(storage=args.storage, tracker_factory=factory,
-                                                            sampler=TrialSeededSampler(args.seed),
-                                                            reserve_tokens=args.reserve_tokens))
+    # the profile's sizes bound the space, as for `agent-gspo search` (SearchJob): both join one study
+    result = run_search(study_cfg, trial_fn, space=SearchSpace.within(cfg),
+                        worker=Worker(storage=args.storage, tracker_factory=factory,
+                                      sampler=TrialSeededSampler(args.seed), reserve_tokens=args.reserve_tokens))
     print(json.dumps(dataclasses.asdict(result), sort_keys=True))
     return 0
 

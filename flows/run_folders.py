@@ -55,7 +55,22 @@ def run_folder(run_root: str | None) -> Path | None:
     flow_run = ctx.flow_run  # type: ignore[union-attr]
     if run_root is None and getattr(flow_run, "deployment_id", None) is None:
         return None
+    check_run_root(run_root or SCHEDULED_ROOT)
     return dated_folder(run_root or SCHEDULED_ROOT, ctx.flow.name, str(flow_run.id))  # type: ignore[union-attr]
+
+
+def check_run_root(run_root: str | Path, checkout: str | Path = ".") -> None:
+    """:class:`UserError` (before anything is written) for a ``run_root`` inside an output of
+    ``checkout/dvc.yaml``: ``run_root=eval`` put the dated folder into ``eval/``, the ``evaluate``
+    stage's output, so ``dvc status`` called it changed and the next ``dvc repro`` deleted the run."""
+    from components.dvc_outputs import tracked_outputs
+    from components.errors import UserError
+
+    root = (Path(checkout) / run_root).resolve()
+    for out in sorted(tracked_outputs(checkout)):
+        if root == out or out in root.parents:
+            raise UserError(f"run_root {run_root}: inside {out.relative_to(Path(checkout).resolve())}, an output "
+                            f"of dvc.yaml; give a folder outside them (default {SCHEDULED_ROOT})")
 
 
 def write_summary(folder: Path | None, name: str, summary: Any) -> None:

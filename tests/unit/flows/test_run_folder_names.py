@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+from helpers.paths import REPO_ROOT
 from prefect._internal.uuid7 import uuid7
 
-from flows.run_folders import dated_folder
+from components.errors import UserError
+from flows.run_folders import SCHEDULED_ROOT, check_run_root, dated_folder
 
 
 def test_runs_created_and_started_together_get_their_own_folders() -> None:
@@ -23,3 +26,13 @@ def test_runs_created_and_started_together_get_their_own_folders() -> None:
     b = dated_folder("runs/scheduled", "agent-gspo-evaluate", str(second), now)
     assert a != b
     assert a.name == f"20261206T020005Z-{first}"  # the id as the Prefect UI and logs print it
+
+
+def test_a_run_root_inside_a_dvc_output_is_refused_before_anything_is_written(tmp_path) -> None:
+    """Was: run_root=eval wrote eval/agent-gspo-evaluate/<stamp>-<id>/, logging "never into DVC's
+    outputs"; `dvc status` then listed the evaluate stage as changed."""
+    for bad in ("eval", "eval/nightly", "runs/smoke/final", "metrics/eval", "data/gsm8k"):
+        with pytest.raises(UserError, match=f"run_root {bad}: inside .*an output of dvc.yaml"):
+            check_run_root(bad, REPO_ROOT)
+    for good in (SCHEDULED_ROOT, "runs", "runs/smoke", "data", str(tmp_path)):
+        check_run_root(good, REPO_ROOT)

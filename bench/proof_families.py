@@ -9,8 +9,13 @@ turns of uninformed and of informed agents, how often an agent whose note carrie
 number said that number, how often the team's final answer was a distracting number, and total
 tokens per episode. ``--untrained`` adds the base model (silence row untrained: ``mas_untrained``)
 on the same items, and each group's tokens as a multiple of its; ``--prior`` the base model with the
-silence prior and no RL (``mas_prior``). ``--model`` repeats (``LABEL=MODEL``): every system plays the
-same items, and ``--out`` holds them all with the items' id hash.
+silence prior and no RL (``mas_prior``); ``--single`` one agent instead of a team, the base model as the
+evaluation's baselines play it (``single_cot``: one lone solver, greedy; ``self_consistency``:
+``eval.self_consistency_k`` lone solvers sampled at ``mas.temperature`` and a majority vote), each
+solver reading the note of the team's first informed agent (so it holds the fact whenever anyone
+would; components/mas/teams.py), the team that every trained one is set beside at equal tokens.
+``--model`` repeats (``LABEL=MODEL``): every system plays the same items, and ``--out`` holds them all
+with the items' id hash.
 
     python bench/proof_families.py --profile proof_v2 --untrained --prior \\
         --model agent_gspo_s0=runs/proof_v2/agent_gspo_s0/final --out results/proof_v2/families.json
@@ -83,17 +88,23 @@ def heard_an_answer(episode: Episode, turn_order: str = "simultaneous") -> list[
     return out
 
 
-def breakdown(items: Sequence[Item], episodes: Sequence[Episode],
-              turn_order: str = "simultaneous") -> dict[str, dict[str, dict[str, Any]]]:
+def breakdown(items: Sequence[Item], episodes: Sequence[Episode], turn_order: str = "simultaneous",
+              solo_agents: int | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """axis -> group -> numbers (see the module docstring); axis ``all`` holds one group, ``all``.
 
     ``silence_uninformed_heard`` / ``_unheard``: the silence of agents without the fact when they had
     / had not heard an answer before their turn (:func:`heard_an_answer`): silence that depends on
-    what was said, not only on the agent's own note."""
+    what was said, not only on the agent's own note. ``solo_agents``: the episodes are those of that
+    many lone solvers (single-agent baselines), who read another agent's note (``Seating.note_of``), so
+    a distracting number counts against the solver that read that note."""
+    from components.mas.teams import episode_team
+
     finals = _final_is_distractor(items, episodes)
     rows: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for item, ep, final in zip(items, episodes, finals, strict=True):
         m = item.meta
+        note_of = (episode_team(item, 0, solo_agents, solo=True).note_of if solo_agents
+                   else tuple(range(m["agents"])))
         groups = [("all", "all"), *_keys(item).items()]
         for key in groups:
             r = rows[key]
@@ -106,7 +117,7 @@ def breakdown(items: Sequence[Item], episodes: Sequence[Episode],
                 (r["silent_informed"] if msg.private else r["silent_uninformed"]).append(msg.silent)
                 if not msg.private:
                     r["silent_heard" if heard else "silent_unheard"].append(msg.silent)
-                if m["note_kinds"][msg.agent_id] == "distractor":
+                if m["note_kinds"][note_of[msg.agent_id]] == "distractor":
                     spoke = not msg.silent and any(v in msg.text for v in m["distractor_values"])
                     r["distractor_said"].append(spoke)
     out: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -169,16 +180,40 @@ def play(cfg: Any, model_name: str, items: list[Item], device: str, *, prior: bo
     return episodes
 
 
+SINGLE = ("single_cot", "self_consistency")
+"""the single-agent systems ``--single`` plays (the evaluation's baselines of those names)"""
+
+
+def play_single(cfg: Any, name: str, items: list[Item], device: str) -> tuple[list[Episode], int]:
+    """Episodes of the base model as the single-agent baseline ``name`` and its number of lone solvers;
+    decoded as the evaluation decodes it (components/evaluation/runner.py: CoT greedy, SC sampled)."""
+    from components.mas.baselines import BaselineRun, run_baseline
+    from components.models import load_policy
+
+    model, tok = load_policy(cfg.model.name, cache_dir=cfg.model.cache_dir, dtype=cfg.model.dtype, device=device,
+                             silence_marker=cfg.mas.silence_marker)
+    k = cfg.eval.self_consistency_k
+    episodes: list[Episode] = []
+    for start in range(0, len(items), cfg.eval.batch_size):
+        run = BaselineRun(seed=cfg.eval.seed + start, k=k, greedy=name == "single_cot", device=device)
+        episodes += run_baseline(name, model, tok, cfg.mas, items[start:start + cfg.eval.batch_size], run)
+        print(f"  {name}: {len(episodes)}/{len(items)} items", flush=True)
+    return episodes, (1 if name == "single_cot" else k)
+
+
 def _systems(args: argparse.Namespace, base: str) -> list[tuple[str, str, bool]]:
     """(label, model, with prior) per system to play, in order; labels must be unique."""
     out = [("mas_untrained", base, False)] if args.untrained else []
     out += [("mas_prior", base, True)] if args.prior else []
+    out += [(name, base, False) for name in SINGLE] if args.single else []
     for k, spec in enumerate(args.model):
         label, sep, model = spec.partition("=")
+        if label in SINGLE and sep:
+            raise ValueError(f"--model label {label!r} is reserved for --single")
         out.append((label, model, False) if sep else (f"trained{k}" if k else "trained", spec, False))
     labels = [label for label, _, _ in out]
     if len(set(labels)) != len(labels):
-        raise SystemExit(f"proof_families: system labels repeat: {labels}")
+        raise ValueError(f"system labels repeat: {labels}")
     return out
 
 
@@ -196,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="a policy to play (a folder, alias or hub id), optionally LABEL=MODEL; repeatable")
     ap.add_argument("--untrained", action="store_true", help="also play the base model (model.name) for the ratio")
     ap.add_argument("--prior", action="store_true", help="also play the base model with the silence prior (no RL)")
+    ap.add_argument("--single", action="store_true",
+                    help="also play one agent: the base model as single_cot and self_consistency")
     ap.add_argument("--data", default="data")
     ap.add_argument("--limit", type=int, default=None, help="held-out items (default eval.limit)")
     ap.add_argument("--device", default="cpu")
@@ -203,15 +240,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override one param of the profile, e.g. --set mas.turn_order=round0_in_turn (repeatable)")
     args = ap.parse_args(argv)
-    if not args.model and not args.untrained and not args.prior:
-        ap.error("nothing to play: give --model, --untrained or --prior")
+    if not args.model and not args.untrained and not args.prior and not args.single:
+        ap.error("nothing to play: give --model, --untrained, --prior or --single")
     cfg = load_config(args.params, profile=args.profile, overrides=args.overrides)
+    try:
+        plan = _systems(args, cfg.model.name)
+    except ValueError as exc:
+        ap.error(str(exc))
     limit = args.limit if args.limit is not None else cfg.eval.limit
     items = sample_items(load_split(args.data, "splitinfo2", "test", cfg.data), limit, cfg.eval.seed,
                          where=f"{args.data}/splitinfo2/test")
     systems = {}
-    for label, model, prior in _systems(args, cfg.model.name):
+    for label, model, prior in plan:
         print(f"{label}: {model}{' + silence prior' if prior else ''} on {len(items)} items", flush=True)
+        if label in SINGLE:
+            episodes, solvers = play_single(cfg, label, items, args.device)
+            systems[label] = breakdown(items, episodes, cfg.mas.turn_order, solo_agents=solvers)
+            continue
         episodes = play(cfg, model, items, args.device, prior=prior, data_dir=args.data)
         systems[label] = breakdown(items, episodes, cfg.mas.turn_order)
     if "mas_untrained" in systems:
@@ -223,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         record = {"profile": args.profile, "overrides": args.overrides, "turn_order": cfg.mas.turn_order,
                   "limit": limit, "eval_seed": cfg.eval.seed,
                   "item_ids_sha256": item_ids_sha256({"splitinfo2": [i.id for i in items]}),
-                  "models": {label: model for label, model, _ in _systems(args, cfg.model.name)},
+                  "models": {label: model for label, model, _ in plan},
                   "systems": systems}
         write_text_atomic(Path(args.out), json.dumps(record, indent=1, sort_keys=True) + "\n")
     return 0

@@ -56,6 +56,27 @@ def test_breakdown_counts_silence_distractors_and_accuracy_per_group():
     assert ratio["all"]["all"]["tokens_vs_untrained"] == 1.0
 
 
+def test_a_lone_solver_is_charged_for_the_note_it_read():
+    """A single-agent baseline's solver reads the first informed agent's note: it holds the fact, and a
+    distracting number in agent 0's note is not its own (it never saw it)."""
+    items = [Item.from_record(r) for r in generate_split("test", n=200)]
+    item = next(i for i in items if i.meta["informed"] and i.meta["distractor"]
+                and i.meta["note_kinds"][0] == "distractor")
+    value = item.meta["distractor_values"][0]
+    solo = Episode(item.id, 0, item.benchmark,
+                   [Message(item.id, 0, 0, "solver", 0, [1], [4], [0.0], False, [], f"The answer is {value}",
+                            private=True)], final_answer=f"The answer is {value}", grade=ScoreResult(False, None, None))
+    lone = breakdown([item], [solo], solo_agents=1)["all"]["all"]
+    assert lone["silence_informed"] == 0.0 and lone["silence_uninformed"] is None
+    assert lone["distractor_said"] is None and lone["final_distractor"] == 1.0
+    nobody = next(i for i in items if not i.meta["informed"] and i.meta["note_kinds"][0] == "distractor")
+    said = nobody.meta["distractor_values"][0]
+    ep = Episode(nobody.id, 0, nobody.benchmark,
+                 [Message(nobody.id, 0, 0, "solver", 0, [1], [4], [0.0], False, [], f"It is {said}")],
+                 final_answer=f"It is {said}", grade=ScoreResult(False, None, None))
+    assert breakdown([nobody], [ep], solo_agents=1)["all"]["all"]["distractor_said"] == 1.0  # agent 0's own note
+
+
 def _msg(agent: int, rnd: int, silent: bool, recipients: list[int]) -> Message:
     return Message("q", 0, agent, "solver", rnd, [1], [2], [0.0], silent, recipients)
 
@@ -83,15 +104,20 @@ def test_runs_end_to_end_on_the_tiny_model(tmp_path: Path):
     prepare(["splitinfo2"], mirror=None, out_dir=tmp_path / "data", progress=False)
     out = tmp_path / "families.json"
     res = subprocess.run([sys.executable, "bench/proof_families.py", "--model", "tiny-random", "--limit", "4",
-                          "--model", "again=tiny-random", "--set", "mas.turn_order=round0_in_turn",
+                          "--model", "again=tiny-random", "--set", "mas.turn_order=round0_in_turn", "--single",
+                          "--set", "model.name=tiny-random",
                           "--data", str(tmp_path / "data"), "--out", str(out), "--params", "params.yaml",
                           "--profile", "proof_v2"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     record = json.loads(out.read_text())
-    assert sorted(record["systems"]) == ["again", "trained"] and record["limit"] == 4
-    assert record["models"] == {"trained": "tiny-random", "again": "tiny-random"}
-    assert record["turn_order"] == "round0_in_turn" and record["overrides"] == ["mas.turn_order=round0_in_turn"]
+    assert sorted(record["systems"]) == ["again", "self_consistency", "single_cot", "trained"]
+    assert record["models"] == {"trained": "tiny-random", "again": "tiny-random", "single_cot": "tiny-random",
+                                "self_consistency": "tiny-random"} and record["limit"] == 4
+    lone = record["systems"]["single_cot"]["all"]["all"]
+    assert lone["items"] == 4 and lone["silence_uninformed_heard"] is None  # one solver hears nobody
+    assert record["turn_order"] == "round0_in_turn" and record["overrides"] == ["mas.turn_order=round0_in_turn",
+                                                                                        "model.name=tiny-random"]
     assert len(record["item_ids_sha256"]) == 64 and "| group | items |" in res.stdout
     assert record["systems"]["trained"] == record["systems"]["again"]  # greedy: the same policy plays alike
     assert record["systems"]["trained"]["all"]["all"]["items"] == 4
@@ -101,3 +127,6 @@ def test_refuses_to_play_nothing():
     res = subprocess.run([sys.executable, "bench/proof_families.py"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 2 and "nothing to play" in res.stderr
+    res = subprocess.run([sys.executable, "bench/proof_families.py", "--model", "single_cot=tiny-random"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "reserved for --single" in res.stderr

@@ -30,9 +30,14 @@ from components.errors import UserError
 from components.io import write_text_atomic
 from components.plotting import History, save_png, series, step_axis
 from experiments.plots import plot_curves, plot_role_silence
+from experiments.report_single import Cost, equal_tokens
 from experiments.results import read_json
 from experiments.rules import VerdictRules, VerdictRulesV2, rules_block, rules_of
 
+SINGLE = {"single_cot": "CoT", "self_consistency": "SC"}
+"""single-agent systems of bench/proof_families.py --single: one agent holding every fact a team would"""
+UNTRAINED = ("mas_untrained", "mas_prior")
+"""teams without RL; every other team in the families files was trained"""
 TRAINED_PREFIX = "agent_gspo"
 """systems whose name starts with this are the budgeted Agent-GSPO seeds the targets judge"""
 FAMILY_AXIS = "family"
@@ -224,6 +229,39 @@ def plot_costs(splits: Mapping[str, list[dict[str, float]]], path: Path) -> Path
     return save_png(fig, path)
 
 
+def single_agent_lines(fam: Families) -> list[str]:
+    """Every team beside one agent at equal tokens (accuracy, total tokens per episode, accuracy per 1,000
+    tokens over all held-out items), and the plain answer; [] without a single-agent system."""
+    def cost(name: str) -> Cost:
+        n = fam.systems[name]["all"]["all"]
+        return Cost(SINGLE.get(name, name), n["accuracy"] or 0.0, n["tokens_total"])
+
+    singles = [cost(s) for s in SINGLE if s in fam.systems]
+    teams = [cost(s) for s in fam.systems if s not in SINGLE]
+    if not singles or not teams:
+        return []
+    lines = ["## Every team against one agent at equal tokens", "",
+             "One agent: the base model alone, reading the note of the team's first informed agent (it holds the "
+             "fact whenever any team member does); CoT greedy, SC a majority over `eval.self_consistency_k` samples. "
+             "Cells: accuracy / total tokens per episode / accuracy per 1,000 tokens. Equal tokens: the single agent "
+             "closest to the team's tokens, not below them where one is not.", "",
+             "| system | team | " + " | ".join(s.label for s in singles) + " | equal tokens | accuracy, team − it |",
+             "|---" * (4 + len(singles)) + "|"]
+    fmt = "{0.accuracy:.3f} / {0.tokens_per_item:.0f} / {0.per_1k:.3f}".format
+    for team in teams:
+        near = equal_tokens(team, singles)
+        ratio = near.tokens_per_item / team.tokens_per_item if team.tokens_per_item else 0.0
+        lines.append(f"| {team.label} | {fmt(team)} | " + " | ".join(fmt(s) for s in singles)
+                     + f" | {near.label} ({ratio:.2f}x) | {team.accuracy - near.accuracy:+.3f} |")
+    best_single = max(singles, key=lambda c: c.per_1k)
+    trained = [t for t in teams if t.label not in UNTRAINED]
+    best = max(trained or teams, key=lambda c: c.per_1k)
+    beats = best.per_1k > best_single.per_1k
+    lines += ["", f"**{'A' if beats else 'No'} trained team beats one agent on accuracy per 1,000 tokens**: the best, "
+              f"{best.label}, has {best.per_1k:.3f} against {best_single.label} {best_single.per_1k:.3f}.", ""]
+    return lines
+
+
 def build_proof_v2_report(folder: Path, out: Path, rules_version: str, cost_terms: tuple[float, float],
                           episodes_per_step: int) -> dict[str, bool]:
     """Write ``out`` (markdown) and its PNGs beside it; returns each verdict's PASS.
@@ -289,7 +327,7 @@ def build_proof_v2_report(folder: Path, out: Path, rules_version: str, cost_term
     for n, rows in splits.items():
         lines.append(f"- {n}: " + ", ".join(f"{int(r['step'])}: {r['token_cost']:.2f} | {r['turn_cost']:.2f}"
                                              for r in rows))
-    lines += ["", "## Does silence depend on what was said?", "",
+    lines += ["", *single_agent_lines(fam), "## Does silence depend on what was said?", "",
               "Silence of the agents without the fact, split by whether they had heard an answer before their "
               "turn (bench/proof_families.py `heard_an_answer`). Under the simultaneous order nobody hears an "
               "answer in round 0, so there the split is also round 0 against round 1; under `round0_in_turn` "
@@ -298,6 +336,8 @@ def build_proof_v2_report(folder: Path, out: Path, rules_version: str, cost_term
               "is always that of an agent that spoke before.", "",
               "| system | silent after an answer | silent before any answer |", "|---|---|---|"]
     for name, axes in fam.systems.items():
+        if name in SINGLE:  # a lone solver hears nobody
+            continue
         n = axes["all"]["all"]
         cells = ["n/a" if n.get(k) is None else f"{n[k]:.2f}"
                  for k in ("silence_uninformed_heard", "silence_uninformed_unheard")]

@@ -10,6 +10,8 @@ against the current parameters) reads this module, so "better" means one thing e
   error ``sqrt(Σ se_b²) / B`` (each benchmark weighs the same, as in the headline accuracy).
 * **One-sided bounds** at ``confidence`` from Student's t with ``n − B`` degrees of freedom. A
   tie (every difference zero) has standard error 0 and lower bound 0: it never counts as better.
+  A benchmark with one paired item has no standard error to estimate (its ``sd`` is undefined, not
+  0): the macro interval is then unbounded, so one lucky item never decides (``tie`` at best).
 
 The rule (:func:`paired_verdict`), with the thresholds of :class:`ComparisonRule`:
 
@@ -149,7 +151,9 @@ def macro_interval(diffs: Mapping[str, Sequence[float]], confidence: float) -> I
         raise IncomparableItems("no shared items to compare")
     nb, n = len(groups), sum(len(v) for v in groups.values())
     mean = sum(statistics.fmean(v) for v in groups.values()) / nb
-    var = sum((statistics.stdev(v) ** 2 / len(v)) if len(v) > 1 else 0.0 for v in groups.values())
+    if any(len(v) < 2 for v in groups.values()):  # an unknown variance, not a zero one
+        return Interval(mean, math.inf, -math.inf, math.inf, n, tuple(sorted(groups)))
+    var = sum(statistics.stdev(v) ** 2 / len(v) for v in groups.values())
     se = math.sqrt(var) / nb
     df = max(1, n - nb)
     half = float(student_t.ppf(confidence, df)) * se

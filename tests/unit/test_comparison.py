@@ -36,6 +36,23 @@ def test_too_few_items_decide_nothing_even_when_every_item_improves() -> None:
     assert verdict.outcome == "too_few" and "5 < min_items 20" in verdict.reason
 
 
+def test_one_lucky_item_on_a_one_item_benchmark_never_decides() -> None:
+    """Seven benchmarks of one item each (the smoke profile's gate, min_items 2): the candidate right on
+    one of them once had SE 0 and counted as "better beyond noise"; one item has no variance estimate."""
+    names = [f"b{k}" for k in range(7)]
+    a = _system({b: [b == "b0"] for b in names}, {b: [10.0] for b in names})
+    b = _system({b: [False] for b in names}, {b: [10.0] for b in names})
+    verdict = paired_verdict(a, b, ComparisonRule(confidence=0.95, margin=0.02, token_factor=0.9,
+                                                  max_token_ratio=1.1, min_items=2))
+    assert verdict.outcome == "tie" and not verdict.wins
+    assert verdict.accuracy.se == math.inf and verdict.accuracy.low == -math.inf
+    cheap = _system({b: [False] for b in names}, {b: [1.0] for b in names})  # 10x fewer tokens, still one item each
+    assert paired_verdict(cheap, b, ComparisonRule(confidence=0.95, margin=0.02, token_factor=0.9,
+                                                   max_token_ratio=1.1, min_items=2)).outcome == "tie"
+    two = macro_interval({"x": [1.0, 0.0], "y": [1.0]}, 0.95)  # one benchmark of one item is enough
+    assert math.isinf(two.se) and two.mean == pytest.approx(0.75)
+
+
 def test_a_real_improvement_beyond_noise_is_better() -> None:
     rng = random.Random(0)
     base = [rng.random() < 0.3 for _ in range(200)]

@@ -10,7 +10,9 @@ minutes of retries.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,9 @@ from components.redact import redact
 from components.tracking.backend import check_reachable, configure_http_retries, guarded
 from components.tracking.errors import ModelUriError, TrackingError
 
+log = logging.getLogger(__name__)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+"""files whose bytes are the policy's weights (their digest is recorded at registration)"""
 REGISTERED_FILE = "registered_model.json"
 """Written into a trained policy folder once it is registered: evaluating the folder then records
 the results on that version (what the DVC pipeline does)."""
@@ -155,27 +160,49 @@ def registry_identity(uri: str) -> str:
     return USERINFO_RE.sub(r"\1", redact(uri))
 
 
+def weights_sha256(folder: str | Path) -> str:
+    """sha256 over the weight files of a policy folder (:data:`WEIGHT_SUFFIXES`, at any depth), each
+    as its relative path and its bytes, in path order: the weights a registration stands for."""
+    root, digest = Path(folder), hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        with path.open("rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def write_registration(folder: str | Path, ref: VersionRef, *, uri: str, run_id: str | None) -> Path:
-    """Record in a policy folder which registry version it became (see :data:`REGISTERED_FILE`).
+    """Record in a policy folder which registry version it became (see :data:`REGISTERED_FILE`), with
+    the digest of its weights (:func:`weights_sha256`), so that a copy with other weights is not
+    taken for that version.
 
     The URI is stored redacted: the folder is a pipeline output that gets copied and shared."""
     path = Path(folder) / REGISTERED_FILE
     write_json_atomic(path, {"name": ref.name, "version": ref.version, "tracking_uri": redact(uri),
-                             "run_id": run_id})
+                             "run_id": run_id, "weights_sha256": weights_sha256(folder)})
     return path
 
 
 def registration_of(folder: str | Path, *, uri: str) -> VersionRef | None:
     """The version a policy folder was registered as in the registry at ``uri``, when it still is.
 
-    None when the folder holds no registration, names another registry, or the version is gone
-    or comes from another run (a re-created database): the folder is then just a folder.
+    None when the folder holds no registration, names another registry, its weights are not the
+    ones registered (edited or swapped after registration; folders registered before the digest was
+    recorded are taken at their word), or the version is gone or comes from another run (a
+    re-created database): the folder is then just a folder.
     """
     path = Path(folder) / REGISTERED_FILE
     if not path.is_file():
         return None
     rec = json.loads(path.read_text())
     if registry_identity(str(rec.get("tracking_uri"))) != registry_identity(uri):
+        return None
+    recorded = rec.get("weights_sha256")
+    if recorded is not None and recorded != weights_sha256(folder):
+        log.warning("%s: its weights are not those registered as models:/%s/%s (sha256 differs): evaluated as "
+                    "a plain folder, nothing is recorded on that version", folder, rec.get("name"), rec.get("version"))
         return None
     client = registry_client(uri)
     try:

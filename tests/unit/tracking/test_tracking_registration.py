@@ -43,3 +43,28 @@ def test_another_registry_is_not_the_same(tmp_path: Path, monkeypatch: pytest.Mo
     assert registration_of(tmp_path, uri="http://alice:pw@127.0.0.1:5000") is None
     assert registry_identity("http://u:p@h:1/x?token=abc") == "http://h:1/x?token=***"
     assert registry_identity("sqlite:///mlflow.db") == "sqlite:///mlflow.db"
+
+
+def test_a_folder_whose_weights_changed_is_not_the_registered_version(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of a registered folder with other weights (noise added, or swapped) must not record its
+    results on the registered version; the same weights, or a folder from before the digest, still do."""
+    (tmp_path / "model.safetensors").write_bytes(b"weights-1")
+    (tmp_path / "config.json").write_text("{}")
+    versions.write_registration(tmp_path, VersionRef("p", "3"), uri="sqlite:///m.db", run_id="r1")
+    monkeypatch.setattr(versions, "registry_client", lambda uri: object())
+    monkeypatch.setattr(versions, "get_model_version",
+                        lambda client, text, uri: SimpleNamespace(name="p", version=3, run_id="r1"))
+    assert registration_of(tmp_path, uri="sqlite:///m.db") == VersionRef("p", "3")
+    (tmp_path / "config.json").write_text('{"edited": 1}')  # not a weight file: still the version
+    assert registration_of(tmp_path, uri="sqlite:///m.db") == VersionRef("p", "3")
+    (tmp_path / "model.safetensors").write_bytes(b"weights-2")
+    assert registration_of(tmp_path, uri="sqlite:///m.db") is None
+    (tmp_path / "model.safetensors").write_bytes(b"weights-1")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "adapter.bin").write_bytes(b"extra")  # a weight file added
+    assert registration_of(tmp_path, uri="sqlite:///m.db") is None
+    rec = json.loads((tmp_path / REGISTERED_FILE).read_text())
+    del rec["weights_sha256"]  # written before the digest existed
+    (tmp_path / REGISTERED_FILE).write_text(json.dumps(rec))
+    assert registration_of(tmp_path, uri="sqlite:///m.db") == VersionRef("p", "3")

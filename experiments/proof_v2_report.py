@@ -30,9 +30,9 @@ from components.errors import UserError
 from components.io import write_text_atomic
 from components.plotting import History, save_png, series, step_axis
 from experiments.plots import plot_curves, plot_role_silence
-from experiments.report_single import Cost, equal_tokens
 from experiments.results import read_json
 from experiments.rules import VerdictRules, VerdictRulesV2, rules_block, rules_of
+from experiments.stats import Cost, equal_tokens
 
 SINGLE = {"single_cot": "CoT", "self_consistency": "SC"}
 """single-agent systems of bench/proof_families.py --single: one agent holding every fact a team would"""

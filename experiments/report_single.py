@@ -12,12 +12,12 @@ where one exists (else the closest below), with its token ratio.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from components.evaluation.runner import MAS_SYSTEMS
 from experiments.evidence import BASELINES, MAIN
 from experiments.results import EvalCell, ResultsFile
+from experiments.stats import Cost, equal_tokens
 
 SINGLE = {"single_cot": "CoT", "self_consistency": "SC"}
 """the single-agent systems of a baselines file, in the order the table shows them"""
@@ -30,33 +30,10 @@ class Row(Protocol):
     cells: dict[str, EvalCell] | None
 
 
-@dataclass(frozen=True)
-class Cost:
-    """One system over a set of benchmarks: macro accuracy, total tokens per item, accuracy per 1k tokens."""
-
-    label: str
-    accuracy: float
-    tokens_per_item: float
-
-    @property
-    def per_1k(self) -> float:
-        return 1000.0 * self.accuracy / self.tokens_per_item if self.tokens_per_item else 0.0
-
-
 def cost(label: str, cells: Mapping[str, EvalCell], benches: Sequence[str]) -> Cost:
     sel = [cells[b] for b in benches]
     n = sum(c.n for c in sel)
     return Cost(label, sum(c.accuracy for c in sel) / len(sel), sum(c.tokens_total for c in sel) / n if n else 0.0)
-
-
-def equal_tokens(team: Cost, singles: Sequence[Cost]) -> Cost | None:
-    """The single-agent system closest to the team's tokens per item, not below them where one is not."""
-    if not singles:
-        return None
-    above = [s for s in singles if s.tokens_per_item >= team.tokens_per_item]
-    if above:
-        return min(above, key=lambda s: s.tokens_per_item - team.tokens_per_item)
-    return max(singles, key=lambda s: s.tokens_per_item)
 
 
 def _k(base: ResultsFile | None) -> str:

@@ -262,3 +262,26 @@ def controller_settled(history: Sequence[Mapping[str, float]], rules: VerdictRul
                        "only wound one way, it did not regulate around B")
     return True, (f"λ_tok settled: {first:+.3f} -> {last:+.3f} over the {len(lam)} judged steps "
                   f"(<= {drift:.0%} of its range over the run [{min(run):+.3f}, {max(run):+.3f}])")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One system over a set of benchmarks: macro accuracy, total tokens per item, accuracy per 1k tokens."""
+
+    label: str
+    accuracy: float
+    tokens_per_item: float
+
+    @property
+    def per_1k(self) -> float:
+        return 1000.0 * self.accuracy / self.tokens_per_item if self.tokens_per_item else 0.0
+
+
+def equal_tokens(team: Cost, singles: Sequence[Cost]) -> Cost | None:
+    """The single-agent system closest to the team's tokens per item, not below them where one is not."""
+    if not singles:
+        return None
+    above = [s for s in singles if s.tokens_per_item >= team.tokens_per_item]
+    if above:
+        return min(above, key=lambda s: s.tokens_per_item - team.tokens_per_item)
+    return max(singles, key=lambda s: s.tokens_per_item)

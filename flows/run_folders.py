@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from components.dvc_outputs import tracked_outputs
+from components.errors import UserError
 from components.io import write_text_atomic
 
 SCHEDULED_ROOT = "runs/scheduled"
@@ -63,9 +65,6 @@ def check_run_root(run_root: str | Path, checkout: str | Path = ".") -> None:
     """:class:`UserError` (before anything is written) for a ``run_root`` inside an output of
     ``checkout/dvc.yaml``: ``run_root=eval`` put the dated folder into ``eval/``, the ``evaluate``
     stage's output, so ``dvc status`` called it changed and the next ``dvc repro`` deleted the run."""
-    from components.dvc_outputs import tracked_outputs
-    from components.errors import UserError
-
     root = (Path(checkout) / run_root).resolve()
     for out in sorted(tracked_outputs(checkout)):
         if root == out or out in root.parents:

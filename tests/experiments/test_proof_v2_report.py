@@ -128,11 +128,13 @@ def test_every_team_is_set_beside_one_agent_at_equal_tokens(tmp_path: Path) -> N
     folder = tmp_path / "res"
     _families(folder, {"mas_untrained": UNTRAINED, "agent_gspo_s0": GOOD, "in_turn_s0": {**GOOD, "tokens_total": 10.0}})
     _families(folder, {"single_cot": {**GOOD, "accuracy": 0.5, "tokens_total": 20.0},
-                       "self_consistency": {**GOOD, "accuracy": 0.6, "tokens_total": 50.0}}, name="families_single.json")
+                       "self_consistency": {**GOOD, "accuracy": 0.6, "tokens_total": 50.0}},
+              name="families_single.json")
     _build(folder, tmp_path)
     text = (tmp_path / "report.md").read_text()
     # agent_gspo_s0: 0.95 at 30 tokens; SC (50 tokens) is the closest single agent not below it
-    assert "| agent_gspo_s0 | 0.950 / 30 / 31.667 | 0.500 / 20 / 25.000 | 0.600 / 50 / 12.000 | SC (1.67x) | +0.350 |" in text
+    assert ("| agent_gspo_s0 | 0.950 / 30 / 31.667 | 0.500 / 20 / 25.000 | 0.600 / 50 / 12.000 | SC (1.67x) "
+            "| +0.350 |") in text
     assert "| in_turn_s0 | 0.950 / 10 / 95.000 |" in text and "| CoT (2.00x) | +0.450 |" in text
     assert "**A trained team beats one agent on accuracy per 1,000 tokens**: the best, in_turn_s0, has 95.000" in text
     assert "| single_cot | 0.50 " not in text.split("## Does silence")[1]  # a lone solver hears nobody
@@ -143,11 +145,13 @@ def test_no_single_agent_system_no_section_and_untrained_teams_never_win(tmp_pat
     _families(folder, {"mas_untrained": UNTRAINED, "agent_gspo_s0": GOOD})
     _build(folder, tmp_path)
     assert "one agent at equal tokens" not in (tmp_path / "report.md").read_text()
-    _families(folder, {"single_cot": {**GOOD, "accuracy": 0.2, "tokens_total": 200.0}}, name="families_single.json")
+    _families(folder, {"single_cot": {**GOOD, "accuracy": 0.2, "tokens_total": 200.0}},
+              name="families_single.json")
     _families(folder, {"mas_untrained": {**UNTRAINED, "tokens_total": 1.0}, "agent_gspo_s0": {**GOOD, "accuracy": 0.0}})
     _build(folder, tmp_path)
     text = (tmp_path / "report.md").read_text()
-    assert "**No trained team beats one agent on accuracy per 1,000 tokens**: the best, agent_gspo_s0, has 0.000" in text
+    assert ("**No trained team beats one agent on accuracy per 1,000 tokens**: the best, agent_gspo_s0, "
+            "has 0.000") in text
 
 
 def test_cost_split_is_the_rewards_two_terms() -> None:

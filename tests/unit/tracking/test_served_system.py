@@ -99,7 +99,8 @@ def test_scoring_server_refuses_bad_requests_with_400_naming_the_field(served) -
                         ({"dataframe_records": [{"question": None}]}, "row 0: 'question' must be a non-empty string"),
                         # MLflow's string enforcement made these the texts '123', 'True', "{'a': 1}" (answered)
                         ({"inputs": [{"question": 123}]}, "row 0: 'question' must be a non-empty string, got 123"),
-                        ({"dataframe_records": [{"question": True}]}, "'question' must be a non-empty string, got True"),
+                        ({"dataframe_records": [{"question": True}]}, "'question' must be a non-empty string, got "
+                                                                       "True"),
                         ({"inputs": [q[0], {"question": {"a": 1}}]}, "row 1: 'question' must be a non-empty string"),
                         ({"inputs": [{"question": "What is 2+3? " * 200_000}]}, "row 0: 'question' is too long: "),
                         ({"inputs": q, "params": {"max_new_tokens": 30_000}},

@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
-from components.io import write_json_atomic
+from components.io import file_sha256, write_json_atomic
 from components.redact import redact
 from components.tracking.backend import check_reachable, configure_http_retries, guarded
 from components.tracking.errors import ModelUriError, TrackingError
@@ -161,16 +161,12 @@ def registry_identity(uri: str) -> str:
 
 
 def weights_sha256(folder: str | Path) -> str:
-    """sha256 over the weight files of a policy folder (:data:`WEIGHT_SUFFIXES`, at any depth), each
-    as its relative path and its bytes, in path order: the weights a registration stands for."""
-    root, digest = Path(folder), hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        with path.open("rb") as fh:
-            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                digest.update(block)
-        digest.update(b"\0")
-    return digest.hexdigest()
+    """sha256 over the weight files of a policy folder (:data:`WEIGHT_SUFFIXES`, at any depth): of the
+    listing "relative path, sha256 of its bytes" in path order: the weights a registration stands for."""
+    root = Path(folder)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+    listing = "".join(f"{p.relative_to(root).as_posix()}\0{file_sha256(p)}\n" for p in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 def write_registration(folder: str | Path, ref: VersionRef, *, uri: str, run_id: str | None) -> Path:

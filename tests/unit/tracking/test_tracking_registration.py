@@ -58,7 +58,9 @@ def test_a_folder_whose_weights_changed_is_not_the_registered_version(tmp_path: 
     assert registration_of(tmp_path, uri="sqlite:///m.db") == VersionRef("p", "3")
     (tmp_path / "config.json").write_text('{"edited": 1}')  # not a weight file: still the version
     assert registration_of(tmp_path, uri="sqlite:///m.db") == VersionRef("p", "3")
-    (tmp_path / "model.safetensors").write_bytes(b"weights-2")
+    # another size: file_sha256 is memoised per (path, size, mtime) within a process, and two writes in
+    # one test may share an mtime; a new process (the evaluate that reads the folder) hashes afresh
+    (tmp_path / "model.safetensors").write_bytes(b"weights-two")
     assert registration_of(tmp_path, uri="sqlite:///m.db") is None
     (tmp_path / "model.safetensors").write_bytes(b"weights-1")
     (tmp_path / "sub").mkdir()

@@ -50,7 +50,7 @@ from components.config_sections import (
     TrackingConfig,
     _Section,
 )
-from components.errors import UserError
+from components.errors import MAX_SHOWN, UserError
 from components.io import register_pipeline_inputs
 from components.redact import redact_value
 from components.yaml_strict import FileTooLarge, read_capped_text, strict_load
@@ -168,11 +168,6 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
 
 MAX_KEY_PATH = 8
 """longest ``--set`` key path accepted (the deepest setting, experiments.definitions.NAME.key, has 4)"""
-
-
-MAX_SHOWN = 120
-"""longest value, key path or override an error message quotes in full (then ``...``): a 100,000-character
-``--set`` was repeated whole in its one-line error"""
 
 
 def _shown(value: object) -> str:

@@ -1,17 +1,68 @@
 """Errors that mean "the user gave bad input": the CLI prints them and exits 2; and
 :func:`run_command`, the one place that turns them (and Ctrl-C, SIGTERM, a full disk) into one line
-and an exit code for every entry point (``agent-gspo``, the per-rank training launcher)."""
+and an exit code for every entry point (``agent-gspo``, the per-rank training launcher). A bad flag is
+one line and exit 2 too: every entry point parses with :class:`OneLineParser`."""
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from components.redact import redact
+
+MAX_SHOWN = 120
+"""longest value, key path, override or argument an error message quotes in full (then ``...``): a
+100,000-character ``--set`` was repeated whole in its one-line error"""
+
+MAX_USAGE_ERROR = 4 * MAX_SHOWN
+"""longest usage error (argparse's message) shown whole; the longest one a typo gets, an unknown command
+with the eleven commands it could be, is about 210 characters"""
+
+
+def _clipped(message: str) -> str:
+    """argparse's message as one line of at most :data:`MAX_USAGE_ERROR` characters: it quotes the
+    arguments it refuses whole (an unknown 100,000-character option, a newline in a value), and a URI
+    password in them becomes ``***``."""
+    words = [w if len(w) <= MAX_SHOWN else w[:MAX_SHOWN - 3] + "..." for w in redact(message).split()]
+    text = " ".join(words)
+    return text if len(text) <= MAX_USAGE_ERROR else text[:MAX_USAGE_ERROR - 3] + "..."
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An :class:`argparse.ArgumentParser` whose usage errors (an unknown command or option, a missing
+    argument, a value of the wrong type or not among the choices, no command at all) are one line
+    naming what is wrong, pointing to ``--help``, and exit 2, instead of the usage block and the message:
+    ``agent-gspo train: error: unrecognized arguments: --bogus (see agent-gspo train --help)``.
+    ``--help`` is unchanged. Subparsers are of the same class (``add_subparsers`` makes them with
+    ``type(self)``), so each names its own command."""
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """As argparse's, but an unrecognized argument is blamed on the command it was given to
+        (argparse collects them from every subparser and reports them on the top-level parser)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._chosen(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _chosen(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The innermost (sub)parser that ``parsed`` selected: ``agent-gspo config keys`` for
+        ``agent-gspo config keys --bogus``."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(parsed, action.dest, None))
+                if isinstance(sub, OneLineParser):
+                    return sub._chosen(parsed)
+        return self
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {_clipped(message)} (see {self.prog} --help)\n")
 
 
 class UserError(Exception):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from components.config import ALL_BENCHMARKS, BASELINE_NAMES
 from components.data.sampling import DEVSET, EVAL_SPLIT
+from components.errors import OneLineParser
 from components.jobs.base import ROLLOUT_MAX_EPISODES
 
 EXIT_CODES = """exit codes:
@@ -122,7 +123,7 @@ class _Version(argparse.Action):
 
 
 def _common() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineParser(add_help=False)
     common.add_argument("--params", default=None, help="params file (default params.yaml or $AGENT_GSPO_PARAMS)")
     common.add_argument("--profile", default=None, help="profile in params.yaml (default, smoke, ...)")
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -133,7 +134,7 @@ def _common() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = argparse.ArgumentParser(prog="agent-gspo", description="Agent-GSPO: communication-efficient "
+    parser = OneLineParser(prog="agent-gspo", description="Agent-GSPO: communication-efficient "
                                      "multi-agent LLM training with GSPO, as an MLOps pipeline.",
                                      epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_Version)

@@ -18,7 +18,7 @@ from components.cli_parser import EXIT_CODES, comma_names, positive_int
 from components.config import Config, load_config
 from components.config_doc import schema_keys
 from components.dvc_stage import follow_dvc
-from components.errors import UserError, run_command
+from components.errors import OneLineParser, UserError, run_command
 from components.io import check_output_file
 from components.progress import log_to_stderr
 from experiments.devchoice_report import DevChoiceInputs, build_devchoice_report
@@ -30,12 +30,12 @@ PROG = "agent-gspo experiments"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineParser(add_help=False)
     common.add_argument("--params", default=None, help="params file (default params.yaml or $AGENT_GSPO_PARAMS)")
     common.add_argument("--profile", default=None, help="profile in params.yaml (run: default experiments.profile)")
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one param, e.g. --set experiments.record.b25=NAME (repeatable)")
-    parser = argparse.ArgumentParser(prog=PROG, description="The study (experiments/): the paper's token-economy "
+    parser = OneLineParser(prog=PROG, description="The study (experiments/): the paper's token-economy "
                                      "experiments and their report.", epilog=EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION", help="one of:")

@@ -18,7 +18,6 @@ or an earlier run's outputs (``final/``, ``metrics.json``, ...) unless ``overwri
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import json
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from components.config import Config, load_config
 from components.data.item import Item
 from components.data.train_items import load_train_items
-from components.errors import UserError, run_command
+from components.errors import OneLineParser, UserError, run_command
 from components.gspo.trainer import GSPOTrainer, noop_reason, seed_everything
 from components.io import atomic_dir, check_writable_dir, naming_environment_errors, write_json_atomic
 from components.mas.engine import RolloutEngine
@@ -317,7 +316,7 @@ def history_table(history: list[dict[str, float]], keys: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m components.runtime.train_main`` is what launchers run on every rank."""
-    p = argparse.ArgumentParser(prog="agent-gspo-train", description="GSPO training (one rank)")
+    p = OneLineParser(prog="agent-gspo-train", description="GSPO training (one rank)")
     p.add_argument("--params", default=None)
     p.add_argument("--profile", default=None)
     p.add_argument("--set", dest="overrides", action="append", default=[])

@@ -24,7 +24,7 @@ import json
 from collections.abc import Sequence
 
 from components.config import load_config
-from components.errors import run_command
+from components.errors import OneLineParser, run_command
 from components.search.errors import SearchError
 from components.search.sampler import TrialSeededSampler
 from components.search.space import SearchSpace
@@ -47,7 +47,7 @@ def _import_trial_fn(spec: str) -> TrialFn:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m components.search.worker", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="python -m components.search.worker", description=__doc__.split("\n")[0])
     fn = p.add_mutually_exclusive_group(required=True)
     fn.add_argument("--synthetic", action="store_true", help="use the synthetic trial function")
     fn.add_argument("--trial-fn", help="package.module:function returning TrialOutcome")

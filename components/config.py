@@ -61,6 +61,7 @@ __all__ = [  # the schema's sections live in components/config_sections.py; impo
     "BenchmarkName", "BudgetConfig", "Config", "ConfigError", "DataConfig", "DeepSpeedConfig", "EvalConfig",
     "GspoConfig", "MasConfig", "ModelConfig", "Name", "RegistryConfig",
     "RewardConfig", "SearchConfig", "Seed", "TrackingConfig", "deep_merge", "format_errors", "load_config",
+    "one_or_indented",
     "parse_override", "rank_split_problem", "read_params_file", "set_override",
 ]
 
@@ -213,8 +214,9 @@ YAML11_BOOLEANS = frozenset({"yes", "no", "on", "off", "y", "n"})
 
 
 def format_errors(exc: ValidationError, source: str) -> str:
-    """A pydantic error as ``source: invalid configuration`` plus one line per key path."""
-    lines = [f"{source}: invalid configuration"]
+    """A pydantic error as one line, ``source: invalid configuration: key.path: what is wrong``; with
+    several problems, ``source: invalid configuration`` then one indented line per key path."""
+    problems = []
     for err in exc.errors():
         path = ".".join(str(p) for p in err["loc"]) or "<root>"
         path = path if len(path) <= MAX_SHOWN else path[:MAX_SHOWN - 3] + "..."
@@ -230,10 +232,16 @@ def format_errors(exc: ValidationError, source: str) -> str:
             msg += " (booleans are true or false, as in YAML 1.2)"
         # at the root, or under a model-level validator, the input is a whole section: the message names the keys
         got = f" (got {_shown(err.get('input'))})" if err["loc"] and not isinstance(err.get("input"), dict) else ""
-        lines.append(f"  {path}: {msg}{got}")
-    return "\n".join(lines)
+        problems.append(f"{path}: {msg}{got}")
+    return one_or_indented(f"{source}: invalid configuration", problems)
 
 
+def one_or_indented(header: str, problems: list[str]) -> str:
+    """``header: problem`` for one problem (the CLI's one-line error), else the header and one indented
+    line per problem."""
+    if len(problems) == 1:
+        return f"{header}: {problems[0]}"
+    return "\n".join([header, *(f"  {p}" for p in problems)])
 
 
 def read_params_file(path: Path) -> dict[str, Any]:

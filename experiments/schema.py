@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from components.config import Config, ConfigError, parse_override
+from components.config import Config, ConfigError, one_or_indented, parse_override
 from components.config_sections import Name
 from components.data.sampling import DEVSET, EVAL_SPLIT
 from experiments.rules import RULES
@@ -150,12 +150,13 @@ def study_section(cfg: Config) -> ExperimentsConfig:
     try:
         return ExperimentsConfig.model_validate(cfg.experiments)
     except ValidationError as exc:
-        lines = [f"experiments (profile {cfg.profile}): invalid configuration"]
+        problems = []
         for err in exc.errors():
             path = ".".join(["experiments", *(str(p) for p in err["loc"])])
             msg = err["msg"]
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
             got = "" if isinstance(err.get("input"), dict) else f" (got {str(repr(err.get('input')))[:120]})"
-            lines.append(f"  {path}: {msg}{got}")
-        raise ConfigError("\n".join(lines)) from exc
+            problems.append(f"{path}: {msg}{got}")
+        header = f"experiments (profile {cfg.profile}): invalid configuration"
+        raise ConfigError(one_or_indented(header, problems)) from exc

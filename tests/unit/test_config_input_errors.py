@@ -226,6 +226,18 @@ def test_a_monstrous_override_is_one_line(override: str, capsys) -> None:
     assert "Traceback" not in err and err.count("\n") == 1 and "override" in err, err[:300]
 
 
+@pytest.mark.parametrize(("overrides", "named"), [(["train.steps=1"], ["train: unknown key"]),
+                                                  (["gspo.lr=abc"], ["gspo.lr: "]),
+                                                  (["gspo.lr=abc", "gspo.seed=x"],
+                                                   ["\n  gspo.lr: ", "\n  gspo.seed: "])])
+def test_one_bad_key_is_one_line_and_several_are_one_line_each(overrides: list[str], named: list[str], capsys) -> None:
+    """Was: ``...: invalid configuration`` on one line and the key on a second, for a single bad key."""
+    assert main(["validate", "--params", str(ROOT / "params.yaml"), *(a for o in overrides for a in ("--set", o))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == (1 if len(overrides) == 1 else 1 + len(overrides)) and "Traceback" not in err, err
+    assert all(n in err for n in named) and ("invalid configuration: " in err) == (len(overrides) == 1), err
+
+
 def test_integers_follow_yaml_1_2_not_1_1(tmp_path: Path) -> None:
     """Was: `steps: 010` read as octal 8 and `1:30` as the sexagesimal 90, without a word."""
     path = _file(tmp_path, "p.yaml", "gspo:\n  steps: 010\n")

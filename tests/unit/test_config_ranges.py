@@ -92,7 +92,7 @@ def test_an_absurd_value_is_refused_naming_the_key(loaded: dict, key: str, kind:
         set_override(raw, f"{key}={value}")
         with pytest.raises(ValidationError) as err:
             Config.model_validate(raw)
-        assert f"  {key}: " in format_errors(err.value, "params.yaml"), f"{key}={value}: {err.value}"
+        assert f"{key}: " in format_errors(err.value, "params.yaml"), f"{key}={value}: {err.value}"
 
 
 @pytest.mark.parametrize("value", ABSURD)

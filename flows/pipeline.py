@@ -34,7 +34,7 @@ from components.runtime.training_run import history_table
 from components.search import load_best_params
 from flows.data_prep import data_prep_flow
 from flows.logs import forward_logs
-from flows.run_folders import folder_overrides, run_folder, write_summary
+from flows.run_folders import folder_overrides, run_folder, study_override, write_summary
 from flows.secret_params import SecretFree, redacting
 
 TAIL_LINES = 30
@@ -125,7 +125,8 @@ def search_task(cfg: Config) -> list[str]:
         if not result.written:
             logger.info("search: nothing changes, %s left as it was (%s)", result.params_path, result.verdict)
     _post(logger, "search-result", lambda: create_markdown_artifact(key="search-result", markdown=(
-        f"# Search\n\n{result.n_complete} trials, stopped by **{result.stopped_by}**, {result.tokens_spent} tokens.\n\n"
+        f"# Search\n\nStudy `{result.study_name}` in `{result.storage}`: {result.n_complete} trials, "
+        f"stopped by **{result.stopped_by}**, {result.tokens_spent} tokens.\n\n"
         f"Best dev accuracy {result.best_dev_accuracy} at {result.best_mean_tokens_per_episode} tokens/episode "
         f"(feasible: {result.best_feasible}).\n\n`{' '.join(result.best_overrides)}`\n\n"
         f"{'Written to' if result.written else 'Not written; left as it was:'} `{result.params_path}` "
@@ -204,12 +205,15 @@ def with_best_params(source: ConfigSource, best_params: str | None, log: Callabl
 
 def _source(profile: str | None, params: str | None, overrides: list[str] | None, folder: Path | None, *,
             prepares_data: bool) -> ConfigSource:
-    """The caller's config; a dated run folder's output paths go under the caller's overrides (which win)."""
+    """The caller's config; a dated run folder's output paths and its own search study go under the
+    caller's overrides (which win)."""
     source = ConfigSource(params=params, profile=profile, overrides=tuple(overrides or ()))
     if folder is None:
         return source
-    get_run_logger().info("this run writes under %s (never into DVC's outputs)", folder)
-    return source.plus(folder_overrides(folder, prepares_data=prepares_data))
+    study = study_override(source.load().search.study_name, folder)
+    get_run_logger().info("this run writes under %s (never into DVC's outputs); a search runs in its own study (%s)",
+                          folder, study)
+    return source.plus([*folder_overrides(folder, prepares_data=prepares_data), study])
 
 
 @redacting
@@ -248,10 +252,14 @@ def pipeline_flow(profile: SecretFree | None = None, params: SecretFree | None =
 def search_flow(profile: SecretFree | None = None, params: SecretFree | None = None,
                 overrides: list[SecretFree] | None = None, run_root: SecretFree | None = None) -> list[str]:
     """The weekly search alone: its best parameters land in ``search.out_params`` only as a candidate
-    that beats the profile's beyond noise (returned; [] when nothing changed)."""
+    that beats the profile's beyond noise (returned; [] when nothing changed). With a run folder (a
+    deployed run, or ``run_root``) it searches in a study of its own (:func:`flows.run_folders.study_override`),
+    so every scheduled week runs its trials; by hand it joins (resumes) ``search.study_name``."""
     folder = run_folder(run_root)
-    best = search_task(_source(profile, params, overrides, folder, prepares_data=False).load())
-    write_summary(folder, "search", {"candidate": best})
+    cfg = _source(profile, params, overrides, folder, prepares_data=False).load()
+    best = search_task(cfg)
+    write_summary(folder, "search", {"candidate": best, "study": cfg.search.study_name,
+                                     "storage": redact(cfg.search.storage)})
     return best
 
 

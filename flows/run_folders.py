@@ -13,6 +13,13 @@ by overrides placed *under* the caller's own (an explicit ``--set gspo.out_dir=.
 A flow that only reads the prepared data (search, evaluate) keeps ``data.out_dir``: reading DVC's
 ``data/`` changes nothing. A run started by hand (``agent-gspo run``, a test calling the flow) has no
 deployment and keeps the profile's folders unless it passes ``run_root``.
+
+Such a run also searches in an Optuna study of its own, ``<search.study_name>-<folder name>``
+(:func:`study_override`), in the configured ``search.storage``. Optuna opens a study by name with
+``load_if_exists``, so every weekly search used to open the first week's study: recorded under another
+config (this folder's output paths are part of it), week 2 exited 2 (:mod:`components.search.study_config`);
+under the same config it would have found the study finished and run no trial.
+``agent-gspo search`` by hand keeps the plain name, and so stays resumable by it.
 """
 
 from __future__ import annotations
@@ -46,6 +53,14 @@ def folder_overrides(folder: Path, *, prepares_data: bool) -> list[str]:
     out = [f"gspo.out_dir={folder / 'train'}", f"eval.out_dir={folder / 'eval'}",
            f"data.report_dir={folder / 'reports'}"]
     return [f"data.out_dir={folder / 'data'}", *out] if prepares_data else out
+
+
+def study_override(study_name: str, folder: Path) -> str:
+    """``search.study_name=<study_name>-<folder name>``: a fresh study for the flow run that writes into
+    ``folder`` (its name holds the UTC date-time and the flow run id, so the studies of scheduled runs
+    sort by time in the storage and each names its run folder). Goes under the caller's overrides like
+    :func:`folder_overrides`: an explicit ``search.study_name`` still wins (to join a named study)."""
+    return f"search.study_name={study_name}-{folder.name}"
 
 
 def run_folder(run_root: str | None) -> Path | None:

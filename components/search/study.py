@@ -21,7 +21,8 @@ Storage: ``sqlite:///file.db`` (default, one host) or ``postgresql+psycopg://use
 (several hosts); the study is opened with ``load_if_exists=True``, so the same command
 started on every host joins one study (``python -m components.search.worker``). A rerun of a
 finished study therefore runs no new trial: use a new ``search.study_name`` for a fresh search
-(``budget_seconds`` likewise counts from the study's first start, gaps between resumes included).
+(``budget_seconds`` likewise counts from the study's first start, gaps between resumes included), as
+every scheduled flow run does (``<study_name>-<run folder>``, ``flows/run_folders.py``).
 An exception raised by ``trial_fn`` (an OOM, a tracking error, a bad outcome) fails that trial
 (Optuna state FAIL, the error in its ``search:error`` user attribute) and the worker goes on
 with the next one; only a budget refusal (or the failure cap) stops it. A failed trial is charged

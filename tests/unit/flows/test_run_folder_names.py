@@ -15,7 +15,8 @@ from helpers.paths import REPO_ROOT
 from prefect._internal.uuid7 import uuid7
 
 from components.errors import UserError
-from flows.run_folders import SCHEDULED_ROOT, check_run_root, dated_folder
+from components.jobs import ConfigSource
+from flows.run_folders import SCHEDULED_ROOT, check_run_root, dated_folder, study_override
 
 
 def test_runs_created_and_started_together_get_their_own_folders() -> None:
@@ -36,3 +37,15 @@ def test_a_run_root_inside_a_dvc_output_is_refused_before_anything_is_written(tm
             check_run_root(bad, REPO_ROOT)
     for good in (SCHEDULED_ROOT, "runs", "runs/smoke", "data", str(tmp_path)):
         check_run_root(good, REPO_ROOT)
+
+
+def test_a_run_with_a_folder_searches_in_a_study_of_its_own_unless_told_which() -> None:
+    """Was: every weekly search opened the study ``agent-gspo`` and found it finished (no trial) or run
+    under another config (exit 2); tests/integration/test_weekly_search.py runs two weeks."""
+    folder = dated_folder(SCHEDULED_ROOT, "agent-gspo-search", str(uuid7()), datetime(2026, 12, 6, 4, tzinfo=UTC))
+    by_hand = ConfigSource(params=str(REPO_ROOT / "params.yaml"), profile="smoke")
+    assert by_hand.load().search.study_name == "agent-gspo"  # `agent-gspo search`: resumable by name
+    own = by_hand.plus([study_override("agent-gspo", folder)]).load().search.study_name
+    assert own == f"agent-gspo-{folder.name}" and own.startswith("agent-gspo-20261206T040000Z-")
+    told = ConfigSource(params=str(REPO_ROOT / "params.yaml"), profile="smoke", overrides=("search.study_name=x",))
+    assert told.plus([study_override("x", folder)]).load().search.study_name == "x"  # the caller's own wins

@@ -23,10 +23,12 @@ from mlflow.exceptions import MlflowException
 from mlflow.pyfunc import PythonModel
 
 from components.tracking.served import RequestError, ServedSystem
+from components.tracking.served_inputs import request_rows
 
 
 class MultiAgentSystemModel(PythonModel):
-    """Input: rows with ``question`` (and optionally ``answer_type``, ``choices``). Output: one object
+    """Input: rows with ``question`` (and optionally ``answer_type``, ``choices``), as records or as
+    columns (:func:`components.tracking.served_inputs.request_rows`). Output: one object
     per row with the final answer, the transcript and the token counts. Params: ``agents``,
     ``rounds``, ``max_new_tokens``, ``temperature``, ``seed``."""
 
@@ -38,16 +40,10 @@ class MultiAgentSystemModel(PythonModel):
     def predict(self, context: Any, model_input: pd.DataFrame,
                 params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
-        records = [{k: (None if _missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")]
-        try:
-            return self.system.answer(records, params)
+        try:  # NaN cells (pandas fills absent values with NaN) become None; columns become rows
+            return self.system.answer(request_rows(frame.to_dict("records")), params)
         except RequestError as exc:
             raise MlflowException.invalid_parameter_value(str(exc)) from None
-
-
-def _missing(value: Any) -> bool:
-    """NaN / None cells of optional columns (pandas fills absent values with NaN)."""
-    return value is None or (isinstance(value, float) and value != value)
 
 
 mlflow.models.set_model(MultiAgentSystemModel())

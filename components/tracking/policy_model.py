@@ -104,9 +104,12 @@ def system_signature(settings: Mapping[str, Any]) -> ModelSignature:
                       Property("completion_tokens", "long"), Property("recipients", Array("long"))])
     # Any, not string, for question and choices: MLflow's string enforcement converts before predict sees
     # the value (a question 123, true or {"a": 1} became the text '123', 'True', "{'a': 1}" and was
-    # answered; ["a", null] became ["a", "n"]); passed through, served_inputs refuses them by name
+    # answered; ["a", null] became ["a", "n"]); passed through, served_inputs refuses them by name.
+    # Any, not Array(Any), for choices: MLflow packs an Array column of the columnar form into one
+    # numpy array, so choices of different lengths or a null one were a 400 "inhomogeneous shape"
+    # before predict ran, and a row of the `inputs` list without choices a 400 "got float"
     inputs = Schema([ColSpec(AnyType(), "question"), ColSpec("string", "answer_type", required=False),
-                     ColSpec(Array(AnyType()), "choices", required=False)])
+                     ColSpec(AnyType(), "choices", required=False)])
     outputs = Schema([ColSpec("string", "answer", required=False), ColSpec("string", "final_text"),
                       ColSpec(Array(message), "transcript"),
                       *[ColSpec("long", key) for key in ("prompt_tokens", "completion_tokens", "communicated_tokens",

@@ -3,7 +3,9 @@
 What a request costs (memory, time) grows with what it asks for, so every input is bounded up
 front; :class:`RequestError` becomes HTTP 400 when served (:mod:`components.tracking.hf_pyfunc`).
 
-* rows: at most :data:`MAX_ROWS` per request.
+* rows: at most :data:`MAX_ROWS` per request, sent as objects (``dataframe_records``, ``inputs`` /
+  ``instances`` as a list, ``dataframe_split``) or as columns (``inputs`` / ``instances`` as
+  ``{"question": [...], ...}``); :func:`request_rows` reads the columns MLflow delivers as one row.
 * ``question``: a non-empty string. Null / NaN are refused; MLflow hands a JSON null of the
   ``inputs`` format over as the text ``'None'`` (NaN as ``'nan'``), so those texts are refused
   too. It must fit the model with the rest of the prompt: at most
@@ -49,6 +51,12 @@ BOUNDARY_TOKENS = 8
 """margin for tokens merged across the question's edges in the rendered prompt"""
 NULL_TEXTS = frozenset({"none", "nan", "null"})
 """how MLflow renders a JSON null / NaN cell of a string column (``inputs`` format)"""
+
+
+COLUMNAR_FORM = '{"question": [...], "answer_type": [...], "choices": [...]}'
+ROW_FORMS = ('one object per row ({"dataframe_records": [{"question": ...}, ...]}, {"inputs": [{"question": ...}, '
+             '...]} or dataframe_split)')
+"""the request forms a refusal of a columnar request points to"""
 
 
 class RequestError(ValueError):
@@ -190,10 +198,51 @@ def _question(k: int, value: Any) -> str:
     raise RequestError(f"row {k}: 'question' must be a non-empty string, got {got}")
 
 
+def _check_rows(n: int) -> None:
+    if n > MAX_ROWS:
+        raise RequestError(f"inputs: {n} rows in one request, at most {MAX_ROWS} (send several requests)")
+
+
+def _is_column(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) or isinstance(value, np.ndarray) and value.ndim >= 1
+
+
+def _cells(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: None if _is_null(v) else v for k, v in row.items()}
+
+
+def request_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's rows from the rows of the frame MLflow hands ``predict`` (NaN / None cells: None).
+
+    MLflow makes a dict of columns whose values are all lists of strings (``{"inputs": {"question":
+    [q1, q2]}}``, the same under ``instances``, or ``predict({"question": [...]})``) ONE row whose
+    cells are those lists; other dicts of columns it makes one row per element. A single row whose
+    ``question`` is a list is therefore read as columns, one question per element, and every other
+    field must then be a list of as many values (null where a row has none). A question is a
+    string, so a list question has no other meaning; a request of several rows keeps its rows.
+    """
+    if len(rows) != 1 or not _is_column(rows[0].get("question")):
+        return [_cells(row) for row in rows]
+    columns = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in rows[0].items()}
+    n = len(columns["question"])
+    _check_rows(n)
+    out: list[dict[str, Any]] = [{} for _ in range(n)]
+    for key, values in columns.items():
+        if _is_null(values):
+            values = [None] * n
+        elif not _is_column(values) or len(values) != n:
+            got = f"a list of {len(values)}" if _is_column(values) else _short(values)
+            raise RequestError(f"inputs: 'question' is a list of {n}, read as columns {COLUMNAR_FORM}, but {key!r} is "
+                               f"{got}: give every field as a list of {n} values, one per question (null for none), "
+                               f"or send {ROW_FORMS}")
+        for row, value in zip(out, values, strict=True):
+            row[key] = value
+    return [_cells(row) for row in out]
+
+
 def request_items(records: list[dict[str, Any]], limits: RequestLimits) -> list[Item]:
     """Engine items from request rows (``question``, ``answer_type``?, ``choices``?), all checked first."""
-    if len(records) > MAX_ROWS:
-        raise RequestError(f"inputs: {len(records)} rows in one request, at most {MAX_ROWS} (send several requests)")
+    _check_rows(len(records))
     items = []
     for k, row in enumerate(records):
         question = _question(k, row.get("question"))

@@ -80,6 +80,17 @@ def test_served_champion_answers_with_transcript_and_token_counts(tmp_path: Path
         assert [len(a["transcript"]) for a in res.json()["predictions"]] == [3, 3]
         assert all(m["completion_tokens"] <= 2 for a in res.json()["predictions"] for m in a["transcript"])
 
+        # every form that carries the rows answers alike: the columnar ones were a 400 naming row 0's list
+        rows = [{"question": "What is 2 + 3?", "answer_type": None, "choices": None},
+                {"question": "Pick one", "answer_type": "choice", "choices": ["1", "2", "3"]}]
+        questions = [{"question": "What is 2 + 3?"}, {"question": "Name a colour."}]
+        for forms in (({"dataframe_records": rows}, {"inputs": {k: [r[k] for r in rows] for k in rows[0]}}),
+                      ({"dataframe_records": questions}, {"instances": questions},
+                       {"inputs": {"question": [q["question"] for q in questions]}})):
+            answers = [requests.post(f"{url}/invocations", json=body, timeout=120) for body in forms]
+            assert [a.status_code for a in answers] == [200] * len(forms), [a.text[:300] for a in answers]
+            assert all(a.json() == answers[0].json() for a in answers), forms
+
         res = requests.post(f"{url}/invocations", json={"inputs": [{"question": "q"}], "params": {"agents": 0}},
                             timeout=60)
         assert res.status_code == 400 and "agents=0" in res.text, res.text

@@ -13,12 +13,20 @@ import re
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from helpers.paths import load_test_module
 
 import components.tracking.served as served_mod
 from components.tracking.served import ServedSystem
-from components.tracking.served_inputs import MAX_CHOICES, MAX_ROWS, SEED_MAX, RequestError, RequestLimits
+from components.tracking.served_inputs import (
+    MAX_CHOICES,
+    MAX_ROWS,
+    SEED_MAX,
+    RequestError,
+    RequestLimits,
+    request_rows,
+)
 
 test_tracking_helpers = load_test_module("test_tracking_helpers")
 
@@ -161,3 +169,53 @@ def test_normal_requests_still_answer(system: ServedSystem) -> None:
     assert [len(a["transcript"]) for a in answers] == [3, 3]
     assert all(m["completion_tokens"] <= 2 for a in answers for m in a["transcript"])
     assert system.answer([{"question": "What is 2+3? " * 100}])[0]["prompt_tokens"] > 0  # long but fits
+
+
+COLUMNS = {"question": ["What is 2 + 3?", "Pick one"], "answer_type": [None, "choice"],
+           "choices": [None, ["1", "2", "3"]]}
+ROWS = [{"question": "What is 2 + 3?", "answer_type": None, "choices": None},
+        {"question": "Pick one", "answer_type": "choice", "choices": ["1", "2", "3"]}]
+
+
+@pytest.mark.parametrize("columns", [
+    COLUMNS,  # {"inputs": {...}}: MLflow's one row of lists
+    {"question": np.array(COLUMNS["question"]), "answer_type": np.array(["None", "choice"]),
+     "choices": COLUMNS["choices"]},  # as numpy arrays, a JSON null as the text 'None' (MLflow's string columns)
+])
+def test_columns_mlflow_hands_over_as_one_row_are_read_as_rows(columns: dict) -> None:
+    rows = request_rows([columns])
+    assert [r["question"] for r in rows] == COLUMNS["question"] and type(rows[0]["question"]) is str
+    assert [r["choices"] for r in rows] == COLUMNS["choices"]
+    assert request_rows([{"question": ["q"], "choices": float("nan")}]) == [{"question": "q", "choices": None}]
+    assert request_rows([{"question": []}]) == []
+
+
+def test_rows_are_kept_as_sent_with_nan_cells_as_none() -> None:
+    assert request_rows(ROWS) == ROWS
+    assert request_rows([{"question": "q", "choices": float("nan")}]) == [{"question": "q", "choices": None}]
+    several = [{"question": ["a", "b"]}, {"question": "c"}]  # several rows: a list question stays one (refused)
+    assert request_rows(several) == several
+
+
+@pytest.mark.parametrize(("extra", "got"), [({"answer_type": ["math"]}, "'answer_type' is a list of 1"),
+                                            ({"answer_type": "math"}, "'answer_type' is 'math'"),
+                                            ({"choices": ["1", "2"]}, None)])
+def test_columns_of_other_lengths_are_refused_naming_the_field_and_the_forms(extra: dict, got: str | None) -> None:
+    rows = [{"question": ["q1", "q2", "q3"]} | extra]
+    with pytest.raises(RequestError) as info:
+        request_rows(rows)
+    message = str(info.value)
+    assert message.startswith("inputs: 'question' is a list of 3, read as columns {\"question\": [...]"), message
+    assert (got or "'choices' is a list of 2") in message and "dataframe_records" in message and len(message) < 600
+
+
+def test_columns_are_bounded_before_they_become_rows() -> None:
+    with pytest.raises(RequestError, match=f"inputs: {MAX_ROWS + 1} rows in one request"):
+        request_rows([{"question": ["q"] * (MAX_ROWS + 1), "choices": None}])
+
+
+@pytest.mark.usefixtures("no_generation")
+def test_non_strings_in_a_question_column_are_refused_naming_the_row(system: ServedSystem) -> None:
+    for value in (123, True, {"a": 1}, None):
+        rows = request_rows([{"question": ["What is 2 + 3?", value]}])
+        assert refused(system, rows).startswith("row 1: 'question' must be a non-empty string, got "), value

@@ -20,12 +20,14 @@ from mlflow.exceptions import MlflowException
 
 from components.mas.records import Episode, Message
 from components.tracking import log_policy_model
+from components.tracking.policy_model import INPUT_EXAMPLE
 from components.tracking.served import ServedSystem, _response
 
 test_tracking_helpers = load_test_module("test_tracking_helpers")
 
 mlflow_uri = test_tracking_helpers.mlflow_uri  # shared pytest fixture
 QUESTION = pd.DataFrame([{"question": "What is 2 + 3?"}])
+INPUT_EXAMPLE_BODY = {"inputs": INPUT_EXAMPLE}
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +122,58 @@ def test_scoring_server_refuses_bad_requests_with_400_naming_the_field(served) -
         assert "Traceback" not in res.text and time.perf_counter() - t0 < 10
     res = client.post("/invocations", json={"inputs": q, "params": {"seed": 2**32 - 1, "temperature": 0.5}})
     assert res.status_code == 200 and len(res.json()["predictions"][0]["transcript"]) == 4, res.text
+
+
+ROWS = [{"question": "What is 2 + 3?", "answer_type": "numeric", "choices": None},
+        {"question": "Pick one", "answer_type": "choice", "choices": ["1", "2", "3"]},
+        {"question": "Pick again", "answer_type": "choice", "choices": ["4", "5"]}]
+COLUMNS = {key: [row[key] for row in ROWS] for key in ROWS[0]}
+
+
+@pytest.mark.slow
+def test_scoring_server_answers_every_form_that_carries_a_question_alike(served) -> None:
+    """Every MLflow request form that carries a ``question`` field gets the answers of ``dataframe_records``.
+
+    The columnar forms were a 400 "row 0: 'question' must be a non-empty string, got [...]" (MLflow
+    hands them over as one row of lists), and choices of different lengths or a null one a 400
+    "inhomogeneous shape" (the ``Array`` column was packed into one numpy array)."""
+    from fastapi.testclient import TestClient
+    from mlflow.pyfunc import scoring_server
+
+    client = TestClient(scoring_server.init(served))
+
+    def post(body: dict) -> list:
+        res = client.post("/invocations", json=body)
+        assert res.status_code == 200, (body, res.text[:500])
+        return res.json()["predictions"]
+
+    expected = post({"dataframe_records": ROWS})
+    assert [len(a["transcript"]) for a in expected] == [4, 4, 4]
+    for body in ({"dataframe_split": {"columns": list(COLUMNS), "data": [list(r.values()) for r in ROWS]}},
+                 {"inputs": ROWS}, {"inputs": COLUMNS}, {"instances": COLUMNS},
+                 {"inputs": [{"question": ROWS[0]["question"], "answer_type": "numeric"}, *ROWS[1:]]}):  # no choices
+        assert post(body) == expected, body
+    assert post(INPUT_EXAMPLE_BODY)[1]["prompt_tokens"] > 0  # the saved example, as columns
+
+    questions = [{"question": "What is 2 + 3?"}, {"question": "Name a colour."}]
+    expected = post({"dataframe_records": questions})
+    for body in ({"inputs": {"question": [q["question"] for q in questions]}}, {"instances": questions},
+                 {"instances": {"question": [q["question"] for q in questions]}}, {"inputs": questions}):
+        assert post(body) == expected, body
+    assert post({"inputs": {"question": [questions[1]["question"]]}}) == expected[1:]
+
+    for body, named in (({"inputs": {"question": ["What is 2 + 3?", 123]}},
+                         "row 1: 'question' must be a non-empty string, got 123"),
+                        ({"instances": [{"question": True}]}, "row 0: 'question' must be a non-empty string, got True"),
+                        ({"inputs": {"question": ["q1", "q2"], "answer_type": "math"}},
+                         "inputs: 'question' is a list of 2, read as columns"),
+                        ({"inputs": {"question": ["q1", "q2"], "choices": ["a", "b", "c"]}},
+                         "but 'choices' is a list of 3: give every field as a list of 2 values"),
+                        # columns of other lengths that MLflow itself makes a frame of: its own 400
+                        ({"inputs": {"question": ["q1", "q2"], "choices": [["a", "b"]]}},
+                         "All arrays must be of the same length")):
+        res = client.post("/invocations", json=body)
+        assert res.status_code == 400 and named in res.json()["message"], (body, res.text[:500])
 
 
 @pytest.mark.slow

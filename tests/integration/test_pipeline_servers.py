@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers.leaks import assert_secrets_absent
 from helpers.paths import REPO_ROOT
 from helpers.servers import (
     MlflowServer,
@@ -351,16 +352,6 @@ def _train_cmd(overrides: list[str], *extra: str) -> list[str]:
 SECRET_STORAGE = "S3cr/et@:pw"  # planted in a URI: '/', '@' and ':' in the password, unencoded
 
 
-def _secrets_absent(secrets: list[str], *texts: str, folders: tuple[Path, ...] = ()) -> None:
-    """No planted secret in the given texts, nor in any file under ``folders``."""
-    blobs = list(texts)
-    for folder in folders:
-        blobs += [p.read_bytes().decode(errors="replace") for p in folder.rglob("*") if p.is_file()]
-    for secret in secrets:
-        leaks = [b[max(0, b.find(secret) - 200):b.find(secret) + 50] for b in blobs if secret in b]
-        assert not leaks, f"planted secret {secret!r} leaked: {leaks[:2]}"
-
-
 def test_training_survives_mlflow_outage(mlflow_srv: MlflowServer, prepared: Path, tmp_path: Path) -> None:
     """The server dies after step 2 and stays down past the end of training (well beyond MLflow's own
     HTTP retries): training goes on, every checkpoint is written, the end waits for the server, and
@@ -414,8 +405,8 @@ def test_training_survives_mlflow_outage(mlflow_srv: MlflowServer, prepared: Pat
     assert {m.step for m in client.get_metric_history(run.info.run_id, "train/reward")} == set(range(1, steps + 1))
     (version,) = client.search_model_versions("name='agent-gspo-policy'")
     assert version.tags["train.run_id"] == run.info.run_id
-    _secrets_absent([tracking_secret, SECRET_STORAGE], text, repr(run.data.params), repr(run.data.tags),
-                    repr(version.tags), folders=(out / "checkpoints", out / "plots"))
+    assert_secrets_absent([tracking_secret, SECRET_STORAGE], text, repr(run.data.params), repr(run.data.tags),
+                          repr(version.tags), folders=(out / "checkpoints", out / "plots"))
     assert run.data.params["tracking.uri"].startswith("http://agent:***@")
 
 
@@ -493,7 +484,7 @@ def test_training_killed_in_flow_is_resumed_by_retry(prefect: PrefectServer, pre
         logs = pc.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
     stored = "\n".join(log.message for log in logs)
     assert "attempt 2 (resume)" in stored and "agent:***@db.invalid" in stored, stored[-3000:]
-    _secrets_absent([SECRET_STORAGE], text, stored)
+    assert_secrets_absent([SECRET_STORAGE], text, stored)
 
     a, b = (load_file(str(folder / "final" / "model.safetensors")) for folder in (straight, flowed))
     assert a.keys() == b.keys()

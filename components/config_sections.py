@@ -318,11 +318,25 @@ def model_name_problem(name: str) -> str | None:
     return None
 
 
+class SigningConfig(_Section):
+    """The key that signs evaluation records and decisions, and what the gate accepts (docs/gate.md)."""
+
+    key_file: str | None = Field(None, description="file holding the signing key (at least 32 characters; e.g. "
+                                 "from a secret store, the same on every machine that evaluates or promotes). "
+                                 "Unset: $AGENT_GSPO_SIGNING_KEY, else a key generated once (mode 0600) beside a "
+                                 "sqlite registry's database or in ~/.config/agent-gspo/signing-key")
+    accept_unsigned: bool = Field(False, description="accept evaluation records and decisions without a signature "
+                                  "(only for a registry made before records were signed: a forger then simply "
+                                  "leaves the signature out)")
+
+
 class RegistryConfig(_Section):
     model_name: Name = Field("agent-gspo-policy", description="registered model name (MLflow's rules: no '/', "
                                                               "':', '@', '..', blank or padded names)")
     min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="absolute bar for the first champion")
     gate: GateConfig = Field(default_factory=GateConfig, description="the promotion gate's paired rule")
+    signing: SigningConfig = Field(default_factory=SigningConfig, description="signed evaluation records: the "
+                                   "key and what the gate accepts")
 
     @field_validator("model_name", mode="before")
     @classmethod

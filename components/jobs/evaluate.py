@@ -7,7 +7,10 @@ the version point at each other: run tags ``eval.model_name`` / ``eval.model_ver
 summary linked to the version's logged model, and on the version the results under the
 setting's key (:mod:`components.tracking.gate`). The per-item record (``items.jsonl``) is logged
 as an artifact and an evaluation table, its sha256 as the run param ``eval.items_sha256`` and the
-version as ``eval.registered_version``: what the promotion gate verifies and compares.
+version as ``eval.registered_version``: what the promotion gate verifies and compares. The run of a
+registry version is signed (param ``eval.signature``) with the signing key
+(:mod:`components.tracking.signing`; generated on first use when none is configured): the gate
+refuses a record without it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from components.tracking import Tracker
 from components.tracking.backend import guarded
 from components.tracking.gate import VERSION_PARAM, GateResult, write_result
 from components.tracking.lineage import log_evaluation_inputs
+from components.tracking.signing import EVAL_SIGNATURE_PARAM, EvaluationClaim, load_key, sign
 from components.tracking.versions import VersionRef, registration_of, registry_client, resolve_version
 
 
@@ -112,8 +116,10 @@ class EvaluateJob(Job):
             report = evaluate(cfg, request)
             return EvaluateResult(report, self._setting(report))
         tags = {"stage": "evaluate", "eval.model": model or cfg.model.name}
+        key = None
         if version is not None:
             tags |= {"eval.model_name": version.name, "eval.model_version": version.version}
+            key = load_key(cfg.registry.signing, cfg.tracking.uri, create=True)  # before the evaluation: fail fast
         with Tracker.from_config(cfg, "evaluate", tags) as tracker:
             report = evaluate(cfg, request)
             setting = self._setting(report)
@@ -125,6 +131,10 @@ class EvaluateJob(Job):
             log_evaluation_inputs(tracker, report.meta, model_id)  # data read and model evaluated, as run inputs
             run_id = tracker.run_id
             if version is not None:
+                if key is not None and run_id and report.meta.get("items_sha256"):  # the record the gate reads
+                    claim = EvaluationClaim(run_id, version.uri, setting.key(), str(report.meta["items_sha256"]),
+                                            str(report.meta["main_system"]))  # as log_to_tracker logged them
+                    tracker.log_params({EVAL_SIGNATURE_PARAM: sign(key, claim.payload())})
                 self._record(version, setting, report, run_id)
         return EvaluateResult(report, setting, run_id, version)
 
@@ -153,3 +163,4 @@ class EvaluateJob(Job):
         log.info("recorded on %s under setting %s (%s): accuracy %.4f, tokens %d; per-item record %s (sha256 %s, "
                  "run param eval.items_sha256)", version.uri, setting.key(), setting.describe(), result.accuracy,
                  int(result.tokens_total), report.paths.get("items"), report.meta.get("items_sha256"))
+

@@ -11,6 +11,10 @@ run with the report as artifacts, the results on the champion's version) but its
 temporary folder, never to ``eval.out_dir``: that folder holds the evaluation published for the
 candidate, which must stay.
 
+The gate accepts only records signed under the signing key of ``registry.signing``
+(:func:`components.tracking.signing.trust_for`: ``$AGENT_GSPO_SIGNING_KEY``, the key file, or the
+key the first evaluation generated beside a sqlite registry); promote never generates one.
+
 When the gate's setting was measured under a ``mas`` protocol other than the one the candidate
 records for serving (:mod:`components.tracking.recorded`), a warning says so: the decision is then
 not about the system ``@champion`` would serve.
@@ -28,6 +32,7 @@ from components.evaluation.setting import planned_setting
 from components.jobs.base import Job, log
 from components.tracking.promotion import ChampionNotEvaluated, GateRule, GateSpec, promote
 from components.tracking.recorded import protocol_differences, recorded_mas
+from components.tracking.signing import trust_for
 from components.tracking.versions import registry_client, resolve_version
 
 if TYPE_CHECKING:
@@ -52,12 +57,13 @@ class PromoteJob(Job):
         setting = planned_setting(cfg, limit=self.limit)
         reg = cfg.registry
         rule = GateRule(reg.gate.rule(), reg.min_accuracy, reg.gate.test)
+        spec = GateSpec(setting.key(), rule, setting.describe(), trust_for(reg.signing, cfg.tracking.uri))
         log.info("promote %s under setting %s (%s); rule: %s", ref.uri, setting.key(), setting.describe(),
                  rule.describe())
         _warn_if_not_served_protocol(ref.name, ref.version, setting.protocol, cfg.tracking.uri)
 
         def gate():
-            return promote(client, ref.name, ref.version, gate=GateSpec(setting.key(), rule, setting.describe()))
+            return promote(client, ref.name, ref.version, gate=spec)
 
         try:
             return gate()

@@ -22,6 +22,7 @@ _WHERE = {
     "GateSpec": "promotion",
     "PromotionDecision": "promotion", "promote": "promotion",
     "promotion_lock": "registry",
+    "Trust": "signing", "UntrustedRecord": "signing", "load_key": "signing", "trust_for": "signing",
     "VersionRef": "versions", "registry_client": "versions", "resolve_version": "versions",
 }
 __all__ = sorted(_WHERE)

@@ -16,9 +16,11 @@ overwrites the numbers the gate compares.
 Those tags are editable, so the gate never decides on them: :func:`load_evidence` follows
 ``run_id`` to the evaluation run, downloads its per-item record (``eval/items.jsonl``,
 :mod:`components.evaluation.items`), checks its sha256 against the run's immutable param
-``eval.items_sha256``, checks the run's params name this version and this setting, and
-recomputes accuracy, tokens and n from the items; :func:`check_tags` then refuses a version
-whose tags disagree with that record (:class:`EvidenceMismatch`, exit 2 naming both values).
+``eval.items_sha256``, checks the run's params name this version and this setting, checks the
+run's signature (:mod:`components.tracking.signing`: the run was made by an evaluator holding the
+signing key, else :class:`~components.tracking.signing.UntrustedRecord`), and recomputes accuracy,
+tokens and n from the items; :func:`check_tags` then refuses a version whose tags disagree with
+that record (:class:`EvidenceMismatch`, exit 2 naming both values).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from mlflow.exceptions import MlflowException
 from components.comparison import ItemScore
 from components.items_file import ITEMS_ARTIFACT, ITEMS_PARAM, MAIN_PARAM, decode, headline, items_sha256, scores
 from components.tracking.errors import PromotionError
+from components.tracking.signing import EVAL_SIGNATURE_PARAM, EvaluationClaim, Trust, UntrustedRecord, signature_problem
 
 LATEST_RUN_TAG = "eval.latest_run_id"
 LATEST_KEY_TAG = "eval.latest_setting"
@@ -148,12 +151,26 @@ def _params(client: MlflowClient, run_id: str, where: str) -> dict[str, str]:
         raise
 
 
-def load_evidence(client: MlflowClient, run_id: str, where: str, *, key: str, version_uri: str | None) -> Evidence:
+def check_signature(params: Mapping[str, str], run_id: str, where: str, trust: Trust) -> None:
+    """:class:`UntrustedRecord` (one line: ``where``, the run, unsigned or which mismatch, what to do)
+    unless evaluation run ``run_id`` is signed under ``trust``'s key over what its params claim."""
+    claim = EvaluationClaim(run_id, params.get(VERSION_PARAM, ""), params.get("setting.key", ""),
+                            params.get(ITEMS_PARAM, ""), params.get(MAIN_PARAM, ""))
+    what = f"{where}: evaluation run {run_id}"
+    why = signature_problem(trust, claim.payload(), params.get(EVAL_SIGNATURE_PARAM), what)
+    if why is not None:
+        raise UntrustedRecord(f"{where}: evaluation run {run_id} refused, {why}; evaluate the version again "
+                              "with the signing key (docs/gate.md)")
+
+
+def load_evidence(client: MlflowClient, run_id: str, where: str, *, key: str, version_uri: str | None,
+                  trust: Trust) -> Evidence:
     """The verified per-item record of evaluation run ``run_id`` (module docstring).
 
     ``version_uri`` (``models:/<name>/<v>``) must be what the run evaluated (None: not checked,
-    e.g. a deleted former champion known only through the decision log). Raises
-    :class:`NoItemRecord` (an evaluation from before per-item records) and :class:`EvidenceMismatch`."""
+    e.g. a deleted former champion known only through the decision log); the run must be signed
+    under ``trust``. Raises :class:`NoItemRecord` (an evaluation from before per-item records),
+    :class:`UntrustedRecord` and :class:`EvidenceMismatch`."""
     params = _params(client, run_id, where)
     recorded = params.get(ITEMS_PARAM)
     if not recorded:
@@ -166,6 +183,7 @@ def load_evidence(client: MlflowClient, run_id: str, where: str, *, key: str, ve
     if version_uri is not None and measured != version_uri:
         raise EvidenceMismatch(f"{where}: evaluation run {run_id} measured {measured or 'an unregistered model'}, "
                                f"not {version_uri} (its eval.{key}.run_id tag points elsewhere)")
+    check_signature(params, run_id, where, trust)
     with tempfile.TemporaryDirectory(prefix="agent-gspo-items-") as tmp:
         try:
             local = client.download_artifacts(run_id, ITEMS_ARTIFACT, tmp)

@@ -7,13 +7,16 @@ margin and cheaper beyond noise (``cheaper``)? Every number comes from a verifie
 (:func:`components.tracking.gate.load_evidence`), never from a version's editable tags:
 
 * the candidate must have an evaluation under the gate's setting (:class:`CandidateNotEvaluated`);
-  its record's sha256 must match the run's immutable param, and its ``eval.<key>.*`` tags must say
+  its run must be signed under the configured key (:mod:`components.tracking.signing`; else
+  :class:`~components.tracking.signing.UntrustedRecord`, exit 2 naming the run and why), its
+  record's sha256 must match the run's immutable param, and its ``eval.<key>.*`` tags must say
   what the record says (:class:`~components.tracking.gate.EvidenceMismatch`, exit 2, both values);
 * the reference is the ``@champion`` (READY) version; without the alias, the newest version the
-  decision history crowned (:mod:`components.tracking.decision_log` and the versions'
-  ``promotion.*`` tags; a deleted crowned version is represented by its logged evaluation run). A
-  reference without a per-item record under the setting is :class:`ChampionNotEvaluated`
-  (``promote --evaluate-champion`` measures it on the same items);
+  decision history crowned (:mod:`components.tracking.decision_log`, signed runs only, and the
+  versions' ``promotion.*`` tags; a deleted crowned version is represented by its logged
+  evaluation run). A reference without a per-item record under the setting, or whose record is
+  not signed under the key, is :class:`ChampionNotEvaluated` (``promote --evaluate-champion``
+  measures it on the same items);
 * ``better`` / ``cheaper``: the candidate becomes ``@champion``; ``tie`` / ``worse`` /
   ``costlier``: ``@challenger`` (the champion stays); ``too_few`` items or items that are not the
   same: ``refused``, nothing is written, and the reason is one line;
@@ -36,7 +39,7 @@ from mlflow import MlflowClient
 
 from components.comparison import ComparisonRule, IncomparableItems, PairedVerdict, paired_verdict
 from components.tracking.backend import guarded
-from components.tracking.decision_log import crownings, now_iso, record_decision
+from components.tracking.decision_log import Entry, crownings, now_iso, record_decision
 from components.tracking.errors import PromotionError
 from components.tracking.gate import (
     Evidence,
@@ -48,6 +51,7 @@ from components.tracking.gate import (
     read_result,
 )
 from components.tracking.registry import LockHandle, LockKind, alias_version, get_version, promotion_lock
+from components.tracking.signing import Trust, UntrustedRecord
 
 Decision = Literal["champion", "challenger", "rejected", "refused", "unchanged"]
 CHAMPION, CHALLENGER = "champion", "challenger"
@@ -121,7 +125,7 @@ class PromotionDecision:
         return "\n".join(lines)
 
 
-def _evidence(client: MlflowClient, name: str, version: str, key: str, text: str, role: str) -> Evidence | None:
+def _evidence(client: MlflowClient, name: str, version: str, key: str, trust: Trust, role: str) -> Evidence | None:
     """The version's verified record under ``key`` with its tags checked against it; None when it has none."""
     where = f"{role} models:/{name}/{version}"
     tags = get_version(client, name, version).tags
@@ -129,7 +133,8 @@ def _evidence(client: MlflowClient, name: str, version: str, key: str, text: str
     if result is None or not result.run_id:
         return None
     try:
-        evidence = load_evidence(client, result.run_id, where, key=key, version_uri=f"models:/{name}/{version}")
+        evidence = load_evidence(client, result.run_id, where, key=key, version_uri=f"models:/{name}/{version}",
+                                 trust=trust)
     except NoItemRecord:
         return None
     check_tags(result, evidence, key, where)
@@ -139,11 +144,13 @@ def _evidence(client: MlflowClient, name: str, version: str, key: str, text: str
 @dataclass(frozen=True)
 class GateSpec:
     """What the gate decides under: the evaluation setting's key (and its description, for
-    messages) whose per-item records it compares, and the rule deciding."""
+    messages) whose per-item records it compares, the rule deciding, and the signing key records
+    must be signed under (the default :class:`Trust` has no key: it accepts no record)."""
 
     setting_key: str
     rule: GateRule
     setting_text: str = ""
+    trust: Trust = Trust()
 
 
 def promote(client: MlflowClient, name: str, candidate_version: str | int, *, gate: GateSpec,
@@ -161,7 +168,7 @@ def promote(client: MlflowClient, name: str, candidate_version: str | int, *, ga
         if str(mv.status) != READY:
             raise PromotionError(f"candidate models:/{name}/{version} has status {mv.status}, not {READY} (its "
                                  "registration did not complete): it cannot become @champion; register it again")
-        cand = _evidence(client, name, version, setting_key, setting_text, "candidate")
+        cand = _evidence(client, name, version, setting_key, gate.trust, "candidate")
         if cand is None:
             have = ", ".join(evaluated_settings(mv.tags)) or "none"
             raise CandidateNotEvaluated(
@@ -174,11 +181,11 @@ def promote(client: MlflowClient, name: str, candidate_version: str | int, *, ga
     return guarded(uri, f"promote {name!r} v{version}", _run)
 
 
-def _history(client: MlflowClient, name: str, exclude: str) -> list[tuple[str, str | None]]:
+def _history(client: MlflowClient, name: str, exclude: str, trust: Trust) -> list[tuple[str, str | None]]:
     """Crowned versions, newest first, as ``(version, logged evaluation run or None)``: the decision
-    log's crownings, then versions tagged ``promotion.decision = champion`` (by decision time)."""
+    log's signed crownings, then versions tagged ``promotion.decision = champion`` (by decision time)."""
     out: dict[str, str | None] = {}
-    for c in crownings(client, name):
+    for c in crownings(client, name, trust):
         out.setdefault(c.version, c.eval_run_id or None)
     tagged = [mv for mv in client.search_model_versions(f"name = '{name}'")
               if mv.tags.get("promotion.decision") == CHAMPION]
@@ -187,11 +194,12 @@ def _history(client: MlflowClient, name: str, exclude: str) -> list[tuple[str, s
     return [(v, run) for v, run in out.items() if v != exclude]
 
 
-def _reference(client: MlflowClient, name: str, version: str, key: str, text: str,
+def _reference(client: MlflowClient, name: str, version: str, gate: GateSpec,
                champ_version: str | None) -> tuple[Evidence | None, str | None]:
     """The verified record the candidate is paired with and its version; (None, None) for a first model."""
+    key, text = gate.setting_key, gate.setting_text
     if champ_version is None:
-        history = _history(client, name, exclude=version)
+        history = _history(client, name, version, gate.trust)
         if not history:
             return None, None
         champ_version, logged_run = history[0]
@@ -205,10 +213,13 @@ def _reference(client: MlflowClient, name: str, version: str, key: str, text: st
             log.warning("warning: %r has no @champion; pairing with the logged evaluation run %s of v%s (the last "
                         "crowned version, deleted)", name, logged_run, champ_version)
             return load_evidence(client, logged_run, f"former champion v{champ_version}", key=key,
-                                 version_uri=None), champ_version
+                                 version_uri=None, trust=gate.trust), champ_version
         log.warning("warning: %r has no @champion; pairing with v%s, the last version the decision history "
                     "crowned", name, champ_version)
-    evidence = _evidence(client, name, champ_version, key, text, "champion")
+    try:
+        evidence = _evidence(client, name, champ_version, key, gate.trust, "champion")
+    except UntrustedRecord as exc:  # like no record: --evaluate-champion measures it again, signed
+        raise ChampionNotEvaluated(f"{exc}, or run `agent-gspo promote --evaluate-champion`", champ_version) from None
     if evidence is None:
         raise ChampionNotEvaluated(
             f"champion models:/{name}/{champ_version} has no per-item record under the gate's setting {key} ({text}); "
@@ -238,7 +249,7 @@ def _judge(cand: Evidence, ref: Evidence | None, rule: GateRule) -> tuple[Decisi
 def _decide_and_apply(client: MlflowClient, name: str, version: str, cand: Evidence, gate: GateSpec,
                       handle: LockHandle) -> PromotionDecision:
     """The critical section: aliases, history and the candidate's promotion tags are read under the lock."""
-    key, text, rule = gate.setting_key, gate.setting_text, gate.rule
+    key, rule = gate.setting_key, gate.rule
     old_tags = get_version(client, name, version).tags
     champ_mv = alias_version(client, name, CHAMPION)
     if champ_mv is not None and str(champ_mv.status) != READY:
@@ -255,10 +266,10 @@ def _decide_and_apply(client: MlflowClient, name: str, version: str, cand: Evide
     if champ_version == version:
         result.reason = f"already @champion ({old_tags.get('promotion.reason', 'set outside promote')})"
         return result
-    if champ_version is not None and champ_version not in {v for v, _ in _history(client, name, exclude="")}:
+    if champ_version is not None and champ_version not in {v for v, _ in _history(client, name, "", gate.trust)}:
         log.warning("warning: @champion of %r is v%s, which no promotion decision crowned (the alias was set by "
                     "hand): the candidate is paired with it all the same", name, champ_version)
-    ref, compared = _reference(client, name, version, key, text, champ_version)
+    ref, compared = _reference(client, name, version, gate, champ_version)
     if ref is not None:
         used.update(champion_accuracy=ref.accuracy, champion_tokens_total=ref.tokens_total, champion_n=ref.n,
                     champion_eval_run_id=ref.run_id, champion_items_sha256=ref.sha256)
@@ -285,10 +296,10 @@ def _decide_and_apply(client: MlflowClient, name: str, version: str, cand: Evide
     tags = {(k if k.startswith("promotion.") else f"promotion.{k}"): v for k, v in tags.items()}
     for tag, value in tags.items():
         client.set_model_version_tag(name, version, tag, str(value)[:5000])
-    record_decision(client, name, version, decision, reason,
-                    {"setting": key, "compared_to": compared_tag, "eval_run_id": cand.run_id,
-                     "items_sha256": cand.sha256, "champion_eval_run_id": ref.run_id if ref else "",
-                     "outcome": verdict.outcome if verdict else "first_model", **rule.params()})
+    record_decision(client, name, Entry(version, decision, reason, {
+        "setting": key, "compared_to": compared_tag, "eval_run_id": cand.run_id, "items_sha256": cand.sha256,
+        "champion_eval_run_id": ref.run_id if ref else "", "outcome": verdict.outcome if verdict else "first_model",
+        **rule.params()}), gate.trust.key)
     if decision == CHAMPION:
         client.set_registered_model_alias(name, CHAMPION, version)
         if chall_version == version:

@@ -71,7 +71,8 @@ def _registry_uri(client: MlflowClient) -> str:
     return str(getattr(client, "_registry_uri", None) or client.tracking_uri)
 
 
-def _sqlite_path(uri: str) -> Path | None:
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI; None for an in-memory or non-sqlite registry."""
     if not uri.startswith("sqlite:///"):
         return None
     path = uri[len("sqlite:///"):].split("?", 1)[0]
@@ -140,7 +141,7 @@ def lock_kind_for(client: MlflowClient, kind: LockKind = "auto") -> LockKind:
     """Resolve ``auto``: a file lock for a file-based sqlite registry, the tag lease otherwise."""
     if kind != "auto":
         return kind
-    return "file" if _sqlite_path(_registry_uri(client)) is not None else "tag"
+    return "file" if sqlite_path(_registry_uri(client)) is not None else "tag"
 
 
 @contextlib.contextmanager
@@ -149,7 +150,7 @@ def promotion_lock(client: MlflowClient, name: str, *, kind: LockKind = "auto", 
     """Serialise promotions of ``name`` (see the module docstring for guarantees)."""
     resolved = lock_kind_for(client, kind)
     if resolved == "file":
-        db = _sqlite_path(_registry_uri(client))
+        db = sqlite_path(_registry_uri(client))
         if db is None:
             raise PromotionError(f"file lock needs a sqlite:/// registry, got {_registry_uri(client)}")
         db.parent.mkdir(parents=True, exist_ok=True)

@@ -104,7 +104,7 @@ def test_trained_policy_is_promoted_and_its_untrained_twin_is_not(mlflow_uri: st
         return v
 
     def gate(v: str):
-        d = promote(client, NAME, v, gate=GateSpec(gh.KEY, rule))
+        d = promote(client, NAME, v, gate=GateSpec(gh.KEY, rule, trust=gh.trust(client)))
         print(d.block())
         return d
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -29,9 +30,10 @@ from mlflow import MlflowClient
 
 from components.comparison import ComparisonRule
 from components.tracking import GateRule, GateSpec, Tracker, TrackingError, promote, resolve_model_uri
+from components.tracking.signing import KEY_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-RULE = {"gate": GateSpec("s1", GateRule(ComparisonRule(min_items=20), min_accuracy=0.1))}
+RULE = GateRule(ComparisonRule(min_items=20), min_accuracy=0.1)
 
 
 def _unit_helper(name: str):
@@ -100,7 +102,8 @@ def test_log_register_promote_resolve_then_dead_server(server, tmp_path: Path,
 
     uri, proc = server
     for key, value in {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                       "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}.items():
+                       "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+                       KEY_ENV: secrets.token_hex(32)}.items():  # a team's shared key (not the user's own file)
         monkeypatch.setenv(key, value)
     model_dir = helpers.build_tiny_hf_model(tmp_path / "tiny")
     settings = helpers.system_settings()
@@ -116,10 +119,11 @@ def test_log_register_promote_resolve_then_dead_server(server, tmp_path: Path,
         gate_helpers.evaluate(client, tmp_path, "policy", version,
                               gate_helpers.records([i < right for i in range(60)], tokens), key="s1")
 
-    assert promote(client, "policy", v1, **RULE).decision == "champion"
+    gate = {"gate": GateSpec("s1", RULE, trust=gate_helpers.trust(client))}
+    assert promote(client, "policy", v1, **gate).decision == "champion"
     results: list = []
     def worker(version: str) -> None:  # auto lock over HTTP = the registered-model tag lease
-        results.append(promote(MlflowClient(uri), "policy", version, **RULE))
+        results.append(promote(MlflowClient(uri), "policy", version, **gate))
 
     threads = [threading.Thread(target=worker, args=(v,)) for v in (v2, v3)]
     for t in threads:

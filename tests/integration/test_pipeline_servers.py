@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -53,9 +54,13 @@ TINY = ["model.name=tiny-random", "gspo.engine=torch", "gspo.steps=2", "gspo.que
         "registry.min_accuracy=0", "registry.gate.min_items=2"]
 
 
+TEAM_KEY = secrets.token_hex(32)
+"""the evaluators' shared signing key: against a tracking server, not a key generated in the user's ~/.config"""
+
+
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     base = {**os.environ, "PYTHONPATH": str(ROOT), "AGENT_GSPO_DATA_MIRROR": str(MIRROR), "OMP_NUM_THREADS": "1",
-            "PYTHONUNBUFFERED": "1"}
+            "PYTHONUNBUFFERED": "1", "AGENT_GSPO_SIGNING_KEY": TEAM_KEY}
     return {**base, **(extra or {})}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from helpers.servers import mlflow_server, mlflow_template_db
 from components.config import load_config
 from components.evaluation.setting import planned_setting
 from components.tracking.policy_model import log_policy_model
+from components.tracking.signing import KEY_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = REPO_ROOT
@@ -49,8 +51,11 @@ def registry(request: pytest.FixtureRequest, tmp_path: Path):
 
 
 def test_promote_warns_about_the_served_protocol_and_writes_nothing_in_the_working_folder(
-        registry: tuple[str, Path | None], prepared_data: Path, tmp_path: Path) -> None:
+        registry: tuple[str, Path | None], prepared_data: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     uri, artifacts = registry
+    if artifacts is None:  # a server: the team's key in the environment (sqlite: generated beside the database)
+        monkeypatch.setenv(KEY_ENV, secrets.token_hex(32))
     sets = ["model.name=tiny-random", "mas.agents=2", "mas.rounds=2", "eval.limit=1", "eval.benchmarks=[gsm8k]",
             "registry.min_accuracy=0", "registry.gate.min_items=2", f"tracking.uri={uri}",
             f"data.out_dir={prepared_data}"]

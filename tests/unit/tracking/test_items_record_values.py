@@ -20,6 +20,7 @@ from components.comparison import ComparisonRule
 from components.errors import UserError
 from components.items_file import ITEMS_PARAM, ItemsFileError, decode, encode, items_sha256, read_items
 from components.tracking import GateRule
+from components.tracking.signing import EVAL_SIGNATURE_PARAM
 
 test_tracking_helpers = load_test_module("test_tracking_helpers")
 test_tracking_promotion = load_test_module("test_tracking_promotion")
@@ -81,7 +82,9 @@ def _run_holding(client: MlflowClient, tmp_path: Path, like: str, rows: list[dic
     data = encode(rows)
     run = client.create_run(client.get_run(like).info.experiment_id).info.run_id
     params = dict(client.get_run(like).data.params) | {ITEMS_PARAM: items_sha256(data)}
+    params.pop(EVAL_SIGNATURE_PARAM)  # signed afresh: the evaluator's own record, with values of the wrong kind
     client.log_batch(run, params=[Param(k, v) for k, v in params.items()])
+    client.log_param(run, EVAL_SIGNATURE_PARAM, gh.signature(client, run))
     folder = tmp_path / f"items-{run}"
     folder.mkdir()
     (folder / "items.jsonl").write_bytes(data)

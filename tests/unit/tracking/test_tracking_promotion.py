@@ -37,7 +37,10 @@ KEY = gh.KEY
 
 
 def promote(client: MlflowClient, name: str, version: str, **kw) -> PromotionDecision:
-    return _promote(client, name, version, gate=GateSpec(kw.pop("setting_key", KEY), kw.pop("rule", RULE)), **kw)
+    """The gate under ``KEY`` and ``RULE`` (or ``setting_key=``, ``rule=``), trusting what this registry's
+    signing key signed (or ``trust=``)."""
+    spec = GateSpec(kw.pop("setting_key", KEY), kw.pop("rule", RULE), trust=kw.pop("trust", None) or gh.trust(client))
+    return _promote(client, name, version, gate=spec, **kw)
 
 
 def _alias(client: MlflowClient, name: str, alias: str) -> str | None:
@@ -65,7 +68,8 @@ def test_first_model_needs_min_items_and_min_accuracy(setup) -> None:
     assert d.decision == "champion" and d.compared_to is None and _alias(client, "m", "champion") == v
     tags = client.get_model_version("m", v).tags
     assert tags["promotion.rule.min_items"] == "20" and tags["promotion.rule.confidence"] == "0.95"
-    assert tags["promotion.candidate_items_sha256"] and [c.version for c in crownings(client, "m")] == [v]
+    assert tags["promotion.candidate_items_sha256"]
+    assert [c.version for c in crownings(client, "m", gh.trust(client))] == [v]
 
 
 def test_a_tie_stays_challenger(setup) -> None:

@@ -7,17 +7,20 @@ The gate's setting is fixed here (no data is read); the tiny registered versions
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from helpers import gate_helpers as gh
+from helpers.leaks import assert_secrets_absent
 from helpers.paths import REPO_ROOT, load_test_module
 from mlflow import MlflowClient
 
 from components.config import load_config
 from components.evaluation.setting import setting_of
 from components.jobs import PromoteJob
+from components.tracking.signing import KEY_ENV
 
 test_tracking_helpers = load_test_module("test_tracking_helpers")
 test_tracking_model_cache = load_test_module("test_tracking_model_cache")
@@ -151,3 +154,43 @@ def test_cli_prints_one_block_and_refuses_edited_tags_with_exit_2(
     assert main([*argv, "--candidate", f"models:/{NAME}/{v3}"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("agent-gspo")]
     assert len(err) == 1 and "accuracy = 1 but its verified per-item record" in err[0] and "gives 0" in err[0]
+
+
+def test_cli_refuses_a_fabricated_record_in_one_line_and_the_key_is_nowhere(
+        mlflow_uri: str, tmp_path: Path, fixed_setting, capsys: pytest.CaptureFixture,
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/gate.md's attack through ``agent-gspo promote``: a run made with plain ``MlflowClient`` calls
+    (every answer correct; the old gate crowned it ``better``) and one carrying a genuine run's signature
+    are exit 2, one line naming the version, the run and why. The team's key (``$AGENT_GSPO_SIGNING_KEY``)
+    appears in no output, log, MLflow param, tag or artifact, and no key file is generated beside it."""
+    from components.cli import main
+
+    planted = "team-key-" + secrets.token_hex(24)
+    monkeypatch.setenv(KEY_ENV, planted)
+    cfg = _cfg(mlflow_uri, tmp_path)
+    client = MlflowClient(mlflow_uri)
+    client.create_registered_model(NAME)
+    v1, v2, v3 = (str(client.create_model_version(NAME, str(tmp_path)).version) for _ in range(3))
+    _evaluated(client, cfg, v1, 0.5, 100)
+    key = fixed_setting(cfg).key()
+    forged = gh.forge(client, tmp_path, NAME, v2, gh.records([True] * 4, 25), key)
+    copied = gh.forge(client, tmp_path, NAME, v3, gh.records([True] * 4, 25), key)
+    genuine = client.get_run(client.get_model_version(NAME, v1).tags[f"eval.{key}.run_id"]).data.params
+    client.log_param(copied, "eval.signature", genuine["eval.signature"])
+    argv = ["promote", "--params", str(ROOT / "params.yaml"),
+            *[x for o in _overrides(mlflow_uri, tmp_path) for x in ("--set", o)]]
+    with caplog.at_level("DEBUG"):
+        assert main([*argv, "--candidate", f"models:/{NAME}/{v1}"]) == 0
+        shown = list(capsys.readouterr())
+        for version, run, why in ((v2, forged, "unsigned: "), (v3, copied, "signature does not match: ")):
+            assert main([*argv, "--candidate", f"models:/{NAME}/{version}"]) == 2
+            out, err = capsys.readouterr()
+            shown += [out, err]
+            lines = [line for line in err.splitlines() if line.startswith("agent-gspo")]
+            assert len(lines) == 1 and f"models:/{NAME}/{version}: evaluation run {run} refused, {why}" in lines[0]
+            assert "decision:" not in out
+    assert str(client.get_model_version_by_alias(NAME, "champion").version) == v1
+    assert not list(tmp_path.rglob("*.signing-key"))
+    stored = [repr(r.data.params) + repr(r.data.tags) for r in client.search_runs(
+        [e.experiment_id for e in client.search_experiments()])]
+    assert_secrets_absent([planted], *shown, caplog.text, *stored, folders=(tmp_path,))  # db, artifacts

@@ -2,21 +2,26 @@
 
 A tiny random policy is registered (as training does) and evaluated on one real item of gsm8k and
 aqua; what is checked is where the numbers land, not what they are, and that two versions of the
-same weights tie (the second stays @challenger).
+same weights tie (the second stays @challenger). The evaluations are signed with the key of
+``$AGENT_GSPO_SIGNING_KEY``, which appears in no log, MLflow param or tag, or file.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from pathlib import Path
 
 import pytest
+from helpers.leaks import assert_secrets_absent
 from helpers.paths import REPO_ROOT, load_test_module
 from mlflow import MlflowClient
 
 from components.config import load_config
 from components.jobs import EvaluateJob, PromoteJob
 from components.tracking import CandidateNotEvaluated, ChampionNotEvaluated, log_policy_model, read_result
+from components.tracking.signing import KEY_ENV
 from components.tracking.versions import VersionRef, write_registration
 
 test_tracking_helpers = load_test_module("test_tracking_helpers")
@@ -35,7 +40,11 @@ def _cfg(uri: str, data: Path, tmp: Path, *extra: str):
 
 
 def test_evaluate_links_run_and_version_and_promote_compares_like_with_like(
-        mlflow_uri: str, prepared_data: Path, tmp_path: Path, one_thread) -> None:
+        mlflow_uri: str, prepared_data: Path, tmp_path: Path, one_thread, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    planted = "team-key-" + secrets.token_hex(24)  # the signing key, shared as a team would: never stored or shown
+    monkeypatch.setenv(KEY_ENV, planted)
+    caplog.set_level("DEBUG")
     client = MlflowClient(mlflow_uri)
     cfg = _cfg(mlflow_uri, prepared_data, tmp_path)
     policy = test_tracking_helpers.save_tiny_chat_model(tmp_path / "policy")
@@ -56,6 +65,7 @@ def test_evaluate_links_run_and_version_and_promote_compares_like_with_like(
     # the per-item record: an artifact whose sha256 is an immutable param, and an evaluation table
     assert run.data.params["eval.registered_version"] == f"models:/{name}/{v1}"
     assert run.data.params["eval.items_sha256"] == full.report.meta["items_sha256"]
+    assert re.fullmatch(r"v1:[0-9a-f]{12}:[0-9a-f]{64}", run.data.params["eval.signature"])  # signed with the key
     assert {"eval/items.jsonl", "eval_items.json"} <= {a.path for a in client.list_artifacts(full.run_id)} | {
         a.path for a in client.list_artifacts(full.run_id, "eval")}
     mv = client.get_model_version(name, v1)
@@ -99,3 +109,8 @@ def test_evaluate_links_run_and_version_and_promote_compares_like_with_like(
     # the champion's measurement went elsewhere: eval.out_dir still holds the candidate's published evaluation
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert summary["meta"]["model"] == f"models:/{name}/{v3}"
+    stored = [repr(r.data.params) + repr(r.data.tags) for r in client.search_runs(
+        [e.experiment_id for e in client.search_experiments()])]
+    stored += [repr(mv.tags) for mv in client.search_model_versions(f"name = '{name}'")]
+    assert_secrets_absent([planted], caplog.text, *stored, folders=(tmp_path,))  # db, artifacts, eval folder
+    assert not list(tmp_path.rglob("*.signing-key"))

@@ -40,6 +40,7 @@ def _child(case: dict) -> None:
         opened = os.open(path, flags)
         os.dup2(opened, fd)
         os.close(opened)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 (nothing of the server's input buffered in it)
     os.chdir(case["cwd"])
     os.environ.clear()
     os.environ.update(case["env"])
@@ -94,6 +95,7 @@ class ForkedCommand:
             self.server.answer(60)
             raise
         finally:
+            self.server.running = None
             out, err = (Path(self.case[k]).read_text(errors="replace") for k in ("stdout", "stderr"))
             for k in ("stdout", "stderr"):
                 Path(self.case[k]).unlink(missing_ok=True)
@@ -109,10 +111,12 @@ class CliForks:
         self.folder = Path(tempfile.mkdtemp(prefix="cli-forks-"))
         self.log = self.folder / "server.log"
         with self.log.open("w") as log:
+            # unbuffered: a line read must never leave the next one in a buffer that select() cannot see
             self.proc = subprocess.Popen([sys.executable, __file__, str(self.cwd)], cwd=self.cwd, env=self.env,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
-        self.answer(timeout_s)  # {"ready": pid}: the imports are done
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, bufsize=0)
+        self.running: ForkedCommand | None = None
         self.n = 0
+        self.answer(timeout_s)  # {"ready": pid}: the imports are done
 
     def answer(self, timeout: float) -> dict:
         assert self.proc.stdout is not None
@@ -126,7 +130,7 @@ class CliForks:
 
     def start(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> ForkedCommand:
         """Start ``agent-gspo ARGS`` (``env``: the whole environment, default the server's; ``cwd``: its folder)."""
-        assert self.proc.stdin is not None
+        assert self.proc.stdin is not None and self.running is None, "one command at a time"
         self.n += 1
         case = {"args": [str(a) for a in args], "env": self.env if env is None else dict(env),
                 "cwd": str(cwd or self.cwd), "stdout": str(self.folder / f"{self.n}.out"),
@@ -134,8 +138,8 @@ class CliForks:
         for k in ("stdout", "stderr"):
             Path(case[k]).touch()
         self.proc.stdin.write((json.dumps(case) + "\n").encode())
-        self.proc.stdin.flush()
-        return ForkedCommand(self, case, self.answer(60)["pid"])
+        self.running = ForkedCommand(self, case, self.answer(60)["pid"])
+        return self.running
 
     def run(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
             timeout: float = 600.0) -> subprocess.CompletedProcess:
@@ -143,6 +147,9 @@ class CliForks:
         return self.start(*args, env=env, cwd=cwd).wait(timeout)
 
     def close(self) -> None:
+        """End the server (and a command still running: a test that failed while it ran)."""
+        if self.running is not None:
+            self.running.send_signal(signal.SIGKILL)
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         try:

@@ -361,12 +361,17 @@ def test_training_survives_mlflow_outage(mlflow_srv: MlflowServer, prepared: Pat
     """The server dies after step 2 and stays down past the end of training (well beyond MLflow's own
     HTTP retries): training goes on, every checkpoint is written, the end waits for the server, and
     after the restart the same run gets every step's metrics and the model is registered. A password
-    in the tracking URI and in another URI setting appears in no output, param, tag or file."""
+    in the tracking URI and in another URI setting appears in no output, param, tag or file.
+
+    The server comes back once training has ended, at least ``min_down_s`` after it died, and once the
+    metric outbox has failed ``down_tries`` tries in a row (each one fails only after MLflow's own HTTP
+    retries, 3 with backoff 1 s, ~7 s, gave up): the outage outlasts those retries several times over,
+    as 120 s of sleep did, but the restart lands during the outbox's 10 s back-off, not a 60 s one."""
     from mlflow import MlflowClient
 
     from components.runtime.checkpoint import list_checkpoints, read_meta
 
-    steps, down_s = 8, 120.0
+    steps, down_tries, min_down_s = 8, 4, 30.0
     tracking_secret = "pw" + os.urandom(6).hex()  # URL-safe: it must work as real basic-auth credentials
     uri = mlflow_srv.url.replace("http://", f"http://agent:{tracking_secret}@")
     overrides = [*TINY, *_paths(tmp_path, prepared), f"gspo.steps={steps}", f"gspo.keep_checkpoints={steps}",
@@ -376,6 +381,7 @@ def test_training_survives_mlflow_outage(mlflow_srv: MlflowServer, prepared: Pat
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     t_stop = restarted = None
+    ended = outlasted = False
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -383,10 +389,12 @@ def test_training_survives_mlflow_outage(mlflow_srv: MlflowServer, prepared: Pat
             if line.startswith(f"step 2/{steps}"):
                 mlflow_srv.stop()
                 t_stop = time.monotonic()
-            if line.startswith(f"step {steps}/{steps}"):
-                break  # all steps ran while the server was down; the run now waits for it
-        assert t_stop is not None, "".join(lines)[-4000:]
-        time.sleep(max(0.0, down_s - (time.monotonic() - t_stop)))
+            ended = ended or line.startswith(f"step {steps}/{steps}")  # all steps ran while the server was down
+            outlasted = outlasted or f"tracking still unavailable, try {down_tries} " in line
+            if ended and outlasted:
+                break  # the run now waits for the server; the outbox just began its back-off after try 4
+        assert t_stop is not None and ended and outlasted, "".join(lines)[-4000:]
+        time.sleep(max(0.0, min_down_s - (time.monotonic() - t_stop)))
         assert proc.poll() is None, "training gave up during the outage:\n" + "".join(lines)[-4000:]
         mlflow_srv.restart()
         restarted = time.monotonic()

@@ -2,17 +2,23 @@
 
 A real ``prefect server start`` on 127.0.0.1, the automation created from the committed file with
 ``prefect automation create --from-file`` (only its window shortened, to keep the test short), a
-``process`` work pool, three tiny sleeping flow runs deployed with ``prefect deploy --all`` and run by
-one ``prefect worker start`` that has no heartbeat setting of its own:
+``process`` work pool, four tiny sleeping flow runs of three deployments (``prefect deploy --all``) run
+by one ``prefect worker start`` that has no heartbeat setting of its own:
 
-- *watched*, deployed with the nightly deployment's tags and work pool from the committed
-  ``prefect.yaml`` (its job variables make the flow run's process heartbeat every 30 s): kept alive
-  past the window it stays Running; after the worker's process group and the flow run's process
-  (Prefect starts it in a session of its own) are SIGKILLed it becomes Crashed within the window
-  plus a margin, with the automation's message;
-- *short*, deployed the same way, completes inside the window and stays Completed after it;
+- *watched* and *alive*, two runs of a deployment with the nightly deployment's tags and work pool from
+  the committed ``prefect.yaml`` (its job variables make the flow run's process heartbeat every 30 s):
+  once *watched* has sent its second heartbeat (so the automation's wait has been re-armed by a later
+  heartbeat, not only by the first), the worker's process group and *watched*'s process (Prefect
+  starts it in a session of its own) are SIGKILLed, and *watched* becomes Crashed within the window
+  plus a margin, with the automation's message, no earlier than a window after its last heartbeat;
+  *alive*, kept alive past the window, stays Running throughout;
+- *short*, deployed the same way, sends a heartbeat, completes inside the window and stays Completed
+  once its last heartbeat is a window (and a margin) old;
 - *unwatched*, a run without the tag and at Prefect's default 180 s heartbeat, stays Running past
   the window (the automation does not touch runs that did not opt in).
+
+The kill does not wait for a live run to outlive the window first (the *alive* run shows that, at the
+same time), so the test waits ~one window less than a kill after the window would.
 
 Every process started here (worker, flow run processes) is killed in ``finally``; the server is
 stopped by its context manager.
@@ -45,7 +51,7 @@ PREFECT_YAML = ROOT / "prefect.yaml"
 HEARTBEAT_S = 30  # what prefect.yaml's job variables set (and Prefect's minimum)
 WITHIN_S = 50  # the test's window (the committed one is 120 s): one heartbeat may be 20 s late
 MARGIN_S = 30  # the server's 5 s proactive step, event ingestion and our 1 s polling on 2 busy cores
-SHORT_S = 45  # the short run completes inside the window
+SHORT_S = 15  # the short run completes inside the window, after its first heartbeat
 
 SLEEPER = '''
 import time
@@ -167,10 +173,11 @@ def test_killed_flow_run_is_marked_crashed_and_live_ones_are_not(tmp_path: Path)
             _prefect(server, project, "work-pool", "create", "local-process", "--type", "process")
             _prefect(server, project, "--no-prompt", "deploy", "--all")
             with SyncPrefectClient(server.api_url) as client:
+                deployments = {"watched": "watched", "alive": "watched", "short": "short", "unwatched": "unwatched"}
                 runs = {name: str(client.create_flow_run_from_deployment(
-                    client.read_deployment_by_name(f"sleeper/{name}").id,
+                    client.read_deployment_by_name(f"sleeper/{deployment}").id,
                     parameters={"seconds": SHORT_S if name == "short" else 600}).id)
-                        for name in ("watched", "short", "unwatched")}
+                        for name, deployment in deployments.items()}
 
             def states() -> dict[str, str]:
                 with SyncPrefectClient(server.api_url) as client:
@@ -184,31 +191,40 @@ def test_killed_flow_run_is_marked_crashed_and_live_ones_are_not(tmp_path: Path)
                      "zombie-worker", "--install-policy", "never"], cwd=tmp_path, stdout=log,
                     stderr=subprocess.STDOUT, env=env | {"PREFECT_WORKER_QUERY_SECONDS": "2"},
                     start_new_session=True)
-            _wait("all Running with a heartbeat", lambda: all(s == "RUNNING" for s in states().values()) and all(
+            long_runs = {runs[name] for name in ("watched", "alive", "unwatched")}
+            _wait("all Running (the short one Running or Completed) with a heartbeat", lambda: all(
+                s == "RUNNING" or name == "short" and s == "COMPLETED" for name, s in states().items()) and all(
                 _heartbeats(server, run_id) for run_id in runs.values()), 180, worker_log)
             t0 = time.monotonic()
-            pids = _flow_run_pids(worker.pid, {runs["watched"], runs["unwatched"]})
-            assert set(pids) == {runs["watched"], runs["unwatched"]}, pids
+            pids = _flow_run_pids(worker.pid, long_runs)
+            assert set(pids) == long_runs, pids
             assert all(os.getsid(pid) != os.getsid(worker.pid) for pid in pids.values())  # not in the worker's group
 
-            # Alive past the window: a live run is not touched, the short one completed and stays so.
-            time.sleep(max(0.0, t0 + WITHIN_S + 15 - time.monotonic()))
-            assert states() == {"watched": "RUNNING", "short": "COMPLETED", "unwatched": "RUNNING"}
-            beats = _heartbeats(server, runs["watched"])
-            gaps = [(b - a).total_seconds() for a, b in zip(beats, beats[1:], strict=False)]
-            assert len(beats) >= 2 and all(g < HEARTBEAT_S + 10 for g in gaps), beats  # 30 s, from job variables
-            assert len(_heartbeats(server, runs["unwatched"])) == 1  # Prefect's default: every 180 s
-
-            # The machine "dies": the worker's process group and the watched run's process.
+            # The machine "dies" once the watched run has heartbeat twice: the worker's process group and
+            # the watched run's process (the alive one, in a session of its own, lives on).
+            _wait("a second heartbeat of the watched run", lambda: len(_heartbeats(server, runs["watched"])) >= 2,
+                  HEARTBEAT_S + 30, worker_log)
             watched = psutil.Process(pids[runs["watched"]])
             _kill_group(worker.pid)
             _kill_group(watched.pid)
             t_kill = time.monotonic()
             worker.wait(30)
-            _, alive = psutil.wait_procs([watched], timeout=30)
-            assert not alive, alive
+            _, left = psutil.wait_procs([watched], timeout=30)
+            assert not left, left
             last_beat = _heartbeats(server, runs["watched"])[-1]
-            _wait("watched run Crashed", lambda: states()["watched"] == "CRASHED", WITHIN_S + MARGIN_S, worker_log)
+
+            # Alive past the window: a live run is not touched, the short one completed and stays so.
+            time.sleep(max(0.0, t0 + WITHIN_S + 15 - time.monotonic()))
+            now = states()
+            assert {name: now[name] for name in ("alive", "short", "unwatched")} == {
+                "alive": "RUNNING", "short": "COMPLETED", "unwatched": "RUNNING"}, now
+            beats = _heartbeats(server, runs["alive"])
+            gaps = [(b - a).total_seconds() for a, b in zip(beats, beats[1:], strict=False)]
+            assert len(beats) >= 2 and all(g < HEARTBEAT_S + 10 for g in gaps), beats  # 30 s, from job variables
+            assert len(_heartbeats(server, runs["unwatched"])) == 1  # Prefect's default: every 180 s
+
+            _wait("watched run Crashed", lambda: states()["watched"] == "CRASHED",
+                  max(1.0, t_kill + WITHIN_S + MARGIN_S - time.monotonic()), worker_log)
             kill_to_crashed = time.monotonic() - t_kill
             with SyncPrefectClient(server.api_url) as client:
                 crashed = client.read_flow_run(runs["watched"]).state
@@ -218,11 +234,12 @@ def test_killed_flow_run_is_marked_crashed_and_live_ones_are_not(tmp_path: Path)
             assert (crashed.timestamp - last_beat).total_seconds() >= WITHIN_S - 1  # not before the window ran out
 
             # Once the short run's last heartbeat is a window (and a margin) old, it is still Completed; the
-            # unwatched one, whose one heartbeat is older still, is still Running: neither was touched.
+            # unwatched one, whose one heartbeat is older still, is still Running: neither was touched; the
+            # alive one, heartbeating all along, is still Running.
             with SyncPrefectClient(server.api_url) as client:
                 completed_at = client.read_flow_run(runs["short"]).state.timestamp
             time.sleep(max(0.0, (completed_at - datetime.now(UTC)).total_seconds() + WITHIN_S + 10))
-            assert states() == {"watched": "CRASHED", "short": "COMPLETED", "unwatched": "RUNNING"}
+            assert states() == {"watched": "CRASHED", "alive": "RUNNING", "short": "COMPLETED", "unwatched": "RUNNING"}
         finally:
             _kill_everything_started_for(server, worker)
     print(f"test body {time.monotonic() - t_start:.0f} s")

@@ -200,9 +200,11 @@ def test_killed_flow_run_is_marked_crashed_and_live_ones_are_not(tmp_path: Path)
             assert set(pids) == long_runs, pids
             assert all(os.getsid(pid) != os.getsid(worker.pid) for pid in pids.values())  # not in the worker's group
 
-            # The machine "dies" once the watched run has heartbeat twice: the worker's process group and
-            # the watched run's process (the alive one, in a session of its own, lives on).
-            _wait("a second heartbeat of the watched run", lambda: len(_heartbeats(server, runs["watched"])) >= 2,
+            # The machine "dies" once the watched run has heartbeat twice (and the short one, as before, has
+            # completed): the worker's process group and the watched run's process (the alive one, in a
+            # session of its own, lives on).
+            _wait("a second heartbeat of the watched run, the short one Completed",
+                  lambda: len(_heartbeats(server, runs["watched"])) >= 2 and states()["short"] == "COMPLETED",
                   HEARTBEAT_S + 30, worker_log)
             watched = psutil.Process(pids[runs["watched"]])
             _kill_group(worker.pid)

@@ -227,6 +227,22 @@ def test_compose_worker_and_offline_env() -> None:
             assert environment.get(key) == value, f"{name}: {key} should default to {value!r}"
 
 
+def test_compose_worker_keeps_its_signing_key_beyond_the_container() -> None:
+    """The worker evaluates and promotes against an MLflow server, so an unset key is generated in
+    ~/.config/agent-gspo (components/tracking/signing.py): on the container's own layer it would be gone
+    with the container, and every record signed before would then be refused as under another key."""
+    compose = _compose()
+    worker = compose["services"]["prefect-worker"]
+    assert worker["environment"]["AGENT_GSPO_SIGNING_KEY"] == "${AGENT_GSPO_SIGNING_KEY:-}"
+    mounts = dict(v.split(":")[:2] for v in worker["volumes"] if not v.startswith(("$", ".", "/")))
+    assert mounts.get("signing-key") == "/home/app/.config/agent-gspo", worker["volumes"]
+    assert "signing-key" in compose["volumes"]
+    assert "AGENT_GSPO_SIGNING_KEY" in _env_example()
+    for name in ("Dockerfile", "Dockerfile.cpu"):  # the mount point exists, owned by app, mode 0700
+        text = (INFRA / name).read_text()
+        assert "/home/app/.config/agent-gspo" in text and "chmod 700 /home/app/.config/agent-gspo" in text, name
+
+
 def test_env_example_covers_required_variables_with_placeholders() -> None:
     env = _env_example()
     text = COMPOSE.read_text()
